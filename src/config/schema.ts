@@ -1,0 +1,167 @@
+/**
+ * The configuration contract (DESIGN §2) as a schema. Keys named in DESIGN are kept as they are;
+ * additions are marked "added". Strict objects, so a typo is reported instead of ignored.
+ */
+import { z } from 'zod';
+
+const port = z.number().int().min(0).max(65535);
+const host = z.string().min(1);
+const url = z.url({ protocol: /^https?$/ });
+const nonNeg = z.number().int().min(0);
+
+export const ROLE_NAMES = ['read-only', 'write-only', 'read-write', 'admin'] as const;
+export const FEATURES = ['streams', 'traces', 'kv', 'timers', 'ephemeral', 'analytics'] as const;
+
+const sniEntry = z.strictObject({
+  /** Server name or `*.example.com` pattern. */
+  servername: z.string().min(1),
+  cert: z.string().min(1),
+  key: z.string().min(1),
+});
+
+const limits = z.strictObject({
+  requestsPerSec: z.number().positive(),
+  requestBurst: z.number().int().positive(),
+  messagesPerSec: z.number().positive(),
+  messageBurst: z.number().int().positive(),
+  parkedPolls: z.number().int().positive(),
+  maxPayloadBytes: z.number().int().positive(),
+  maxBatch: z.number().int().positive(),
+});
+
+const quotas = z.strictObject({
+  messagesPerMonth: nonNeg,
+  ingressBytesPerMonth: nonNeg,
+});
+
+export const planSchema = z.strictObject({
+  features: z.array(z.enum(FEATURES)).default([]),
+  limits,
+  quotas,
+  storageBytes: nonNeg,
+});
+
+export const tenantSchema = z.strictObject({
+  status: z.enum(['active', 'suspended']).default('active'),
+  plan: z.string().min(1),
+  hosts: z.array(z.string().min(1)).default([]),
+  brokers: z.array(url).min(1),
+  cors: z.strictObject({ origins: z.array(z.string().min(1)).default([]) }).default({ origins: [] }),
+  /** added: per-tenant overrides of the plan's limits. */
+  limits: limits.partial().optional(),
+  /** added: bounded-load factor for this tenant's ring (DESIGN §4); null = off. */
+  boundedLoadFactor: z.number().gt(1).nullable().default(null),
+});
+
+export const configSchema = z.strictObject({
+  server: z.strictObject({
+    https: z.strictObject({
+      host: host.default('0.0.0.0'),
+      port: port.nullable().default(8443),
+      cert: z.string().min(1).nullable().default(null),
+      key: z.string().min(1).nullable().default(null),
+      sni: z.array(sniEntry).default([]),
+      clientCa: z.string().min(1).nullable().default(null),
+      /** added: with clientCa, refuse connections without a valid client certificate. */
+      requireClientCert: z.boolean().default(true),
+      /** added: offer HTTP/2 by ALPN (h2 and http/1.1). */
+      http2: z.boolean().default(true),
+    }).prefault({}),
+    http: z.strictObject({ host: host.default('0.0.0.0'), port: port.nullable().default(null) }).prefault({}),
+    admin: z.strictObject({
+      host: host.default('127.0.0.1'),
+      port: port.nullable().default(9090),
+      token: z.string().nullable().default(null),
+    }).prefault({}),
+    bodyLimitBytes: z.number().int().positive().default(16 * 1024 * 1024),
+    longPoll: z.strictObject({
+      defaultTimeoutMs: z.number().int().positive().default(30000),
+      maxTimeoutMs: z.number().int().positive().default(60000),
+      slackMs: z.number().int().min(0).default(5000),
+    }).prefault({}),
+    trustProxy: z.boolean().default(false),
+    /** added: time allowed to receive request headers (slowloris guard). */
+    headersTimeoutMs: z.number().int().positive().default(20000),
+    /** added: idle keep-alive time on client connections. */
+    keepAliveTimeoutMs: z.number().int().positive().default(65000),
+    /** added: node:cluster workers; 0 = one per CPU. */
+    workers: z.number().int().min(0).default(1),
+    /** added: how long a drain waits for in-flight requests on SIGTERM. */
+    drainTimeoutMs: z.number().int().min(0).default(30000),
+  }).prefault({}),
+  /** added: logging. */
+  log: z.strictObject({
+    level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    accessLog: z.boolean().default(true),
+  }).prefault({}),
+  redis: z.strictObject({
+    url: z.string().min(1).nullable().default(null),
+    cluster: z.array(z.string().min(1)).default([]),
+    keyPrefix: z.string().default('qe:'),
+    timeoutMs: z.number().int().positive().default(50),
+    failMode: z.enum(['open', 'closed', 'local']).default('local'),
+  }).prefault({}),
+  auth: z.strictObject({
+    algorithms: z.array(z.enum(['HS256', 'HS384', 'HS512', 'RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA'])).min(1).default(['HS256', 'RS256', 'ES256', 'EdDSA']),
+    secret: z.string().nullable().default(null),
+    publicKey: z.string().min(1).nullable().default(null),
+    jwksUrl: url.nullable().default(null),
+    issuer: z.union([z.string(), z.array(z.string())]).nullable().default(null),
+    audience: z.union([z.string(), z.array(z.string())]).nullable().default(null),
+    clockToleranceSec: z.number().int().min(0).default(30),
+    rolesClaim: z.string().min(1).default('roles'),
+    tenantClaim: z.string().min(1).default('tenant'),
+    defaultTenant: z.string().min(1).nullable().default(null),
+    /** added: verified tokens kept in the cache. */
+    cacheSize: z.number().int().min(0).default(10000),
+  }).prefault({}),
+  upstreamIdentity: z.strictObject({
+    mode: z.enum(['passthrough', 'mint', 'none']).default('passthrough'),
+    tenantHeader: z.boolean().default(false),
+    mint: z.strictObject({
+      algorithm: z.enum(['HS256', 'HS384', 'HS512', 'RS256', 'ES256', 'EdDSA']).default('HS256'),
+      secret: z.string().nullable().default(null),
+      privateKey: z.string().min(1).nullable().default(null),
+      ttlSec: z.number().int().positive().default(300),
+      issuer: z.string().default('queen-edge'),
+    }).prefault({}),
+  }).prefault({}),
+  /** added: upstream pools and health (DESIGN §4). */
+  upstream: z.strictObject({
+    connections: z.number().int().positive().default(128),
+    connectTimeoutMs: z.number().int().positive().default(2000),
+    /** Upstream timeout for requests that are not long polls. */
+    requestTimeoutMs: z.number().int().positive().default(30000),
+    healthIntervalMs: z.number().int().positive().default(2000),
+    healthTimeoutMs: z.number().int().positive().default(1000),
+    downAfter: z.number().int().positive().default(2),
+    upAfter: z.number().int().positive().default(2),
+  }).prefault({}),
+  routes: z.record(z.string(), z.array(z.enum(ROLE_NAMES))).default({}),
+  plans: z.record(z.string(), planSchema),
+  tenants: z.record(z.string(), tenantSchema),
+}).superRefine((cfg, ctx) => {
+  for (const [id, t] of Object.entries(cfg.tenants)) {
+    if (!cfg.plans[t.plan]) ctx.addIssue({ code: 'custom', path: ['tenants', id, 'plan'], message: `unknown plan "${t.plan}"` });
+  }
+  if (cfg.auth.defaultTenant && !cfg.tenants[cfg.auth.defaultTenant]) {
+    ctx.addIssue({ code: 'custom', path: ['auth', 'defaultTenant'], message: `unknown tenant "${cfg.auth.defaultTenant}"` });
+  }
+  if ((cfg.server.https.cert === null) !== (cfg.server.https.key === null)) {
+    ctx.addIssue({ code: 'custom', path: ['server', 'https'], message: 'cert and key must be given together' });
+  }
+  if (cfg.upstreamIdentity.mode === 'mint' && !cfg.upstreamIdentity.mint.secret && !cfg.upstreamIdentity.mint.privateKey) {
+    ctx.addIssue({ code: 'custom', path: ['upstreamIdentity', 'mint'], message: 'mint mode needs secret or privateKey' });
+  }
+  if (cfg.server.longPoll.defaultTimeoutMs > cfg.server.longPoll.maxTimeoutMs) {
+    ctx.addIssue({ code: 'custom', path: ['server', 'longPoll', 'defaultTimeoutMs'], message: 'must not exceed maxTimeoutMs' });
+  }
+});
+
+/** The validated file, before compilation into runtime tables. */
+export type RawConfig = z.output<typeof configSchema>;
+export type RawPlan = z.output<typeof planSchema>;
+export type RawTenant = z.output<typeof tenantSchema>;
+export type Role = (typeof ROLE_NAMES)[number];
+export type Feature = (typeof FEATURES)[number];
+export type AuthConfig = RawConfig['auth'];

@@ -1,0 +1,96 @@
+/**
+ * CORS decisions (DESIGN §1.3), pure. A tenant's origin list is compiled once into a matcher and
+ * fixed header strings; the stage only asks and copies.
+ */
+
+/** Methods a browser may use against Queen through the edge. */
+export const CORS_ALLOWED_METHODS = 'GET, POST, PUT, DELETE, PATCH';
+/** Request headers a browser may send (lower-case). */
+export const CORS_ALLOWED_HEADERS: ReadonlySet<string> = new Set([
+  'authorization',
+  'content-type',
+  'accept',
+  'traceparent',
+  'tracestate',
+  'x-request-id',
+]);
+export const CORS_EXPOSED_HEADERS = 'Retry-After, RateLimit, RateLimit-Policy, X-Request-Id';
+export const CORS_MAX_AGE_SEC = '600';
+
+export interface CorsPolicy {
+  /** False when the tenant lists no origins: every cross-origin request is refused. */
+  readonly enabled: boolean;
+  allows(origin: string): boolean;
+}
+
+export type PreflightVerdict =
+  | { readonly allowed: true; readonly headers: Readonly<Record<string, string>> }
+  | { readonly allowed: false };
+
+const ORIGIN_RE = /^(https?):\/\/([a-z0-9.-]+|\[[0-9a-f:.]+\])(?::(\d{1,5}))?$/;
+
+/**
+ * Compiles origin entries: exact (`https://app.example.com[:port]`), one-level-or-deeper
+ * wildcard (`https://*.example.com`, not matching the apex), or `*` for any origin.
+ */
+export function compileCorsPolicy(origins: readonly string[]): CorsPolicy {
+  const exact = new Set<string>();
+  const suffixes: { scheme: string; suffix: string; port: string }[] = [];
+  let any = false;
+  for (const o of origins) {
+    const s = o.trim().toLowerCase().replace(/\/+$/, '');
+    if (s === '*') any = true;
+    else if (s.includes('://*.')) {
+      const [scheme, rest] = s.split('://*.') as [string, string];
+      const colon = rest.lastIndexOf(':');
+      const hasPort = colon !== -1 && /^\d+$/.test(rest.slice(colon + 1));
+      suffixes.push({ scheme, suffix: `.${hasPort ? rest.slice(0, colon) : rest}`, port: hasPort ? rest.slice(colon + 1) : '' });
+    } else exact.add(s);
+  }
+  return Object.freeze({
+    enabled: any || exact.size > 0 || suffixes.length > 0,
+    allows(origin: string): boolean {
+      const o = origin.toLowerCase();
+      if (exact.has(o)) return true;
+      const m = ORIGIN_RE.exec(o);
+      if (!m) return false;
+      if (any) return true;
+      const [, scheme, hostname, port = ''] = m;
+      for (const w of suffixes) {
+        if (w.scheme === scheme && w.port === port && hostname!.length > w.suffix.length && hostname!.endsWith(w.suffix)) return true;
+      }
+      return false;
+    },
+  });
+}
+
+/** Answers a preflight: allowed origin and method, requested headers filtered to the allowlist. */
+export function preflightVerdict(
+  policy: CorsPolicy,
+  origin: string,
+  requestMethod: string,
+  requestHeaders: string | undefined,
+): PreflightVerdict {
+  if (!policy.allows(origin)) return { allowed: false };
+  const method = requestMethod.toUpperCase();
+  if (!CORS_ALLOWED_METHODS.includes(method) && method !== 'OPTIONS') return { allowed: false };
+  const headers: Record<string, string> = {
+    'access-control-allow-origin': origin,
+    'access-control-allow-methods': CORS_ALLOWED_METHODS,
+    'access-control-max-age': CORS_MAX_AGE_SEC,
+    vary: 'Origin, Access-Control-Request-Method, Access-Control-Request-Headers',
+  };
+  if (requestHeaders) {
+    const allowed = requestHeaders
+      .split(',')
+      .map((h) => h.trim().toLowerCase())
+      .filter((h) => CORS_ALLOWED_HEADERS.has(h));
+    if (allowed.length > 0) headers['access-control-allow-headers'] = allowed.join(', ');
+  }
+  return { allowed: true, headers };
+}
+
+/** True for a response header the broker may send that the edge owns instead. */
+export function isCorsHeader(lowerName: string): boolean {
+  return lowerName.startsWith('access-control-');
+}

@@ -1,0 +1,82 @@
+/**
+ * Path normalisation and route matching (DESIGN §1.4). Pure: a request target in, a route and a
+ * canonical path out. The canonical path is what the broker receives, so the proxy and the broker
+ * can never disagree about which route a request is.
+ */
+import FindMyWay from 'find-my-way';
+import { edgeError, type EdgeError } from '../errors.js';
+import type { Method, RouteSpec } from './table.js';
+
+export interface NormalizedTarget {
+  /** Canonical path: dot segments resolved, empty segments dropped, each segment re-encoded. */
+  readonly path: string;
+  /** Raw query string without `?` ('' when none). */
+  readonly query: string;
+}
+
+/** Longest path accepted; longer is refused before any work. */
+export const MAX_PATH_LENGTH = 4096;
+
+const SEGMENT_SAFE = /^[A-Za-z0-9\-._~!$&'()*+,;=:@]*$/;
+
+/** Percent-encodes a decoded segment canonically (RFC 3986 pchar); `/` stays encoded. */
+function encodeSegment(s: string): string {
+  if (SEGMENT_SAFE.test(s)) return s;
+  return encodeURIComponent(s).replace(/%(24|26|2B|2C|3B|3D|3A|40)/g, (m) => decodeURIComponent(m));
+}
+
+/**
+ * Normalises a request target once: percent-decoding per segment (so `%2F` stays inside its
+ * segment), `.`/`..` removed (also when written `%2e%2e`), `//` collapsed, never above the root.
+ */
+export function normalizeTarget(target: string): NormalizedTarget | EdgeError {
+  if (target.length > MAX_PATH_LENGTH) return edgeError('invalid_request', 'request target too long');
+  if (target.charCodeAt(0) !== 47 /* / */) return edgeError('invalid_request', 'request target must be a path');
+  const q = target.indexOf('?');
+  const rawPath = q === -1 ? target : target.slice(0, q);
+  const query = q === -1 ? '' : target.slice(q + 1);
+  // Fast path: nothing to decode, no dot or empty segments.
+  if (!/%|\/\.|\/\/|\/$/.test(rawPath) || rawPath === '/') return { path: rawPath, query };
+  const out: string[] = [];
+  const parts = rawPath.split('/');
+  for (let i = 1; i < parts.length; i++) {
+    let seg: string;
+    try {
+      seg = decodeURIComponent(parts[i]!);
+    } catch {
+      return edgeError('invalid_request', 'malformed percent-encoding in path');
+    }
+    if (seg === '' || seg === '.') continue;
+    if (seg === '..') {
+      out.pop();
+      continue;
+    }
+    out.push(encodeSegment(seg));
+  }
+  return { path: `/${out.join('/')}`, query };
+}
+
+export interface RouteMatch {
+  readonly route: RouteSpec;
+  readonly params: Readonly<Record<string, string | undefined>>;
+}
+
+/** A compiled route table: find-my-way over the RouteSpecs. */
+export interface RouteMatcher {
+  match(method: string, path: string): RouteMatch | undefined;
+}
+
+export function compileRoutes(routes: readonly RouteSpec[]): RouteMatcher {
+  const router = FindMyWay({ caseSensitive: true, ignoreTrailingSlash: false, ignoreDuplicateSlashes: false, maxParamLength: 1024 });
+  const noop = () => undefined;
+  for (const r of routes) {
+    for (const m of r.methods) router.on(m, r.path, noop, r);
+  }
+  return {
+    match(method: string, path: string): RouteMatch | undefined {
+      const found = router.find(method as Method, path);
+      if (!found) return undefined;
+      return { route: found.store as RouteSpec, params: found.params };
+    },
+  };
+}
