@@ -11,7 +11,7 @@ export type LaneKind = 'push' | 'pop-queue' | 'pop-ns' | 'lease' | 'none';
 /** What the proxy meters from the request and response (DESIGN §7). */
 export type MeterKind = 'push' | 'pop' | 'ack' | 'transaction' | 'none';
 /** What the proxy parses from the request body: only where it must read it. */
-export type BodyKind = 'push' | 'transaction' | 'stream';
+export type BodyKind = 'push' | 'transaction' | 'ack' | 'stream';
 /** tenant: forwarded; operator: a broker route tenants never see; blocked: broker-internal. */
 export type Exposure = 'tenant' | 'operator' | 'blocked';
 
@@ -78,8 +78,8 @@ export const ROUTES: readonly RouteSpec[] = Object.freeze([
   route({ name: 'pop.queue', methods: ['GET'], path: '/api/v1/pop/queue/:queue', access: RW, lane: 'pop-queue', meter: 'pop', longPoll: true }),
   route({ name: 'pop.partition', methods: ['GET'], path: '/api/v1/pop/queue/:queue/partition/:partition', access: RW, lane: 'pop-queue', meter: 'pop', longPoll: true }),
   route({ name: 'pop.namespace', methods: ['GET'], path: '/api/v1/pop', access: RW, lane: 'pop-ns', meter: 'pop', longPoll: true }),
-  route({ name: 'ack', methods: ['POST'], path: '/api/v1/ack', access: RW, lane: 'lease', meter: 'ack' }),
-  route({ name: 'ack.batch', methods: ['POST'], path: '/api/v1/ack/batch', access: RW, lane: 'lease', meter: 'ack' }),
+  route({ name: 'ack', methods: ['POST'], path: '/api/v1/ack', access: RW, lane: 'lease', meter: 'ack', body: 'ack' }),
+  route({ name: 'ack.batch', methods: ['POST'], path: '/api/v1/ack/batch', access: RW, lane: 'lease', meter: 'ack', body: 'ack' }),
   route({ name: 'lease.extend', methods: ['POST'], path: '/api/v1/lease/:leaseId/extend', access: RW, lane: 'lease' }),
   route({ name: 'transaction', methods: ['POST'], path: '/api/v1/transaction', access: RW, lane: 'lease', meter: 'transaction', body: 'transaction', writes: true }),
   // Management writes.

@@ -1,0 +1,36 @@
+/**
+ * The admin listener's probes (DESIGN §8): `/livez` answers while the process runs, `/readyz`
+ * while it should receive traffic.
+ */
+import type { EdgeRequest, EdgeResponse } from '../listen/servers.js';
+
+export interface Readiness {
+  /** null when ready, else the reason. */
+  notReadyReason(): string | null;
+}
+
+function json(res: EdgeResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)), 'cache-control': 'no-store' });
+  res.end(text);
+}
+
+/** Answers a probe; returns false when the path is not a probe. */
+export function answerProbe(req: EdgeRequest, res: EdgeResponse, readiness: Readiness): boolean {
+  const path = (req.url ?? '/').split('?', 1)[0];
+  if (path === '/livez') {
+    json(res, 200, { status: 'ok' });
+    return true;
+  }
+  if (path === '/readyz') {
+    const reason = readiness.notReadyReason();
+    json(res, reason === null ? 200 : 503, reason === null ? { status: 'ready' } : { status: 'not_ready', reason });
+    return true;
+  }
+  return false;
+}
+
+/** The JSON 404 of the admin listener. */
+export function adminNotFound(res: EdgeResponse): void {
+  json(res, 404, { error: 'not found', code: 'route_not_found' });
+}

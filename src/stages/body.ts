@@ -1,0 +1,129 @@
+/**
+ * Reading and parsing request bodies, only where the proxy must read them (DESIGN §1.11): push
+ * items (count, lane, quota), transaction pushes, ack lease ids. The bytes forwarded are the bytes
+ * received; the parse is only read.
+ */
+import { edgeError, isEdgeError, type EdgeError } from '../errors.js';
+import type { EdgeRequest } from '../listen/servers.js';
+
+/** Reads the whole body up to `limit` bytes; 413 beyond it (declared or measured). */
+export function readBody(req: EdgeRequest, limit: number): Promise<Buffer | EdgeError> {
+  const declared = req.headers['content-length'];
+  if (declared !== undefined && Number(declared) > limit) return Promise.resolve(tooLarge(limit));
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let done = false;
+    const settle = (v: Buffer | EdgeError) => {
+      if (done) return;
+      done = true;
+      req.removeListener('data', onData);
+      req.removeListener('end', onEnd);
+      req.removeListener('error', onError);
+      req.removeListener('aborted', onError);
+      resolve(v);
+    };
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > limit) {
+        // Stop buffering; the caller answers 413 and the connection is closed after it.
+        req.pause();
+        settle(tooLarge(limit));
+        return;
+      }
+      chunks.push(chunk);
+    };
+    const onEnd = () => settle(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+    const onError = () => settle(edgeError('invalid_request', 'request body aborted'));
+    req.on('data', onData);
+    req.on('end', onEnd);
+    req.on('error', onError);
+    req.on('aborted', onError);
+  });
+}
+
+function tooLarge(limit: number): EdgeError {
+  return edgeError('payload_too_large', `request body exceeds ${limit} bytes`);
+}
+
+/** What the pipeline needs from a JSON body. */
+export interface BodyFacts {
+  /** Messages pushed (push items, or transaction push items). */
+  readonly messages: number;
+  /** First pushed item, for the push lane key. */
+  readonly firstItem: unknown;
+  /** A lease id the request refers to (ack, ack batch, transaction), for broker affinity. */
+  readonly leaseId: string | null;
+}
+
+const NO_FACTS: BodyFacts = Object.freeze({ messages: 0, firstItem: undefined, leaseId: null });
+
+/** Maximum JSON nesting accepted before parsing: deep nesting is refused, not recursed into. */
+const MAX_DEPTH = 64;
+
+function parseJson(buf: Buffer): unknown | EdgeError {
+  if (exceedsDepth(buf, MAX_DEPTH)) return edgeError('invalid_request', `JSON nested deeper than ${MAX_DEPTH}`);
+  try {
+    return JSON.parse(buf.toString('utf8'));
+  } catch (err) {
+    return edgeError('invalid_request', `malformed JSON: ${(err as Error).message}`);
+  }
+}
+
+/** Bracket depth outside strings, scanned on bytes without decoding. */
+function exceedsDepth(buf: Buffer, max: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < buf.length; i++) {
+    const c = buf[i]!;
+    if (inString) {
+      if (c === 0x5c /* \ */) i++;
+      else if (c === 0x22 /* " */) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x7b || c === 0x5b) {
+      if (++depth > max) return true;
+    } else if (c === 0x7d || c === 0x5d) depth--;
+  }
+  return false;
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** `{items:[...]}`: the count and the first item. */
+export function pushFacts(buf: Buffer): BodyFacts | EdgeError {
+  const doc = parseJson(buf);
+  if (isEdgeError(doc)) return doc;
+  if (!isObject(doc) || !Array.isArray(doc.items)) return edgeError('invalid_request', 'body must be an object with an "items" array');
+  return { messages: doc.items.length, firstItem: doc.items[0], leaseId: null };
+}
+
+/** `{operations:[...], requiredLeases?}`: pushed items and the first lease referred to. */
+export function transactionFacts(buf: Buffer): BodyFacts | EdgeError {
+  const doc = parseJson(buf);
+  if (isEdgeError(doc)) return doc;
+  if (!isObject(doc) || !Array.isArray(doc.operations)) return edgeError('invalid_request', 'body must be an object with an "operations" array');
+  let messages = 0;
+  let firstItem: unknown;
+  let leaseId: string | null = Array.isArray(doc.requiredLeases) && typeof doc.requiredLeases[0] === 'string' ? doc.requiredLeases[0] : null;
+  for (const op of doc.operations) {
+    if (!isObject(op)) return edgeError('invalid_request', 'every operation must be an object');
+    if (op.type === 'push') {
+      if (!Array.isArray(op.items)) return edgeError('invalid_request', 'a push operation needs an "items" array');
+      messages += op.items.length;
+      if (firstItem === undefined) firstItem = op.items[0];
+    } else if (leaseId === null && typeof op.leaseId === 'string') leaseId = op.leaseId;
+  }
+  return { messages, firstItem, leaseId };
+}
+
+/** Ack or ack batch: the lease id of the (first) acknowledgement. */
+export function ackFacts(buf: Buffer): BodyFacts | EdgeError {
+  const doc = parseJson(buf);
+  if (isEdgeError(doc)) return doc;
+  if (!isObject(doc)) return edgeError('invalid_request', 'body must be a JSON object');
+  const first = Array.isArray(doc.acknowledgments) ? doc.acknowledgments[0] : doc;
+  const leaseId = isObject(first) && typeof first.leaseId === 'string' ? first.leaseId : null;
+  return leaseId === null ? NO_FACTS : { messages: 0, firstItem: undefined, leaseId };
+}

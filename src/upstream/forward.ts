@@ -1,0 +1,181 @@
+/**
+ * Forwards one request to one broker and relays the answer (DESIGN §1.11–1.12).
+ *
+ * Uses undici's dispatch() with a handler in undici's own (non-wrapped) callback style: no stream
+ * pipeline, no header object parsed by undici, backpressure by returning false from onData
+ * (STACK.md: stream.pipeline halves throughput on Node 20).
+ */
+import type { Dispatcher } from 'undici';
+import { edgeError, type EdgeError } from '../errors.js';
+import type { EdgeResponse } from '../listen/servers.js';
+
+/** What can go wrong upstream, as a typed fact (never a matched message). */
+export type UpstreamFailure = 'connect' | 'reset' | 'timeout' | 'protocol' | 'client_aborted';
+
+export interface ForwardRequest {
+  readonly method: Dispatcher.HttpMethod;
+  /** Canonical path with query. */
+  readonly path: string;
+  readonly headers: Record<string, string>;
+  readonly body: Buffer | null;
+  readonly headersTimeoutMs: number;
+  readonly bodyTimeoutMs: number;
+  /** Keep a copy of the response body (pops, pushes, acks: metering and lease learning). */
+  readonly capture: boolean;
+  /** Headers the edge adds to the response (CORS, RateLimit, X-Request-Id). */
+  readonly responseHeaders: Readonly<Record<string, string>> | null;
+}
+
+export interface ForwardResult {
+  /** Status relayed to the client; 0 when the response never started. */
+  status: number;
+  bytesOut: number;
+  /** A byte of the request reached a socket: retrying elsewhere could duplicate it. */
+  sent: boolean;
+  failure: UpstreamFailure | null;
+  /** The captured response body (status 200/201 only). */
+  body: Buffer | null;
+}
+
+/** Response headers the edge never relays: hop-by-hop (RFC 9110 §7.6.1), h2-illegal, and ones it owns. */
+const DROPPED_RESPONSE_HEADERS: ReadonlySet<string> = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'transfer-encoding',
+  'upgrade',
+  'te',
+  'trailer',
+  'x-request-id',
+]);
+
+const CONNECT_CODES: ReadonlySet<string> = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EAI_AGAIN',
+  'UND_ERR_CONNECT_TIMEOUT',
+]);
+
+/** The one mapping from transport errors to failure kinds (STYLE: Caddy's statusError). */
+export function classifyUpstreamError(err: unknown): UpstreamFailure {
+  const code = (err as { code?: unknown } | null)?.code;
+  if (typeof code !== 'string') return 'reset';
+  if (CONNECT_CODES.has(code)) return 'connect';
+  if (code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') return 'timeout';
+  if (code === 'UND_ERR_ABORTED') return 'client_aborted';
+  if (code.startsWith('HPE_') || code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH' || code === 'UND_ERR_INFO') return 'protocol';
+  return 'reset';
+}
+
+/** The refusal a client gets for a failure that happened before its response started. */
+export function failureError(failure: UpstreamFailure): EdgeError {
+  return failure === 'timeout' ? edgeError('upstream_timeout') : edgeError('bad_gateway');
+}
+
+class ClientAbort extends Error {
+  readonly code = 'UND_ERR_ABORTED';
+}
+
+/**
+ * Sends `req` on `pool` and streams the answer into `res`. Resolves once the exchange is over,
+ * never rejects. When the response has not started and the result has a failure, `res` is
+ * untouched so the caller can retry or render an error; once it started, a failure destroys `res`.
+ */
+export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResponse): Promise<ForwardResult> {
+  return new Promise<ForwardResult>((resolve) => {
+    const result: ForwardResult = { status: 0, bytesOut: 0, sent: false, failure: null, body: null };
+    let abortUpstream: ((err: Error) => void) | null = null;
+    let finished = false;
+    let chunks: Buffer[] | null = null;
+    let clientGone = false;
+
+    const finish = () => {
+      if (finished) return;
+      finished = true;
+      res.removeListener('close', onClientClose);
+      if (chunks) result.body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+      resolve(result);
+    };
+    const onClientClose = () => {
+      if (finished || res.writableFinished) return;
+      clientGone = true;
+      result.failure = 'client_aborted';
+      abortUpstream?.(new ClientAbort('client disconnected'));
+    };
+    res.on('close', onClientClose);
+
+    pool.dispatch(
+      {
+        method: req.method,
+        path: req.path,
+        headers: req.headers,
+        body: req.body,
+        headersTimeout: req.headersTimeoutMs,
+        bodyTimeout: req.bodyTimeoutMs,
+        // Never let undici replay a request on another connection: DESIGN §1 "no retry once sent".
+        idempotent: false,
+      },
+      {
+        onConnect(abort: (err?: Error) => void) {
+          abortUpstream = abort;
+          result.sent = true;
+          if (clientGone) abort(new ClientAbort('client disconnected'));
+        },
+        onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
+          if (clientGone) return false;
+          const headers: Record<string, string | string[]> = {};
+          let announcedBody = false;
+          for (let i = 0; i < rawHeaders.length; i += 2) {
+            const name = rawHeaders[i]!.toString('latin1').toLowerCase();
+            if (DROPPED_RESPONSE_HEADERS.has(name) || name.startsWith('access-control-')) {
+              if (name === 'transfer-encoding') announcedBody = true;
+              continue;
+            }
+            const value = rawHeaders[i + 1]!.toString('latin1');
+            if (name === 'content-length' && statusCode === 204) {
+              if (value !== '0') announcedBody = true;
+              continue;
+            }
+            const prev = headers[name];
+            headers[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [prev, value];
+          }
+          if (req.responseHeaders) Object.assign(headers, req.responseHeaders);
+          result.status = statusCode;
+          if (statusCode === 204) {
+            // Seed: an empty pop is a bodiless 204. Relay exactly that, whatever the broker sent,
+            // and if it announced a body, drop its connection so stray bytes cannot poison it.
+            res.writeHead(204, headers);
+            res.end();
+            if (announcedBody) abortUpstream?.(new Error('204 with a body'));
+            finish();
+            return false;
+          }
+          res.writeHead(statusCode, headers);
+          if (req.capture && (statusCode === 200 || statusCode === 201)) chunks = [];
+          res.on('drain', resume);
+          return true;
+        },
+        onData(chunk: Buffer): boolean {
+          if (finished) return false;
+          result.bytesOut += chunk.length;
+          if (chunks) chunks.push(chunk);
+          return res.write(chunk);
+        },
+        onComplete() {
+          if (finished) return;
+          res.end();
+          finish();
+        },
+        onError(err: Error) {
+          if (finished) return;
+          result.failure = clientGone ? 'client_aborted' : classifyUpstreamError(err);
+          // Once the head went out, a client can only learn of a broken body by a broken stream.
+          if (result.status !== 0 && !res.writableEnded) res.destroy();
+          finish();
+        },
+      },
+    );
+  });
+}

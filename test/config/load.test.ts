@@ -1,0 +1,69 @@
+import { describe, expect, it } from 'vitest';
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ConfigError, loadConfigFile, parseConfig, substituteEnv } from '../../src/config/load.js';
+import { compileTables } from '../../src/config/compile.js';
+
+const minimal = {
+  plans: { free: { limits: { requestsPerSec: 1, requestBurst: 1, messagesPerSec: 1, messageBurst: 1, parkedPolls: 1, maxPayloadBytes: 1, maxBatch: 1 }, quotas: { messagesPerMonth: 1, ingressBytesPerMonth: 1 }, storageBytes: 1 } },
+  tenants: { t: { plan: 'free', brokers: ['http://127.0.0.1:1/'] } },
+};
+
+function problemsOf(fn: () => unknown): string[] {
+  try {
+    fn();
+  } catch (err) {
+    if (err instanceof ConfigError) return err.problems;
+    throw err;
+  }
+  throw new Error('expected a ConfigError');
+}
+
+describe('configuration', () => {
+  it('loads config/default.yaml with no environment', async () => {
+    const cfg = await loadConfigFile('config/default.yaml', {});
+    expect(cfg.server.https.port).toBe(8443);
+    expect(cfg.server.admin.token).toBeNull();
+    expect(cfg.redis.url).toBeNull();
+    expect(cfg.auth.secret).toBeNull();
+    expect(cfg.tenants.default!.brokers).toEqual(['http://127.0.0.1:6632']);
+    expect(compileTables(cfg).tenants[0]!.hosts).toEqual(['localhost', '127.0.0.1']);
+  });
+
+  it('substitutes ${VAR} and ${VAR:-default}, keeping types for whole-value variables', () => {
+    const problems: string[] = [];
+    const out = substituteEnv({ a: '${P:-8443}', b: 'redis://${H}:6379', c: '${EMPTY:-}', d: ['${B:-true}'] }, { H: 'r1' }, problems);
+    expect(out).toEqual({ a: 8443, b: 'redis://r1:6379', c: null, d: [true] });
+    expect(problems).toEqual([]);
+  });
+
+  it('reports a variable with no value and no default by path', () => {
+    expect(problemsOf(() => parseConfig({ ...minimal, auth: { secret: '${NOPE}' } }, {}))).toContain('auth.secret: environment variable NOPE is not set and has no default');
+  });
+
+  it('lists every problem with its path', () => {
+    const problems = problemsOf(() =>
+      parseConfig({ ...minimal, server: { https: { port: 'x' }, bodyLimitBytes: -1 }, tenants: { t: { plan: 'gold', brokers: ['ftp://x'] } }, nonsense: 1 }, {}),
+    );
+    const text = problems.join('\n');
+    expect(text).toMatch(/server\.https\.port/);
+    expect(text).toMatch(/server\.bodyLimitBytes/);
+    expect(text).toMatch(/tenants\.t\.brokers\[0\]/);
+    expect(text).toMatch(/nonsense|Unrecognized/);
+    expect(problems.length).toBeGreaterThanOrEqual(4);
+  });
+
+  it('refuses a tenant on an unknown plan and a host listed twice', () => {
+    expect(problemsOf(() => parseConfig({ ...minimal, tenants: { t: { plan: 'gold', brokers: ['http://a'] } } }, {}))).toContain('tenants.t.plan: unknown plan "gold"');
+    const cfg = parseConfig({ ...minimal, tenants: { a: { plan: 'free', brokers: ['http://a'], hosts: ['x'] }, b: { plan: 'free', brokers: ['http://b'], hosts: ['X'] } } }, {});
+    expect(problemsOf(() => compileTables(cfg))).toEqual(['tenants.b.hosts: host "x" is already listed by tenant "a"']);
+  });
+
+  it('reports YAML syntax errors and missing files', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'qe-cfg-'));
+    await writeFile(join(dir, 'bad.yaml'), 'server: [unclosed\n');
+    await expect(loadConfigFile(join(dir, 'bad.yaml'), {})).rejects.toBeInstanceOf(ConfigError);
+    await expect(loadConfigFile(join(dir, 'missing.yaml'), {})).rejects.toBeInstanceOf(ConfigError);
+  });
+});
