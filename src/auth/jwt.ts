@@ -1,0 +1,436 @@
+/**
+ * Token verification (DESIGN §1.5) with jose, and the verified-token cache that keeps signature
+ * checks off the hot path.
+ *
+ * Key choice is by the token header's `alg` family, so a key of one kind can never be used as
+ * another: HS* only ever sees `auth.secret` as raw bytes; RS/PS/ES/EdDSA only ever see the PEM
+ * public key or JWKS members, which jose refuses to use for HMAC. That closes the classic
+ * "HS256 signed with the RSA public key" confusion.
+ *
+ * JWKS semantics (own fetch + jose `createLocalJWKSet`, so the refetch policy is ours):
+ * - start() pre-warms; a failure is logged and start() still resolves.
+ * - An unknown `kid` triggers one refetch, shared by every request waiting on it (single-flight).
+ * - A refetch that still does not know the `kid` starts a cooldown (JWKS_COOLDOWN_MS) during which
+ *   unknown kids are refused without fetching, so random kids cannot hammer the IdP. A refetch
+ *   that finds the kid starts no cooldown, so back-to-back rotations are picked up at once.
+ * - A failed fetch keeps the keys already loaded (stale keys keep verifying) and blocks further
+ *   fetches for JWKS_FAILURE_BACKOFF_MS; that also paces retries when the IdP is down at start.
+ * - Keys older than JWKS_MAX_AGE_MS are refreshed in the background on the next verification, so
+ *   keys the IdP removed stop verifying without a restart.
+ * All of these use the injected clock.
+ *
+ * Cache: verified tokens by exact string, bounded LRU, valid until exp + clockTolerance (tokens
+ * without exp: NO_EXP_CACHE_MS). Failures are not cached: a bad token costs a header decode and at
+ * most one signature check, bounded by MAX_TOKEN_LENGTH, and caching garbage would only let an
+ * attacker evict good entries.
+ */
+import { createPublicKey, type KeyObject } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import {
+  createLocalJWKSet,
+  decodeProtectedHeader,
+  errors,
+  jwtVerify,
+  type CryptoKey,
+  type JWK,
+  type JWTPayload,
+  type JWTVerifyOptions,
+  type ProtectedHeaderParameters,
+} from 'jose';
+import type { AuthConfig } from '../config/schema.js';
+import { edgeError, EdgeError } from '../errors.js';
+import type { Logger } from '../observability/log.js';
+
+/** Tokens longer than this are refused before any parsing. */
+const MAX_TOKEN_LENGTH = 16 * 1024;
+/** How long a verified token without `exp` stays cached. */
+const NO_EXP_CACHE_MS = 5 * 60_000;
+/** After a refetch that did not know the requested kid, unknown kids fetch nothing this long. */
+const JWKS_COOLDOWN_MS = 30_000;
+/** After a failed JWKS fetch, no new fetch starts for this long. */
+const JWKS_FAILURE_BACKOFF_MS = 5_000;
+/** Loaded JWKS keys are refreshed in the background once they are this old. */
+const JWKS_MAX_AGE_MS = 10 * 60_000;
+/** One JWKS request may take this long. */
+const JWKS_FETCH_TIMEOUT_MS = 5_000;
+/** The single-role claim read besides cfg.rolesClaim (DESIGN §1.7). */
+const ROLE_CLAIM = 'role';
+/** Curve names as node:crypto reports them, to the ES* algorithm that uses each. */
+const EC_ALGORITHM: Readonly<Record<string, string>> = { prime256v1: 'ES256', secp384r1: 'ES384', secp521r1: 'ES512' };
+/** Base64url/b64token characters (RFC 6750 §2.1); anything else in a header is malformed. */
+const B64TOKEN = /^[A-Za-z0-9\-._~+/]+=*$/;
+const BEARER = /^bearer(?:[ \t]+|$)/i;
+
+/** Who a verified token says the caller is. */
+export interface Identity {
+  readonly token: string;
+  readonly sub: string | null;
+  readonly roles: ReadonlySet<string>;
+  readonly tenant: string | null;
+  readonly expMs: number | null;
+  readonly claims: Readonly<Record<string, unknown>>;
+}
+
+/** Pulls the token from the Authorization header: `Bearer <t>` or the bare token; undefined when absent. */
+export function extractToken(header: string | string[] | undefined): string | undefined | EdgeError {
+  if (Array.isArray(header)) {
+    if (header.length > 1) return deny('several authorization headers');
+    header = header[0];
+  }
+  if (header === undefined) return undefined;
+  const value = header.trim();
+  if (value === '') return undefined;
+  const scheme = BEARER.exec(value);
+  const token = scheme ? value.slice(scheme[0].length) : value;
+  return B64TOKEN.test(token) ? token : deny('malformed authorization header');
+}
+
+/** Verifies bearer tokens and remembers the ones that passed. */
+export interface TokenVerifier {
+  /** Sync cache hit for a token verified before and not yet expired (now = clock()); undefined otherwise. */
+  cached(token: string): Identity | undefined;
+  /** Full verification; resolves an Identity or EdgeError('unauthorized', <reason>), never rejects. */
+  verify(token: string): Promise<Identity | EdgeError>;
+  /** Loads the PEM key (throws if it is unusable) and pre-warms the JWKS (logs if the IdP is down). */
+  start(): Promise<void>;
+  /** Aborts a JWKS fetch in flight; no further fetches start. */
+  close(): void;
+}
+
+/** Builds the verifier for the `auth:` section. */
+export function createTokenVerifier(cfg: AuthConfig, deps: { log: Logger; clock?: () => number }): TokenVerifier {
+  return new Verifier(cfg, deps.log, deps.clock ?? Date.now);
+}
+
+function deny(reason: string): EdgeError {
+  return edgeError('unauthorized', reason);
+}
+
+class Verifier implements TokenVerifier {
+  readonly #cfg: AuthConfig;
+  readonly #log: Logger;
+  readonly #clock: () => number;
+  readonly #cache: TokenCache;
+  readonly #algorithms: ReadonlySet<string>;
+  readonly #toleranceMs: number;
+  readonly #secret: Uint8Array | null;
+  readonly #pemPath: string | null;
+  readonly #jwks: JwksKeys | null;
+  readonly #anyKey: boolean;
+  #pem: Promise<KeyObject> | null = null;
+
+  constructor(cfg: AuthConfig, log: Logger, clock: () => number) {
+    this.#cfg = cfg;
+    this.#log = log;
+    this.#clock = clock;
+    this.#cache = new TokenCache(cfg.cacheSize);
+    this.#algorithms = new Set(cfg.algorithms);
+    this.#toleranceMs = cfg.clockToleranceSec * 1000;
+    this.#secret = cfg.secret ? new TextEncoder().encode(cfg.secret) : null;
+    this.#pemPath = cfg.publicKey;
+    this.#jwks = cfg.jwksUrl ? new JwksKeys(cfg.jwksUrl, log, clock) : null;
+    this.#anyKey = this.#secret !== null || this.#pemPath !== null || this.#jwks !== null;
+  }
+
+  cached(token: string): Identity | undefined {
+    return this.#cache.get(token, this.#clock());
+  }
+
+  async verify(token: string): Promise<Identity | EdgeError> {
+    if (token.length > MAX_TOKEN_LENGTH) return deny('token too large');
+    const hit = this.cached(token);
+    if (hit) return hit;
+    if (!this.#anyKey) return deny('no verification key configured');
+    try {
+      return await this.#verifyUncached(token);
+    } catch (err) {
+      // Every expected failure is mapped below; reaching here is a bug, so log it but stay a 401.
+      this.#log.error({ err }, 'token verification failed unexpectedly');
+      return deny('invalid token');
+    }
+  }
+
+  async start(): Promise<void> {
+    if (this.#pemPath !== null) await this.#pemKey(this.#pemPath);
+    await this.#jwks?.refresh();
+  }
+
+  close(): void {
+    this.#jwks?.close();
+  }
+
+  async #verifyUncached(token: string): Promise<Identity | EdgeError> {
+    let header: ProtectedHeaderParameters;
+    try {
+      header = decodeProtectedHeader(token);
+    } catch {
+      return deny('malformed token');
+    }
+    const { alg } = header;
+    if (typeof alg !== 'string' || !this.#algorithms.has(alg)) return deny('algorithm not allowed');
+    const key = await this.#keyFor(alg, header);
+    if (key instanceof EdgeError) return key;
+    const options: JWTVerifyOptions = {
+      algorithms: this.#cfg.algorithms,
+      clockTolerance: this.#cfg.clockToleranceSec,
+      currentDate: new Date(this.#clock()),
+    };
+    if (this.#cfg.issuer !== null) options.issuer = this.#cfg.issuer;
+    if (this.#cfg.audience !== null) options.audience = this.#cfg.audience;
+    let payload: JWTPayload;
+    try {
+      ({ payload } = await jwtVerify(token, key, options));
+    } catch (err) {
+      return deny(reasonFor(err));
+    }
+    const identity = identityFrom(token, payload, this.#cfg);
+    if (identity instanceof EdgeError) return identity;
+    const validUntil = identity.expMs === null ? this.#clock() + NO_EXP_CACHE_MS : identity.expMs + this.#toleranceMs;
+    this.#cache.set(token, identity, validUntil);
+    return identity;
+  }
+
+  /**
+   * HS* uses the secret only. Asymmetric: a token with a `kid` goes to the JWKS when one is
+   * configured; otherwise the PEM key when it suits the alg; otherwise the JWKS.
+   */
+  async #keyFor(alg: string, header: ProtectedHeaderParameters): Promise<Uint8Array | KeyObject | CryptoKey | EdgeError> {
+    if (alg.startsWith('HS')) return this.#secret ?? deny('no key for this algorithm');
+    if (this.#pemPath !== null && (header.kid === undefined || this.#jwks === null)) {
+      let pem: KeyObject;
+      try {
+        pem = await this.#pemKey(this.#pemPath);
+      } catch {
+        return deny('verification key unavailable');
+      }
+      if (pemSuits(pem, alg)) return pem;
+    }
+    return this.#jwks ? this.#jwks.keyFor(header) : deny('no key for this algorithm');
+  }
+
+  /** Read once, by start() or by the first verification that needs it. */
+  #pemKey(path: string): Promise<KeyObject> {
+    this.#pem ??= loadPublicKey(path);
+    return this.#pem;
+  }
+}
+
+/** Reads an SPKI public key or an X.509 certificate; refuses private keys and unsupported types. */
+async function loadPublicKey(path: string): Promise<KeyObject> {
+  const pem = await readFile(path, 'utf8');
+  // createPublicKey would derive the public half of a private key; a private key has no business here.
+  if (pem.includes('PRIVATE KEY-----')) throw new Error(`auth.publicKey ${path}: expected a public key or certificate, found a private key`);
+  const key = createPublicKey(pem);
+  const type = key.asymmetricKeyType;
+  const supported = type === 'rsa' || type === 'ed25519' || (type === 'ec' && EC_ALGORITHM[key.asymmetricKeyDetails?.namedCurve ?? ''] !== undefined);
+  if (!supported) throw new Error(`auth.publicKey ${path}: unsupported key type ${type ?? 'unknown'}`);
+  return key;
+}
+
+function pemSuits(key: KeyObject, alg: string): boolean {
+  switch (key.asymmetricKeyType) {
+    case 'rsa':
+      return alg.startsWith('RS') || alg.startsWith('PS');
+    case 'ec':
+      return EC_ALGORITHM[key.asymmetricKeyDetails?.namedCurve ?? ''] === alg;
+    case 'ed25519':
+      return alg === 'EdDSA';
+    default:
+      return false;
+  }
+}
+
+/** A short, client-safe reason for a jose failure. */
+function reasonFor(err: unknown): string {
+  if (err instanceof errors.JWTExpired) return 'token expired';
+  if (err instanceof errors.JWSSignatureVerificationFailed) return 'bad signature';
+  if (err instanceof errors.JOSEAlgNotAllowed) return 'algorithm not allowed';
+  if (err instanceof errors.JWTClaimValidationFailed) {
+    if (err.claim === 'iss') return 'wrong issuer';
+    if (err.claim === 'aud') return 'wrong audience';
+    if (err.claim === 'nbf' && err.reason === 'check_failed') return 'token not yet valid';
+    return 'invalid claims';
+  }
+  if (err instanceof errors.JWSInvalid || err instanceof errors.JWTInvalid) return 'malformed token';
+  return 'invalid token';
+}
+
+/** Reads sub, roles and tenant, refusing claims of the wrong type rather than guessing. */
+function identityFrom(token: string, payload: JWTPayload, cfg: AuthConfig): Identity | EdgeError {
+  const { sub, exp } = payload;
+  if (sub !== undefined && typeof sub !== 'string') return deny('invalid sub claim');
+  const roles = new Set<string>();
+  const listed = payload[cfg.rolesClaim];
+  // When the operator names `role` as the roles claim, it may hold a string or an array.
+  if (listed !== undefined && !collectRoles(listed, roles, cfg.rolesClaim === ROLE_CLAIM)) return deny('invalid roles claim');
+  if (cfg.rolesClaim !== ROLE_CLAIM) {
+    const single = payload[ROLE_CLAIM];
+    if (single !== undefined) {
+      if (typeof single !== 'string') return deny('invalid role claim');
+      roles.add(single);
+    }
+  }
+  const tenant = payload[cfg.tenantClaim];
+  if (tenant !== undefined && (typeof tenant !== 'string' || tenant === '')) return deny('invalid tenant claim');
+  return Object.freeze({
+    token,
+    sub: sub ?? null,
+    roles,
+    tenant: typeof tenant === 'string' ? tenant : null,
+    expMs: exp === undefined ? null : exp * 1000,
+    claims: Object.freeze(payload),
+  });
+}
+
+function collectRoles(value: unknown, roles: Set<string>, stringAllowed: boolean): boolean {
+  if (stringAllowed && typeof value === 'string') {
+    roles.add(value);
+    return true;
+  }
+  if (!Array.isArray(value) || !value.every((r) => typeof r === 'string')) return false;
+  for (const r of value as string[]) roles.add(r);
+  return true;
+}
+
+interface CacheEntry {
+  readonly identity: Identity;
+  readonly validUntilMs: number;
+}
+
+/** Bounded LRU by exact token string; a Map's insertion order is the recency order. */
+class TokenCache {
+  readonly #max: number;
+  readonly #entries = new Map<string, CacheEntry>();
+
+  constructor(max: number) {
+    this.#max = max;
+  }
+
+  get(token: string, now: number): Identity | undefined {
+    const entry = this.#entries.get(token);
+    if (entry === undefined) return undefined;
+    this.#entries.delete(token);
+    if (now > entry.validUntilMs) return undefined;
+    this.#entries.set(token, entry);
+    return entry.identity;
+  }
+
+  set(token: string, identity: Identity, validUntilMs: number): void {
+    if (this.#max === 0) return;
+    this.#entries.delete(token);
+    while (this.#entries.size >= this.#max) {
+      const oldest = this.#entries.keys().next();
+      if (oldest.done) break;
+      this.#entries.delete(oldest.value);
+    }
+    this.#entries.set(token, { identity, validUntilMs });
+  }
+}
+
+type JwksLookup = (header: ProtectedHeaderParameters) => Promise<CryptoKey>;
+
+/** The JWKS as last fetched, with the refetch policy described at the top of this file. */
+class JwksKeys {
+  readonly #url: string;
+  readonly #log: Logger;
+  readonly #clock: () => number;
+  readonly #abort = new AbortController();
+  #lookup: JwksLookup | null = null;
+  /** Bumped on every successful load, so a waiter can tell whether the set changed under it. */
+  #generation = 0;
+  #loadedAt = 0;
+  #nextFetchAt = 0;
+  #inflight: Promise<boolean> | null = null;
+
+  constructor(url: string, log: Logger, clock: () => number) {
+    this.#url = url;
+    this.#log = log;
+    this.#clock = clock;
+  }
+
+  /** Fetches now unless a fetch is in flight (joined) or backoff/cooldown holds; true when keys were loaded. */
+  refresh(): Promise<boolean> {
+    if (this.#inflight) return this.#inflight;
+    if (this.#abort.signal.aborted || this.#clock() < this.#nextFetchAt) return Promise.resolve(false);
+    this.#inflight = this.#fetch().finally(() => {
+      this.#inflight = null;
+    });
+    return this.#inflight;
+  }
+
+  async keyFor(header: ProtectedHeaderParameters): Promise<CryptoKey | EdgeError> {
+    if (this.#lookup === null) {
+      await this.refresh();
+      if (this.#lookup === null) return deny('verification keys unavailable');
+    } else if (this.#clock() - this.#loadedAt >= JWKS_MAX_AGE_MS) {
+      // Background: the loaded keys keep serving while the refresh runs (or fails).
+      void this.refresh();
+    }
+    const generation = this.#generation;
+    const first = await this.#find(header);
+    if (first !== undefined) return first;
+    // Someone else's refetch may have landed while we looked; only fetch if the set is unchanged.
+    if (this.#generation === generation && !(await this.refresh())) return deny('unknown key');
+    const second = await this.#find(header);
+    if (second !== undefined) return second;
+    this.#nextFetchAt = Math.max(this.#nextFetchAt, this.#clock() + JWKS_COOLDOWN_MS);
+    return deny('unknown key');
+  }
+
+  close(): void {
+    this.#abort.abort();
+  }
+
+  /** The key for the header; undefined when no member matches; EdgeError when the match is unusable. */
+  async #find(header: ProtectedHeaderParameters): Promise<CryptoKey | EdgeError | undefined> {
+    if (this.#lookup === null) return undefined;
+    try {
+      return await this.#lookup(header);
+    } catch (err) {
+      if (err instanceof errors.JWKSNoMatchingKey) return undefined;
+      if (err instanceof errors.JWKSMultipleMatchingKeys) return deny('ambiguous key: token needs a kid');
+      return deny('unknown key');
+    }
+  }
+
+  async #fetch(): Promise<boolean> {
+    let doc: unknown;
+    try {
+      const res = await fetch(this.#url, {
+        headers: { accept: 'application/json' },
+        signal: AbortSignal.any([this.#abort.signal, AbortSignal.timeout(JWKS_FETCH_TIMEOUT_MS)]),
+      });
+      if (!res.ok) {
+        await res.body?.cancel();
+        return this.#failed(`HTTP ${res.status}`);
+      }
+      doc = await res.json();
+    } catch (err) {
+      return this.#failed((err as Error).message);
+    }
+    const keys = signingKeys(doc);
+    if (keys === null) return this.#failed('not a JSON Web Key Set');
+    this.#lookup = createLocalJWKSet({ keys });
+    this.#generation++;
+    this.#loadedAt = this.#clock();
+    this.#log.info({ jwksUrl: this.#url, keys: keys.length }, 'JWKS loaded');
+    return true;
+  }
+
+  #failed(reason: string): false {
+    this.#nextFetchAt = this.#clock() + JWKS_FAILURE_BACKOFF_MS;
+    if (!this.#abort.signal.aborted) {
+      this.#log.warn({ jwksUrl: this.#url, reason, staleKeys: this.#lookup !== null }, 'JWKS fetch failed; keeping the keys already loaded');
+    }
+    return false;
+  }
+}
+
+/** The public asymmetric members of a JWKS document; null when it is not one. */
+function signingKeys(doc: unknown): JWK[] | null {
+  if (typeof doc !== 'object' || doc === null) return null;
+  const { keys } = doc as { keys?: unknown };
+  if (!Array.isArray(keys)) return null;
+  // `oct` members (secrets) and private members never verify anything here.
+  return keys.filter((k): k is JWK => typeof k === 'object' && k !== null && (k.kty === 'RSA' || k.kty === 'EC' || k.kty === 'OKP') && k.d === undefined);
+}

@@ -1,0 +1,113 @@
+/**
+ * Upstream identity in `mint` mode (DESIGN §6): the edge signs a short-lived token for the broker
+ * carrying the verified caller's `sub`, `roles` and tenant.
+ *
+ * Minted headers are cached per (sub, roles, tenant) and reused until shortly before they expire
+ * (REFRESH_MARGIN_MS or 10% of the ttl, whichever is smaller), so a hit is a Map lookup and the
+ * broker never receives a token about to lapse in transit. Concurrent misses for one identity
+ * share one signature. The cache is bounded and evicts in insertion order: every entry lives at
+ * most ttlSec, so the oldest insert is also the nearest to being useless.
+ */
+import { readFile } from 'node:fs/promises';
+import { importPKCS8, SignJWT, type CryptoKey } from 'jose';
+import type { RawConfig } from '../config/schema.js';
+import type { Identity } from './jwt.js';
+
+type MintConfig = RawConfig['upstreamIdentity']['mint'];
+
+/** Minted headers kept at most. */
+const MINT_CACHE_SIZE = 10_000;
+/** A cached token is replaced at the latest this long before its exp. */
+const REFRESH_MARGIN_MS = 30_000;
+
+/** Produces the broker's Authorization header for a verified caller. */
+export interface UpstreamMinter {
+  /** `Bearer <jwt>` with sub, roles, tenant (= tenantId), iss, iat, exp; sync on a cache hit, a Promise on a miss. */
+  authorizationFor(identity: Identity, tenantId: string): string | Promise<string>;
+}
+
+/** Loads the signing key (throws on a missing secret or unreadable key: a configuration error). */
+export async function createMinter(cfg: MintConfig, deps: { clock?: () => number }): Promise<UpstreamMinter> {
+  return new Minter(cfg, await signingKey(cfg), deps.clock ?? Date.now);
+}
+
+async function signingKey(cfg: MintConfig): Promise<Uint8Array | CryptoKey> {
+  if (cfg.algorithm.startsWith('HS')) {
+    if (!cfg.secret) throw new Error(`upstreamIdentity.mint: ${cfg.algorithm} needs a secret`);
+    return new TextEncoder().encode(cfg.secret);
+  }
+  if (!cfg.privateKey) throw new Error(`upstreamIdentity.mint: ${cfg.algorithm} needs privateKey (a PKCS#8 PEM file)`);
+  return importPKCS8(await readFile(cfg.privateKey, 'utf8'), cfg.algorithm);
+}
+
+interface Minted {
+  readonly header: string;
+  readonly refreshAtMs: number;
+}
+
+class Minter implements UpstreamMinter {
+  readonly #cfg: MintConfig;
+  readonly #key: Uint8Array | CryptoKey;
+  readonly #clock: () => number;
+  readonly #marginMs: number;
+  readonly #cache = new Map<string, Minted>();
+  readonly #pending = new Map<string, Promise<string>>();
+  /** Identities come from the verifier's cache, so memoising their (sub, roles) key spares a sort per request. */
+  readonly #identityKeys = new WeakMap<Identity, string>();
+
+  constructor(cfg: MintConfig, key: Uint8Array | CryptoKey, clock: () => number) {
+    this.#cfg = cfg;
+    this.#key = key;
+    this.#clock = clock;
+    this.#marginMs = Math.min(REFRESH_MARGIN_MS, cfg.ttlSec * 100);
+  }
+
+  authorizationFor(identity: Identity, tenantId: string): string | Promise<string> {
+    let identityKey = this.#identityKeys.get(identity);
+    if (identityKey === undefined) {
+      identityKey = JSON.stringify([identity.sub, sortedRoles(identity)]);
+      this.#identityKeys.set(identity, identityKey);
+    }
+    // A JSON array is self-delimiting, so appending the tenant id keeps keys unambiguous.
+    const cacheKey = identityKey + tenantId;
+    const now = this.#clock();
+    const hit = this.#cache.get(cacheKey);
+    if (hit !== undefined && now < hit.refreshAtMs) return hit.header;
+    return this.#pending.get(cacheKey) ?? this.#mint(cacheKey, identity.sub, sortedRoles(identity), tenantId, now);
+  }
+
+  #mint(cacheKey: string, sub: string | null, roles: string[], tenant: string, now: number): Promise<string> {
+    const iat = Math.floor(now / 1000);
+    const exp = iat + this.#cfg.ttlSec;
+    const jwt = new SignJWT({ roles, tenant })
+      .setProtectedHeader({ alg: this.#cfg.algorithm, typ: 'JWT' })
+      .setIssuer(this.#cfg.issuer)
+      .setIssuedAt(iat)
+      .setExpirationTime(exp);
+    if (sub !== null) jwt.setSubject(sub);
+    const minted = jwt
+      .sign(this.#key)
+      .then((token) => {
+        const header = `Bearer ${token}`;
+        this.#remember(cacheKey, { header, refreshAtMs: exp * 1000 - this.#marginMs });
+        return header;
+      })
+      .finally(() => this.#pending.delete(cacheKey));
+    this.#pending.set(cacheKey, minted);
+    return minted;
+  }
+
+  #remember(cacheKey: string, minted: Minted): void {
+    this.#cache.delete(cacheKey);
+    while (this.#cache.size >= MINT_CACHE_SIZE) {
+      const oldest = this.#cache.keys().next();
+      if (oldest.done) break;
+      this.#cache.delete(oldest.value);
+    }
+    this.#cache.set(cacheKey, minted);
+  }
+}
+
+function sortedRoles(identity: Identity): string[] {
+  return [...identity.roles].sort();
+}
