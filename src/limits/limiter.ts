@@ -1,0 +1,312 @@
+/**
+ * The limiter the pipeline calls (DESIGN §5, stage 9): request rate, message rate, parked
+ * polls and monthly quotas per tenant, decided in one step. Two implementations behind one
+ * interface: memory (no Redis configured) and Redis (one EVALSHA per admit, a local deny cache,
+ * and a circuit breaker whose fail mode decides while Redis is away).
+ *
+ * Why not rate-limiter-flexible: its limiters hold one key and one algorithm each, so checking
+ * four dimensions atomically would take four round trips and could not undo the ones that
+ * passed when another refused. The custom script (script.ts) takes all or nothing in one trip.
+ *
+ * Parked polls: each wait=true pop takes a slot, a unique id in a ZSET scored by its expiry
+ * (now + parkedSlotTtlMs). release() removes it; a slot whose release was lost (crash, Redis
+ * blip) stops counting at its expiry, so leaks cannot lock a tenant out. The TTL must exceed the
+ * longest park: pass longPoll.maxTimeoutMs + 2 × slackMs (the upstream timeout plus slack).
+ *
+ * Quotas of 0 mean unlimited (a plan with no monthly cap; suspension is the way to stop a tenant).
+ */
+import { randomUUID } from 'node:crypto';
+import type { Cluster, Redis } from 'ioredis';
+import type { RawConfig } from '../config/schema.js';
+import { edgeError, type EdgeError } from '../errors.js';
+import type { Logger } from '../observability/log.js';
+import type { Tenant } from '../tenants/model.js';
+import { Breaker } from './breaker.js';
+import { DenyCache } from './deny-cache.js';
+import { rateLimitHeaders, rateLimitPolicy } from './headers.js';
+import { MemoryLimitStore } from './memory-store.js';
+import { connectRedis, whenReady, type RedisClient } from './redis-connection.js';
+import { RedisLimitStore } from './redis-store.js';
+import { classifyRefusal, compileLimitPlan, monthWindow, type Decision, type LimitPlan, type RefusalClass } from './verdict.js';
+
+/** One request as the limiter sees it. */
+export interface AdmitInput {
+  readonly tenant: Tenant;
+  /** push: items.length; transaction: pushed items; else 0. */
+  readonly messages: number;
+  /** Request body bytes (content-length or measured). */
+  readonly ingressBytes: number;
+  /** A wait=true pop: takes a parked-poll slot. */
+  readonly parkedPoll: boolean;
+}
+
+/** The limiter's answer for one request. */
+export interface Admission {
+  /** null = admitted. */
+  readonly refusal: EdgeError | null;
+  /** RateLimit-Policy / RateLimit to set on the response (admitted and refused); null in failMode open/closed. */
+  readonly headers: Readonly<Record<string, string>> | null;
+  /** Parked polls: gives the slot back; idempotent; never throws. */
+  readonly release: (() => void) | null;
+}
+
+/** The stage-9 seam. */
+export interface Limiter {
+  /** Sync where no I/O is needed (memory store, local deny cache, breaker open). */
+  admit(input: AdmitInput): Admission | Promise<Admission>;
+  /** 'redis' | 'memory' | or the failMode in force while Redis is unavailable: 'open' | 'closed' | 'local' */
+  mode(): string;
+  start(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** A Limiter that also reports the live instance count it divides by in failMode local. */
+export interface EdgeLimiter extends Limiter {
+  /** Instances seen by the last successful heartbeat (1 before any, and for memory). */
+  liveInstances(): number;
+}
+
+/** Optional knobs; defaults suit production. */
+export interface LimiterDeps {
+  readonly log: Logger;
+  readonly clock?: () => number;
+  /** A client owned by the caller (not closed by close()); otherwise one is made from cfg. */
+  readonly redis?: Redis | Cluster;
+  /** Parked slot lifetime; default 70 s (60 s max long poll + 2 × 5 s slack). */
+  readonly parkedSlotTtlMs?: number;
+  /** Heartbeat period; instances unseen for 3 periods are not live. Default 1000. */
+  readonly heartbeatMs?: number;
+  /** Breaker cool-down before the half-open probe. Default 1000. */
+  readonly breakerOpenMs?: number;
+}
+
+const DEFAULT_SLOT_TTL_MS = 70_000;
+const ADMITTED_BARE: Admission = Object.freeze({ refusal: null, headers: null, release: null });
+
+/** A compiled plan and its fixed RateLimit-Policy string, per tenant object and divisor. */
+interface PlanEntry {
+  readonly divisor: number;
+  readonly plan: LimitPlan;
+  readonly policy: string;
+}
+
+/** Compiles plan entries once per Tenant object (a directory change makes a new one). */
+class PlanCache {
+  readonly #entries = new WeakMap<Tenant, PlanEntry>();
+
+  get(tenant: Tenant, divisor: number): PlanEntry {
+    const e = this.#entries.get(tenant);
+    if (e?.divisor === divisor) return e;
+    const plan = compileLimitPlan(tenant.limits, tenant.plan.quotas, divisor);
+    const fresh = { divisor, plan, policy: rateLimitPolicy(plan) };
+    this.#entries.set(tenant, fresh);
+    return fresh;
+  }
+}
+
+function refusedAdmission(cls: RefusalClass, headers: Readonly<Record<string, string>>): Admission {
+  // The refusal carries the same headers, so renderError(refusal) alone writes a complete 429.
+  return { refusal: edgeError(cls.code, undefined, { retryAfterSec: cls.retryAfterSec, headers: { ...headers } }), headers, release: null };
+}
+
+/** Turns a store decision into an Admission; `release` is attached only to admitted parked polls. */
+function toAdmission(d: Decision, entry: PlanEntry, now: number, monthEndMs: number, release: (() => void) | null): Admission {
+  const headers = rateLimitHeaders(entry.policy, d.remaining, d.resetMs);
+  if (d.refused !== 0) return refusedAdmission(classifyRefusal(d.refused, d.requestWaitMs, d.messageWaitMs, now, monthEndMs), headers);
+  return { refusal: null, headers, release };
+}
+
+/** An idempotent, non-throwing release for one slot. */
+function releaser(store: { release(tenantId: string, slot: string): void }, tenantId: string, slot: string): () => void {
+  let done = false;
+  return () => {
+    if (done) return;
+    done = true;
+    try {
+      store.release(tenantId, slot);
+    } catch {
+      // A lost release only keeps the slot until it expires by score.
+    }
+  };
+}
+
+/** Unique parked-slot ids: instance id plus a counter. */
+class SlotIds {
+  readonly #prefix = `${randomUUID()}:`;
+  #n = 0;
+  next(): string {
+    return this.#prefix + (++this.#n).toString(36);
+  }
+  /** This instance's id (the slot prefix without the colon). */
+  get instanceId(): string {
+    return this.#prefix.slice(0, -1);
+  }
+}
+
+/** One instance, no Redis: every decision in memory, synchronously. */
+class MemoryLimiter implements EdgeLimiter {
+  readonly #store = new MemoryLimitStore();
+  readonly #plans = new PlanCache();
+  readonly #slots = new SlotIds();
+  readonly #clock: () => number;
+  readonly #slotTtlMs: number;
+
+  constructor(clock: () => number, slotTtlMs: number) {
+    this.#clock = clock;
+    this.#slotTtlMs = slotTtlMs;
+  }
+
+  admit(input: AdmitInput): Admission {
+    return admitLocally(this.#store, this.#plans.get(input.tenant, 1), input, this.#clock(), this.#slots, this.#slotTtlMs);
+  }
+
+  mode(): string {
+    return 'memory';
+  }
+
+  liveInstances(): number {
+    return 1;
+  }
+
+  async start(): Promise<void> {}
+
+  async close(): Promise<void> {}
+}
+
+function admitLocally(store: MemoryLimitStore, entry: PlanEntry, input: AdmitInput, now: number, slots: SlotIds, slotTtlMs: number): Admission {
+  const month = monthWindow(now);
+  const slot = input.parkedPoll ? slots.next() : '';
+  const d = store.admit(input.tenant.id, entry.plan, input, now, month.id, slot, slotTtlMs);
+  return toAdmission(d, entry, now, month.endMs, input.parkedPoll ? releaser(store, input.tenant.id, slot) : null);
+}
+
+/** Shared limits in Redis, with the deny cache, breaker and fail modes (see the file comment). */
+class RedisLimiter implements EdgeLimiter {
+  readonly #redis: RedisClient;
+  readonly #owned: boolean;
+  readonly #store: RedisLimitStore;
+  readonly #deny = new DenyCache();
+  readonly #plans = new PlanCache();
+  readonly #slots = new SlotIds();
+  readonly #breaker: Breaker;
+  readonly #failMode: 'open' | 'closed' | 'local';
+  readonly #unavailable = edgeError('limiter_unavailable');
+  readonly #log: Logger;
+  readonly #clock: () => number;
+  readonly #slotTtlMs: number;
+  readonly #heartbeatMs: number;
+  readonly #connectWaitMs: number;
+  #local = new MemoryLimitStore();
+  #instances = 1;
+  #lastMode = 'redis';
+  #timer: NodeJS.Timeout | null = null;
+
+  constructor(cfg: RawConfig['redis'], redis: RedisClient, owned: boolean, deps: LimiterDeps) {
+    this.#redis = redis;
+    this.#owned = owned;
+    this.#store = new RedisLimitStore(redis, cfg.keyPrefix);
+    this.#failMode = cfg.failMode;
+    this.#log = deps.log;
+    this.#clock = deps.clock ?? Date.now;
+    this.#breaker = new Breaker(deps.breakerOpenMs ?? 1000, this.#clock);
+    this.#slotTtlMs = deps.parkedSlotTtlMs ?? DEFAULT_SLOT_TTL_MS;
+    this.#heartbeatMs = deps.heartbeatMs ?? 1000;
+    this.#connectWaitMs = Math.max(1000, cfg.timeoutMs * 20);
+  }
+
+  admit(input: AdmitInput): Admission | Promise<Admission> {
+    const now = this.#clock();
+    const denied = this.#deny.check(input.tenant, input, now);
+    if (denied) return refusedAdmission(denied, rateLimitHeaders(this.#plans.get(input.tenant, 1).policy, denied.remaining, denied.resetMs));
+    if (!this.#breaker.allow()) return this.#fallback(input, now);
+    return this.#viaRedis(input, now);
+  }
+
+  mode(): string {
+    return this.#breaker.state() === 'closed' ? 'redis' : this.#failMode;
+  }
+
+  liveInstances(): number {
+    return this.#instances;
+  }
+
+  async start(): Promise<void> {
+    // Bounded wait for the first connection, so a normal boot does not start in fail mode.
+    await whenReady(this.#redis, this.#connectWaitMs);
+    await this.#store.preload().catch(() => {});
+    await this.#heartbeat();
+    this.#timer = setInterval(() => void this.#heartbeat(), this.#heartbeatMs);
+    this.#timer.unref();
+  }
+
+  async close(): Promise<void> {
+    if (this.#timer) clearInterval(this.#timer);
+    this.#timer = null;
+    await this.#store.leave(this.#slots.instanceId).catch(() => {});
+    if (this.#owned) this.#redis.disconnect();
+  }
+
+  async #viaRedis(input: AdmitInput, now: number): Promise<Admission> {
+    const entry = this.#plans.get(input.tenant, 1);
+    const month = monthWindow(now);
+    const slot = input.parkedPoll ? this.#slots.next() : '';
+    let d: Decision;
+    try {
+      d = await this.#store.admit(input.tenant.id, entry.plan, input, now, month, slot, this.#slotTtlMs);
+    } catch (err) {
+      this.#failed(err);
+      return this.#fallback(input, this.#clock());
+    }
+    this.#succeeded();
+    if (d.refused !== 0) this.#deny.record(input.tenant, d, input, now, month.endMs);
+    return toAdmission(d, entry, now, month.endMs, input.parkedPoll ? releaser(this.#store, input.tenant.id, slot) : null);
+  }
+
+  /** The decision while the breaker keeps Redis out of the path. */
+  #fallback(input: AdmitInput, now: number): Admission {
+    switch (this.#failMode) {
+      case 'open':
+        return ADMITTED_BARE;
+      case 'closed':
+        return { refusal: this.#unavailable, headers: null, release: null };
+      case 'local':
+        return admitLocally(this.#local, this.#plans.get(input.tenant, this.#instances), input, now, this.#slots, this.#slotTtlMs);
+    }
+  }
+
+  async #heartbeat(): Promise<void> {
+    try {
+      this.#instances = Math.max(1, await this.#store.heartbeat(this.#slots.instanceId, this.#clock(), this.#heartbeatMs * 3));
+      // A working heartbeat proves Redis is back, so recovery does not wait for traffic.
+      this.#succeeded();
+    } catch (err) {
+      this.#failed(err);
+    }
+  }
+
+  #failed(err: unknown): void {
+    this.#breaker.failure();
+    if (this.#lastMode !== 'redis') return;
+    this.#lastMode = this.#failMode;
+    // Local mode starts from empty counters: whatever it held from an earlier outage is stale.
+    if (this.#failMode === 'local') this.#local = new MemoryLimitStore();
+    this.#log.warn({ err, failMode: this.#failMode, instances: this.#instances }, `limiter: Redis unavailable, failMode ${this.#failMode} in force`);
+  }
+
+  #succeeded(): void {
+    this.#breaker.success();
+    if (this.#lastMode === 'redis') return;
+    this.#lastMode = 'redis';
+    this.#log.info('limiter: Redis is back, shared limits in force');
+  }
+}
+
+/** Builds the limiter: memory when no Redis is configured or given, else Redis-backed. */
+export function createLimiter(cfg: RawConfig['redis'], deps: LimiterDeps): EdgeLimiter {
+  const clock = deps.clock ?? Date.now;
+  const slotTtlMs = deps.parkedSlotTtlMs ?? DEFAULT_SLOT_TTL_MS;
+  if (deps.redis) return new RedisLimiter(cfg, deps.redis, false, deps);
+  const redis = connectRedis(cfg);
+  if (!redis) return new MemoryLimiter(clock, slotTtlMs);
+  return new RedisLimiter(cfg, redis, true, deps);
+}

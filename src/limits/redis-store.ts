@@ -1,0 +1,91 @@
+/**
+ * The shared limiter store: one EVALSHA per admit (EVAL once after a NOSCRIPT, e.g. after a
+ * Redis restart), parked-slot releases as fire-and-forget ZREMs, and the instance heartbeat.
+ */
+import { instancesKey, limiterKeys, parkedKey } from '../tenants/keys.js';
+import type { RedisClient } from './redis-connection.js';
+import { ADMIT_LUA, HEARTBEAT_LUA, scriptSha } from './script.js';
+import type { Decision, LimitCost, LimitPlan } from './verdict.js';
+
+const ADMIT_SHA = scriptSha(ADMIT_LUA);
+const HEARTBEAT_SHA = scriptSha(HEARTBEAT_LUA);
+
+/** Limiter state in Redis; every method may reject (timeout, connection down). */
+export class RedisLimitStore {
+  readonly #redis: RedisClient;
+  readonly #prefix: string;
+  /** Tenant id → its five keys for the month they were built for (saves 5 strings per admit). */
+  readonly #keys = new Map<string, { month: string; keys: string[] }>();
+
+  constructor(redis: RedisClient, prefix: string) {
+    this.#redis = redis;
+    this.#prefix = prefix;
+  }
+
+  /** Decides and takes atomically in one round trip; see ADMIT_LUA for the arguments. */
+  async admit(tenantId: string, plan: LimitPlan, cost: LimitCost, now: number, month: { id: string; endMs: number }, slot: string, slotTtlMs: number): Promise<Decision> {
+    const keys = this.#keysFor(tenantId, month.id);
+    const reply = (await this.#run(ADMIT_SHA, ADMIT_LUA, keys, [
+      now,
+      plan.requestIntervalMs,
+      plan.requestBurst,
+      cost.messages,
+      plan.messageIntervalMs,
+      plan.messageBurst,
+      cost.parkedPoll ? '1' : '0',
+      plan.parkedPolls,
+      slot,
+      slotTtlMs,
+      plan.messagesPerMonth,
+      cost.ingressBytes,
+      plan.ingressBytesPerMonth,
+      // Until a day past the month end, so a skewed instance still finds the key.
+      month.endMs - now + 86_400_000,
+    ])) as [number, string, string, number, string];
+    return {
+      refused: reply[0],
+      requestWaitMs: Number(reply[1]),
+      messageWaitMs: Number(reply[2]),
+      remaining: reply[3],
+      resetMs: Number(reply[4]),
+    };
+  }
+
+  /** Loads the admit script, so even the first admit is a single EVALSHA (on Cluster: one node; others learn it via the EVAL fallback). */
+  async preload(): Promise<void> {
+    await this.#redis.script('LOAD', ADMIT_LUA);
+  }
+
+  /** Gives a parked slot back, off the request path; a failure leaves it to expire by score. */
+  release(tenantId: string, slot: string): void {
+    this.#redis.zrem(parkedKey(this.#prefix, tenantId), slot).catch(() => {});
+  }
+
+  /** Records this instance as live and returns how many instances are live. */
+  async heartbeat(instanceId: string, now: number, windowMs: number): Promise<number> {
+    return (await this.#run(HEARTBEAT_SHA, HEARTBEAT_LUA, [instancesKey(this.#prefix)], [now, instanceId, windowMs])) as number;
+  }
+
+  /** Removes this instance from the live set (on close). */
+  async leave(instanceId: string): Promise<void> {
+    await this.#redis.zrem(instancesKey(this.#prefix), instanceId);
+  }
+
+  #keysFor(tenantId: string, month: string): string[] {
+    const cached = this.#keys.get(tenantId);
+    if (cached?.month === month) return cached.keys;
+    const k = limiterKeys(this.#prefix, tenantId, month);
+    const keys = [k.requests, k.messages, k.parked, k.monthMessages, k.monthBytes];
+    this.#keys.set(tenantId, { month, keys });
+    return keys;
+  }
+
+  async #run(sha: string, lua: string, keys: string[], args: (string | number)[]): Promise<unknown> {
+    try {
+      return await this.#redis.evalsha(sha, keys.length, ...keys, ...args);
+    } catch (err) {
+      if (err instanceof Error && err.message.startsWith('NOSCRIPT')) return this.#redis.eval(lua, keys.length, ...keys, ...args);
+      throw err;
+    }
+  }
+}

@@ -1,0 +1,79 @@
+/**
+ * The Redis key layout of queen-edge, in one place. Every key starts with `redis.keyPrefix`.
+ *
+ * Limiter (one hash tag per tenant, so one EVALSHA can touch all of them on Redis Cluster):
+ *   <p>{t:<id>}:rq            request bucket TAT (ms, string), PX until the bucket is full
+ *   <p>{t:<id>}:rm            message bucket TAT, likewise
+ *   <p>{t:<id>}:pp            parked-poll slots: ZSET slot id → expiry ms
+ *   <p>{t:<id>}:qm:<yyyymm>   messages pushed this UTC month (INCRBY), expires a day after the month ends
+ *   <p>{t:<id>}:qb:<yyyymm>   ingress bytes this UTC month, likewise
+ *   <p>instances              live proxy instances: ZSET instance id → last heartbeat ms
+ *
+ * Directory (one hash tag, so a refresh pipelines in one slot on Redis Cluster):
+ *   <p>{dir}:tenant:<id>      tenant record, JSON validated by tenantSchema
+ *   <p>{dir}:tenants          SET of ids that have a tenant record
+ *   <p>{dir}:deleted          SET of ids deleted through the admin API (hides a file tenant)
+ *   <p>{dir}:plan:<id>        plan record, JSON validated by planSchema
+ *   <p>{dir}:plans            SET of ids that have a plan record
+ *   <p>{dir}:status           HASH id → active | suspended (overrides any record's status)
+ *   <p>{dir}:storage          HASH id → storage bytes used, from the control plane
+ *   <p>changes                pub/sub channel; a message means "reload the directory"
+ */
+
+/** Keys of one tenant's limiter state for the month `monthId` (yyyymm). */
+export interface LimiterKeys {
+  readonly requests: string;
+  readonly messages: string;
+  readonly parked: string;
+  readonly monthMessages: string;
+  readonly monthBytes: string;
+}
+
+/** The limiter keys of a tenant for a month. */
+export function limiterKeys(prefix: string, tenantId: string, monthId: string): LimiterKeys {
+  const base = `${prefix}{t:${tenantId}}:`;
+  return {
+    requests: `${base}rq`,
+    messages: `${base}rm`,
+    parked: parkedKey(prefix, tenantId),
+    monthMessages: `${base}qm:${monthId}`,
+    monthBytes: `${base}qb:${monthId}`,
+  };
+}
+
+/** A tenant's parked-poll slot ZSET (month-independent). */
+export function parkedKey(prefix: string, tenantId: string): string {
+  return `${prefix}{t:${tenantId}}:pp`;
+}
+
+/** The ZSET of live instances. */
+export function instancesKey(prefix: string): string {
+  return `${prefix}instances`;
+}
+
+/** Keys of the tenant/plan directory. */
+export interface DirectoryKeys {
+  tenant(id: string): string;
+  readonly tenants: string;
+  readonly deleted: string;
+  plan(id: string): string;
+  readonly plans: string;
+  readonly status: string;
+  readonly storage: string;
+  readonly changes: string;
+}
+
+/** The directory keys under a prefix. */
+export function directoryKeys(prefix: string): DirectoryKeys {
+  const base = `${prefix}{dir}:`;
+  return {
+    tenant: (id) => `${base}tenant:${id}`,
+    tenants: `${base}tenants`,
+    deleted: `${base}deleted`,
+    plan: (id) => `${base}plan:${id}`,
+    plans: `${base}plans`,
+    status: `${base}status`,
+    storage: `${base}storage`,
+    changes: `${prefix}changes`,
+  };
+}
