@@ -12,7 +12,8 @@ import { NO_USAGE, type UsageRecorder } from './metering/recorder.js';
 import { createLogger, type Logger } from './observability/log.js';
 import { compileRoutes } from './routes/match.js';
 import { createPipeline } from './pipeline.js';
-import { StaticTenantDirectory } from './tenants/model.js';
+import { connectRedis, whenReady } from './limits/redis-connection.js';
+import { createTenantStore } from './tenants/store.js';
 import { createClusters } from './upstream/clusters.js';
 import { createBrokerPools } from './upstream/pools.js';
 import { adminNotFound, answerProbe } from './admin/probes.js';
@@ -34,10 +35,15 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   const log = opts.log ?? createLogger(config.log.level);
   const clock = opts.clock ?? Date.now;
   const tables = compileTables(config);
-  const tenants = new StaticTenantDirectory(tables.tenants);
+  // One Redis connection for the limiter and the tenant store; null = in-memory, one instance.
+  const redis = connectRedis(config.redis);
+  if (redis) await whenReady(redis, 2000);
+  else log.info('no redis configured: limits and tenants are in memory (one instance only)');
+  const tenants = await createTenantStore(config, { log, ...(redis ? { redis } : {}) });
   const verifier = createTokenVerifier(config.auth, { log, clock });
   const minter = config.upstreamIdentity.mode === 'mint' ? await createMinter(config.upstreamIdentity.mint, { clock }) : null;
-  const limiter = createLimiter(config.redis, { log, clock });
+  const lp = config.server.longPoll;
+  const limiter = createLimiter(config.redis, { log, clock, parkedSlotTtlMs: lp.maxTimeoutMs + 2 * lp.slackMs, ...(redis ? { redis } : {}) });
   const clusters = createClusters(config.upstream, { log, clock });
   const pools = createBrokerPools(config.upstream);
   let draining = false;
@@ -50,7 +56,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     config,
     routes: compileRoutes(tables.routes),
     tenants,
-    storageBlocked: () => false,
+    storageBlocked: (id) => tenants.storageBlocked(id),
     verifier,
     limiter,
     clusters,
@@ -61,7 +67,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     clock,
   });
   const readiness = {
-    notReadyReason: () => (draining ? 'draining' : null),
+    notReadyReason: () => (draining ? 'draining' : limiter.mode() === 'closed' ? 'limiter unavailable (redis down, failMode closed)' : null),
   };
   const listeners = await createListeners(
     config.server,
@@ -85,9 +91,10 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     async close(drainMs = config.server.drainTimeoutMs): Promise<void> {
       draining = true;
       await listeners.close(drainMs);
-      clusters.close();
       verifier.close();
-      await Promise.all([limiter.close(), pools.close()]);
+      await clusters.close();
+      await Promise.all([limiter.close(), pools.close(), tenants.close()]);
+      if (redis) await redis.quit().catch(() => redis.disconnect());
     },
   };
 }

@@ -198,7 +198,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       const authorization = await upstreamAuthorization(ctx.identity, tenant);
       const path = pop ? (pop.forwardQuery === '' ? target.path : `${target.path}?${pop.forwardQuery}`) : target.query === '' ? target.path : `${target.path}?${target.query}`;
       const timeout = pop?.wait ? pop.timeoutMs + lp.slackMs : upstreamCfg.requestTimeoutMs;
-      const result = await forwardToCluster(req, res, ctx, tenant, laneOf(route, match.params, pop, facts, d.clusters), {
+      const result = await forwardToCluster(req, res, ctx, tenant, laneOf(route, match.params, pop, facts), {
         method: req.method as 'GET',
         path,
         headers: upstreamHeaders(req.headers, {
@@ -233,7 +233,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     fwd: Parameters<typeof forwardOnce>[1],
   ): Promise<ForwardResult | null> {
     let tried: Set<string> | null = null;
-    let broker = lane.leaseBroker !== null && tenant.brokers.includes(lane.leaseBroker) ? lane.leaseBroker : d.clusters.pick(tenant, lane.key, null);
+    let broker = (lane.leaseId !== null ? d.clusters.brokerForLease(tenant, lane.leaseId) : undefined) ?? d.clusters.pick(tenant, lane.key, null);
     for (;;) {
       if (broker === undefined) {
         refuse(res, ctx, tried ? edgeError('bad_gateway', 'no broker accepted the connection') : edgeError('no_upstream'));
@@ -255,7 +255,10 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         log.debug({ reqId: ctx.id, broker }, 'client went away; upstream request aborted');
         return null;
       }
-      d.clusters.reportFailure(broker, result.failure === 'protocol' ? 'reset' : result.failure);
+      // A parked pop that ran out of time is no sign of a sick broker (DESIGN §4 passive health).
+      if (!(result.failure === 'timeout' && fwd.headersTimeoutMs > upstreamCfg.requestTimeoutMs)) {
+        d.clusters.reportFailure(broker, result.failure === 'protocol' ? 'reset' : result.failure);
+      }
       if (result.status !== 0) return null;
       if (result.failure === 'connect' && !result.sent && !req.destroyed) {
         (tried ??= new Set()).add(broker);
@@ -330,10 +333,10 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
   }
 }
 
-/** The broker placement a request asks for (DESIGN §4). */
+/** The broker placement a request asks for (DESIGN §4): a ring key, or the broker of a lease. */
 interface Lane {
   readonly key: string | null;
-  readonly leaseBroker: string | null;
+  readonly leaseId: string | null;
 }
 
 function laneOf(
@@ -341,21 +344,18 @@ function laneOf(
   params: Readonly<Record<string, string | undefined>>,
   pop: PopQuery | null,
   facts: BodyFacts | null,
-  leases: Pick<Clusters, 'brokerForLease'>,
 ): Lane {
   switch (route.lane) {
     case 'pop-queue':
-      return { key: popQueueLaneKey(params.queue ?? '', params.partition, pop!.params), leaseBroker: null };
+      return { key: popQueueLaneKey(params.queue ?? '', params.partition, pop!.params), leaseId: null };
     case 'pop-ns':
-      return { key: popNamespaceLaneKey(pop!.params), leaseBroker: null };
+      return { key: popNamespaceLaneKey(pop!.params), leaseId: null };
     case 'push':
-      return { key: pushLaneKey(facts?.firstItem), leaseBroker: null };
-    case 'lease': {
-      const leaseId = params.leaseId ?? facts?.leaseId ?? null;
-      return { key: null, leaseBroker: leaseId === null ? null : leases.brokerForLease(leaseId) ?? null };
-    }
+      return { key: pushLaneKey(facts?.firstItem), leaseId: null };
+    case 'lease':
+      return { key: null, leaseId: params.leaseId ?? facts?.leaseId ?? null };
     default:
-      return { key: null, leaseBroker: null };
+      return { key: null, leaseId: null };
   }
 }
 

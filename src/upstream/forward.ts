@@ -161,7 +161,7 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
           if (finished) return false;
           result.bytesOut += chunk.length;
           if (chunks) chunks.push(chunk);
-          return res.write(chunk);
+          return (res as NodeJS.WritableStream).write(chunk);
         },
         onComplete() {
           if (finished) return;

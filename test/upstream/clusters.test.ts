@@ -1,0 +1,249 @@
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { silentLogger } from '../../src/observability/log.js';
+import { compilePlan, compileTenant, type Tenant } from '../../src/tenants/model.js';
+import { createClusters, type Clusters } from '../../src/upstream/clusters.js';
+import { buildRing, ringLookup } from '../../src/upstream/ring.js';
+
+const B = ['http://10.0.0.1:6632', 'http://10.0.0.2:6632', 'http://10.0.0.3:6632'];
+const RING = buildRing(B);
+const ownerOf = (key: string, skip: readonly number[] = []) => B[ringLookup(RING, key, (b) => !skip.includes(b))];
+
+const PLAN = compilePlan('free', {
+  features: [],
+  limits: { requestsPerSec: 50, requestBurst: 100, messagesPerSec: 500, messageBurst: 1000, parkedPolls: 20, maxPayloadBytes: 1 << 20, maxBatch: 1000 },
+  quotas: { messagesPerMonth: 1e6, ingressBytesPerMonth: 1e10 },
+  storageBytes: 1e9,
+});
+
+function tenant(id: string, brokers: readonly string[] = B, boundedLoadFactor: number | null = null): Tenant {
+  return compileTenant(id, { status: 'active', plan: 'free', hosts: [], brokers: [...brokers], cors: { origins: [] }, boundedLoadFactor }, PLAN);
+}
+
+/** Lane keys whose ring owner is broker `b`. */
+function lanesOf(b: number, count: number): string[] {
+  const out: string[] = [];
+  for (let i = 0; out.length < count; i++) if (ownerOf(`orders:acct-${i}:billing`) === B[b]) out.push(`orders:acct-${i}:billing`);
+  return out;
+}
+
+const made: Clusters[] = [];
+/** Clusters with a scripted probe: `up` says which brokers answer their health checks. */
+function clusters(opts: { downAfter?: number; upAfter?: number } = {}) {
+  const up = new Map<string, boolean>();
+  const probed: string[] = [];
+  const c = createClusters(
+    { healthIntervalMs: 20, healthTimeoutMs: 100, downAfter: opts.downAfter ?? 2, upAfter: opts.upAfter ?? 2 },
+    {
+      log: silentLogger(),
+      probe: async (url) => {
+        probed.push(url);
+        return up.get(url) ?? true;
+      },
+    },
+  );
+  made.push(c);
+  return { c, up, probed };
+}
+
+afterEach(async () => {
+  await Promise.all(made.splice(0).map((c) => c.close()));
+});
+
+describe('clusters: lanes on the ring', () => {
+  it('keeps each lane on its ring broker over 1,000 picks', () => {
+    const { c } = clusters();
+    const t = tenant('t1');
+    const keys = ['orders:acct-42:billing', 'orders:*:__QUEUE_MODE__', 'orders:Default', 'billing:invoice:*'];
+    for (const key of keys) {
+      const expected = ownerOf(key);
+      for (let i = 0; i < 1000; i++) expect(c.pick(t, key)).toBe(expected);
+    }
+  });
+
+  it('moves a down broker’s lanes to the ring’s next broker and gives them back on recovery', async () => {
+    const { c, up } = clusters({ upAfter: 2 });
+    const t = tenant('t1');
+    const mine = lanesOf(0, 20);
+    const others = [...lanesOf(1, 10), ...lanesOf(2, 10)];
+    for (const k of mine) expect(c.pick(t, k)).toBe(B[0]);
+
+    up.set(B[0]!, false);
+    c.reportFailure(B[0]!, 'connect');
+    for (const k of mine) expect(c.pick(t, k)).toBe(ownerOf(k, [0]));
+    for (const k of others) expect(c.pick(t, k)).toBe(ownerOf(k));
+
+    up.set(B[0]!, true);
+    c.start([t]);
+    await vi.waitFor(() => expect(c.snapshot([t])[0]!.brokers[0]!.healthy).toBe(true), { timeout: 3000 });
+    for (const k of mine) expect(c.pick(t, k)).toBe(B[0]);
+    for (const k of others) expect(c.pick(t, k)).toBe(ownerOf(k));
+  });
+
+  it('marks a broker down after downAfter 5xx answers, not before', () => {
+    const { c } = clusters({ downAfter: 3 });
+    const t = tenant('t1');
+    const [k] = lanesOf(1, 1);
+    c.pick(t, k!);
+    c.reportFailure(B[1]!, 'status5xx');
+    c.reportFailure(B[1]!, 'timeout');
+    expect(c.pick(t, k!)).toBe(B[1]);
+    c.reportFailure(B[1]!, 'status5xx');
+    expect(c.pick(t, k!)).toBe(ownerOf(k!, [1]));
+  });
+
+  it('skips excluded brokers along the ring, and has none left when all are excluded', () => {
+    const { c } = clusters();
+    const t = tenant('t1');
+    const key = 'orders:acct-42:billing';
+    const first = ringLookup(RING, key, () => true);
+    const second = ringLookup(RING, key, (b) => b !== first);
+    const third = ringLookup(RING, key, (b) => b !== first && b !== second);
+    expect(c.pick(t, key, new Set([B[first]!]))).toBe(B[second]);
+    expect(c.pick(t, key, new Set([B[first]!, B[second]!]))).toBe(B[third]);
+    expect(c.pick(t, key, new Set(B))).toBeUndefined();
+    expect(c.pick(t, null, new Set([B[0]!, B[2]!]))).toBe(B[1]);
+  });
+
+  it('has no broker when all are down', () => {
+    const { c } = clusters();
+    const t = tenant('t1');
+    c.pick(t, null);
+    for (const b of B) c.reportFailure(b, 'connect');
+    expect(c.pick(t, 'orders:acct-42:billing')).toBeUndefined();
+    expect(c.pick(t, null)).toBeUndefined();
+  });
+
+  it('spreads null lanes over the healthy brokers', () => {
+    const { c } = clusters();
+    const t = tenant('t1');
+    const count = (n: number) => {
+      const seen = new Map<string, number>();
+      for (let i = 0; i < n; i++) {
+        const u = c.pick(t, null)!;
+        seen.set(u, (seen.get(u) ?? 0) + 1);
+      }
+      return seen;
+    };
+    expect(count(300)).toEqual(new Map(B.map((b) => [b, 100])));
+    c.reportFailure(B[1]!, 'reset');
+    expect(count(300)).toEqual(new Map([[B[0]!, 150], [B[2]!, 150]]));
+  });
+});
+
+describe('clusters: bounded loads', () => {
+  it('skips a broker over ceil(c × (in-flight + 1) / healthy) and walks on', () => {
+    const { c } = clusters();
+    const bounded = tenant('t1', B, 1.25);
+    const free = tenant('t2', B, null);
+    const key = lanesOf(0, 1)[0]!;
+    c.pick(bounded, key);
+    c.begin(B[0]!);
+    // 1 in flight: cap ceil(1.25 × 2 / 3) = 1, and B0 would hold 2.
+    expect(c.pick(bounded, key)).toBe(ownerOf(key, [0]));
+    // Off without a factor, even for the same broker URLs.
+    expect(c.pick(free, key)).toBe(B[0]);
+    c.end(B[0]!);
+    expect(c.pick(bounded, key)).toBe(B[0]);
+  });
+
+  it('keeps one hot lane’s long polls within the bound on every broker', () => {
+    const { c } = clusters();
+    const t = tenant('t1', B, 1.25);
+    const key = 'orders:acct-42:billing';
+    for (let i = 0; i < 300; i++) c.begin(c.pick(t, key)!);
+    const inflight = c.snapshot([t])[0]!.brokers.map((b) => b.inflight);
+    expect(inflight.reduce((a, b) => a + b, 0)).toBe(300);
+    for (const n of inflight) expect(n).toBeLessThanOrEqual(Math.ceil((1.25 * 300) / 3));
+    // The lane's own broker is filled to the bound first.
+    expect(inflight[B.indexOf(ownerOf(key)!)]).toBe(125);
+  });
+
+  it('still answers a retry when exclusion leaves only brokers over the bound', () => {
+    const { c } = clusters();
+    const t = tenant('t1', B, 1.25);
+    const key = lanesOf(0, 1)[0]!;
+    c.pick(t, key);
+    for (let i = 0; i < 5; i++) c.begin(B[0]!);
+    expect(c.pick(t, key, new Set([B[1]!, B[2]!]))).toBe(B[0]);
+  });
+
+  it('never counts in-flight below zero', () => {
+    const { c } = clusters();
+    const t = tenant('t1');
+    c.pick(t, null);
+    c.end(B[0]!);
+    c.begin(B[0]!);
+    expect(c.snapshot([t])[0]!.brokers[0]!.inflight).toBe(1);
+  });
+});
+
+describe('clusters: leases', () => {
+  it('sends a learnt lease back to its broker, for the tenant that lists it only', () => {
+    const { c } = clusters();
+    const t1 = tenant('t1');
+    const t2 = tenant('t2', ['http://other:6632']);
+    c.pick(t1, null);
+    c.learnLease('lease-1', B[2]!);
+    expect(c.brokerForLease(t1, 'lease-1')).toBe(B[2]);
+    expect(c.brokerForLease(t2, 'lease-1')).toBeUndefined();
+    expect(c.brokerForLease(t1, 'lease-unknown')).toBeUndefined();
+    expect(c.brokerForLease(t1, 'lease-1', new Set([B[2]!]))).toBeUndefined();
+    c.reportFailure(B[2]!, 'connect');
+    expect(c.brokerForLease(t1, 'lease-1')).toBeUndefined();
+  });
+});
+
+describe('clusters: lifecycle and snapshot', () => {
+  it('reports each tenant’s brokers with health, load, picks and ring share', () => {
+    const { c } = clusters();
+    const t1 = tenant('t1', B, 1.5);
+    const t2 = tenant('t2', [B[0]!]);
+    c.start([t1, t2]);
+    const key = lanesOf(2, 1)[0]!;
+    c.pick(t1, key);
+    c.pick(t1, key);
+    c.begin(B[2]!);
+    c.pick(t2, null);
+    c.reportFailure(B[1]!, 'connect');
+    const [s1, s2] = c.snapshot([t1, t2]);
+    expect(s1).toMatchObject({ tenant: 't1', boundedLoadFactor: 1.5 });
+    expect(s1!.brokers.map((b) => [b.url, b.healthy, b.inflight, b.picks])).toEqual([
+      [B[0], true, 0, 1],
+      [B[1], false, 0, 0],
+      [B[2], true, 1, 2],
+    ]);
+    expect(s1!.brokers.reduce((a, b) => a + b.keyShare, 0)).toBeCloseTo(1, 9);
+    expect(s1!.brokers[1]!.lastChange).toMatchObject({ url: B[1], healthy: false, reason: 'connect failure' });
+    expect(s1!.brokers[0]!.lastChange).toBeNull();
+    // Counters belong to the broker URL, shared by the tenants that list it.
+    expect(s2).toEqual({ tenant: 't2', boundedLoadFactor: null, brokers: [{ url: B[0], healthy: true, inflight: 0, picks: 1, keyShare: 1, lastChange: null }] });
+  });
+
+  it('checks every broker of the started tenants, and stops checking brokers dropped by sync', async () => {
+    const { c, probed } = clusters();
+    const t1 = tenant('t1', [B[0]!, B[1]!]);
+    const t2 = tenant('t2', [B[2]!]);
+    c.start([t1, t2]);
+    await vi.waitFor(() => expect(new Set(probed)).toEqual(new Set(B)), { timeout: 3000 });
+    c.sync([t1]);
+    await new Promise((r) => setTimeout(r, 30));
+    const after = probed.length;
+    await vi.waitFor(() => expect(probed.length).toBeGreaterThanOrEqual(after + 4), { timeout: 3000 });
+    expect(probed.slice(after)).not.toContain(B[2]);
+    // A tenant seen after start is tracked on its first pick.
+    const t3 = tenant('t3', ['http://10.0.0.9:6632']);
+    expect(c.pick(t3, 'x')).toBe('http://10.0.0.9:6632');
+    await vi.waitFor(() => expect(probed).toContain('http://10.0.0.9:6632'), { timeout: 3000 });
+  });
+
+  it('keeps health in step for a tenant object picked again after a sync that left it out', () => {
+    const { c } = clusters();
+    const t1 = tenant('t1');
+    c.pick(t1, null);
+    c.sync([]);
+    // Its brokers were untracked; picking the tenant again tracks them and follows their health.
+    expect(c.pick(t1, null, new Set([B[1]!, B[2]!]))).toBe(B[0]);
+    c.reportFailure(B[0]!, 'connect');
+    expect(c.pick(t1, null, new Set([B[1]!, B[2]!]))).toBeUndefined();
+  });
+});

@@ -1,0 +1,253 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Writable } from 'node:stream';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { createLogger } from '../../src/observability/log.js';
+import { createHealthChecker, createHttpProbe, type HealthChange, type HealthChecker } from '../../src/upstream/health.js';
+
+/** A broker double: answers GET /health with `status`, after `delayMs`, counting what it sees. */
+interface FakeBroker {
+  url: string;
+  status: number;
+  delayMs: number;
+  hits: number;
+  concurrent: number;
+  maxConcurrent: number;
+  server: Server;
+}
+
+const servers: Server[] = [];
+const checkers: HealthChecker[] = [];
+
+async function broker(status: number, delayMs = 0): Promise<FakeBroker> {
+  const b = { status, delayMs, hits: 0, concurrent: 0, maxConcurrent: 0 } as FakeBroker;
+  b.server = createServer((req, res) => {
+    b.hits++;
+    b.concurrent++;
+    b.maxConcurrent = Math.max(b.maxConcurrent, b.concurrent);
+    setTimeout(() => {
+      b.concurrent--;
+      res.statusCode = req.url === '/health' ? b.status : 404;
+      res.end('{"status":"ok"}');
+    }, b.delayMs);
+  });
+  servers.push(b.server);
+  await new Promise<void>((r) => b.server.listen(0, '127.0.0.1', r));
+  b.url = `http://127.0.0.1:${(b.server.address() as AddressInfo).port}`;
+  return b;
+}
+
+/** A URL whose port refuses connections: a server that listened once and closed. */
+async function closedUrl(): Promise<string> {
+  const s = createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const { port } = s.address() as AddressInfo;
+  await new Promise<void>((r) => s.close(() => r()));
+  return `http://127.0.0.1:${port}`;
+}
+
+function logSink() {
+  const lines: Array<{ level: number; msg: string; url: string; reason: string }> = [];
+  const stream = new Writable({
+    write(chunk, _enc, cb) {
+      for (const l of String(chunk).split('\n')) if (l) lines.push(JSON.parse(l));
+      cb();
+    },
+  });
+  return { lines, log: createLogger('info', stream) };
+}
+
+function checker(opts: Partial<Parameters<typeof createHealthChecker>[0]> = {}) {
+  const sink = logSink();
+  const changes: HealthChange[] = [];
+  const h = createHealthChecker({ intervalMs: 50, timeoutMs: 500, downAfter: 2, upAfter: 3, log: sink.log, ...opts });
+  h.onChange((c) => changes.push(c));
+  checkers.push(h);
+  return { h, changes, lines: sink.lines };
+}
+
+afterEach(async () => {
+  await Promise.all(checkers.splice(0).map((c) => c.close()));
+  await Promise.all(servers.splice(0).map((s) => new Promise<void>((r) => s.close(() => r()))));
+});
+
+describe('health checker, active checks over real sockets', () => {
+  it('starts new brokers healthy and keeps a 2xx broker healthy', async () => {
+    const ok = await broker(200);
+    const { h, changes } = checker();
+    h.track([ok.url]);
+    expect(h.isHealthy(ok.url)).toBe(true);
+    h.start();
+    await vi.waitFor(() => expect(ok.hits).toBeGreaterThanOrEqual(4), { timeout: 3000 });
+    expect(h.isHealthy(ok.url)).toBe(true);
+    expect(changes).toEqual([]);
+  });
+
+  it('marks a 500 broker down after downAfter checks, with a warn log line', async () => {
+    const bad = await broker(500);
+    const { h, changes, lines } = checker({ downAfter: 3 });
+    // Probes of one broker never overlap, so at the change no other probe is on the wire.
+    let hitsAtDown = 0;
+    h.onChange(() => (hitsAtDown = bad.hits));
+    h.track([bad.url]);
+    h.start();
+    await vi.waitFor(() => expect(h.isHealthy(bad.url)).toBe(false), { timeout: 3000 });
+    expect(hitsAtDown).toBe(3);
+    expect(changes).toHaveLength(1);
+    expect(changes[0]).toMatchObject({ url: bad.url, healthy: false });
+    expect(h.lastChange(bad.url)).toBe(changes[0]);
+    const line = lines.find((l) => l.msg === 'broker down')!;
+    expect(line).toMatchObject({ level: 40, url: bad.url });
+    expect(line.reason).toContain('3 consecutive failures');
+  });
+
+  it('marks a closed port down by active checks too', async () => {
+    const url = await closedUrl();
+    const { h, changes } = checker();
+    h.track([url]);
+    h.start();
+    await vi.waitFor(() => expect(h.isHealthy(url)).toBe(false), { timeout: 3000 });
+    expect(changes).toMatchObject([{ url, healthy: false }]);
+  });
+
+  it('brings a broker back after upAfter consecutive successes, with an info log line', async () => {
+    const b = await broker(500);
+    const { h, changes, lines } = checker({ downAfter: 2, upAfter: 3 });
+    const hitsAt: number[] = [];
+    h.onChange((c) => {
+      hitsAt.push(b.hits);
+      // Heal the broker as soon as it is declared down; no probe is in flight at this moment.
+      if (!c.healthy) b.status = 200;
+    });
+    h.track([b.url]);
+    h.start();
+    await vi.waitFor(() => expect(h.isHealthy(b.url)).toBe(false), { timeout: 3000 });
+    await vi.waitFor(() => expect(h.isHealthy(b.url)).toBe(true), { timeout: 3000 });
+    expect(hitsAt).toEqual([2, 5]);
+    expect(changes.map((c) => c.healthy)).toEqual([false, true]);
+    expect(lines.find((l) => l.msg === 'broker up')).toMatchObject({ level: 30, url: b.url });
+  });
+
+  it('never overlaps probes of one broker when a probe outlasts the interval', async () => {
+    const slow = await broker(200, 200);
+    const { h } = checker({ intervalMs: 20, timeoutMs: 1000 });
+    h.track([slow.url]);
+    h.start();
+    await vi.waitFor(() => expect(slow.hits).toBeGreaterThanOrEqual(3), { timeout: 5000 });
+    expect(slow.maxConcurrent).toBe(1);
+    expect(h.isHealthy(slow.url)).toBe(true);
+  });
+
+  it('counts a probe that times out as a failure', async () => {
+    const hung = await broker(200, 2000);
+    const { h } = checker({ intervalMs: 30, timeoutMs: 50, downAfter: 2 });
+    h.track([hung.url]);
+    h.start();
+    await vi.waitFor(() => expect(h.isHealthy(hung.url)).toBe(false), { timeout: 3000 });
+  });
+
+  it('stops checking an untracked broker, and after close()', async () => {
+    const a = await broker(200);
+    const b = await broker(200);
+    const { h } = checker();
+    h.track([a.url, b.url]);
+    h.start();
+    await vi.waitFor(() => expect(b.hits).toBeGreaterThanOrEqual(1), { timeout: 3000 });
+    h.untrack(b.url);
+    // A probe of b already on the wire may still land; after two more rounds of a, none can.
+    let target = a.hits + 2;
+    await vi.waitFor(() => expect(a.hits).toBeGreaterThanOrEqual(target), { timeout: 3000 });
+    const bHits = b.hits;
+    target = a.hits + 3;
+    await vi.waitFor(() => expect(a.hits).toBeGreaterThanOrEqual(target), { timeout: 3000 });
+    expect(b.hits).toBe(bHits);
+    await h.close();
+    const aHits = a.hits;
+    await new Promise((r) => setTimeout(r, 150));
+    expect(a.hits).toBe(aHits);
+  });
+});
+
+describe('health checker, passive signals', () => {
+  it('marks a broker down at once on a connect failure or a reset', () => {
+    const { h, changes, lines } = checker();
+    h.track(['http://b1', 'http://b2']);
+    h.reportFailure('http://b1', 'connect');
+    expect(h.isHealthy('http://b1')).toBe(false);
+    h.reportFailure('http://b2', 'reset');
+    expect(h.isHealthy('http://b2')).toBe(false);
+    expect(changes.map((c) => [c.url, c.healthy, c.reason])).toEqual([
+      ['http://b1', false, 'connect failure'],
+      ['http://b2', false, 'connection reset'],
+    ]);
+    expect(lines.filter((l) => l.msg === 'broker down').map((l) => l.url)).toEqual(['http://b1', 'http://b2']);
+  });
+
+  it('counts 5xx and timeouts toward downAfter; a success in between restarts the count', () => {
+    const { h } = checker({ downAfter: 3 });
+    h.track(['http://b1']);
+    h.reportFailure('http://b1', 'status5xx');
+    h.reportFailure('http://b1', 'timeout');
+    h.reportSuccess('http://b1');
+    h.reportFailure('http://b1', 'status5xx');
+    h.reportFailure('http://b1', 'status5xx');
+    expect(h.isHealthy('http://b1')).toBe(true);
+    h.reportFailure('http://b1', 'timeout');
+    expect(h.isHealthy('http://b1')).toBe(false);
+    expect(h.lastChange('http://b1')?.reason).toBe('3 consecutive failures, last: timeout');
+  });
+
+  it('does not bring a down broker back on passive successes alone', () => {
+    const { h } = checker({ upAfter: 1 });
+    h.track(['http://b1']);
+    h.reportFailure('http://b1', 'connect');
+    for (let i = 0; i < 5; i++) h.reportSuccess('http://b1');
+    expect(h.isHealthy('http://b1')).toBe(false);
+  });
+
+  it('treats untracked brokers as healthy and ignores reports about them', () => {
+    const { h, changes } = checker();
+    h.reportFailure('http://nobody', 'connect');
+    expect(h.isHealthy('http://nobody')).toBe(true);
+    expect(changes).toEqual([]);
+  });
+
+  it('recovers a passively downed broker through active checks on a real socket', async () => {
+    const ok = await broker(200);
+    const { h, changes } = checker({ upAfter: 2 });
+    h.track([ok.url]);
+    h.reportFailure(ok.url, 'connect');
+    expect(h.isHealthy(ok.url)).toBe(false);
+    h.start();
+    await vi.waitFor(() => expect(h.isHealthy(ok.url)).toBe(true), { timeout: 3000 });
+    expect(changes.map((c) => c.healthy)).toEqual([false, true]);
+  });
+
+  it('stops notifying a listener after it unsubscribes', () => {
+    const { h } = checker();
+    const seen: boolean[] = [];
+    const off = h.onChange((c) => seen.push(c.healthy));
+    h.track(['http://b1', 'http://b2']);
+    h.reportFailure('http://b1', 'connect');
+    off();
+    h.reportFailure('http://b2', 'connect');
+    expect(seen).toEqual([false]);
+  });
+});
+
+describe('createHttpProbe', () => {
+  it('is true on 2xx and false on 5xx, 404 and refused connections', async () => {
+    const ok = await broker(204);
+    const bad = await broker(503);
+    const p = createHttpProbe(500);
+    try {
+      expect(await p.probe(ok.url, 500)).toBe(true);
+      expect(await p.probe(bad.url, 500)).toBe(false);
+      expect(await p.probe(await closedUrl(), 500)).toBe(false);
+      // Only /health is probed: the base URL has no trailing slash (Tenant.brokers).
+      expect(ok.hits).toBe(1);
+    } finally {
+      await p.close();
+    }
+  });
+});
