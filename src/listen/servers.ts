@@ -1,0 +1,327 @@
+/**
+ * The listeners (DESIGN §1.1): HTTPS with HTTP/2 by ALPN, an optional plain HTTP listener for
+ * deployments behind a TLS-terminating load balancer, and the admin listener. This module owns the
+ * socket-level guards (timeouts, header size, malformed input), connection tracking and draining;
+ * what a request means is the handlers' business.
+ */
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import http2, { type Http2SecureServer, type Http2ServerRequest, type Http2ServerResponse, type ServerHttp2Session } from 'node:http2';
+import https from 'node:https';
+import type { AddressInfo, Server as NetServer, Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
+import type { RawConfig } from '../config/schema.js';
+import type { Logger } from '../observability/log.js';
+import { CertificateSet } from './tls.js';
+
+/** A request as either protocol delivers it (h2 through the compatibility API). */
+export type EdgeRequest = IncomingMessage | Http2ServerRequest;
+/** The response that goes with an EdgeRequest. */
+export type EdgeResponse = ServerResponse | Http2ServerResponse;
+/** What serves the requests of one listener. */
+export type RequestHandler = (req: EdgeRequest, res: EdgeResponse) => void;
+
+type ServerConfig = RawConfig['server'];
+
+/** Where each listener is bound; null when it is not configured. */
+export interface BoundAddresses {
+  https: AddressInfo | null;
+  http: AddressInfo | null;
+  admin: AddressInfo | null;
+}
+
+/** The process's listeners, started and stopped together. */
+export interface Listeners {
+  /** Binds every configured listener (port null = not started; port 0 = ephemeral, for tests). */
+  listen(): Promise<BoundAddresses>;
+  /** Stops accepting; resolves when all listeners are closed (idle keep-alive connections closed, in-flight requests allowed to finish; after `forceAfterMs` remaining connections are destroyed). */
+  close(forceAfterMs?: number): Promise<void>;
+  /** Number of open client connections (for drain/metrics). */
+  connections(): number;
+}
+
+/** Largest request head accepted on h1 (and header list on h2); bigger gets 431. Node's default, made explicit. */
+export const MAX_HEADER_BYTES = 16 * 1024;
+/** Concurrent h2 streams per session: room for a browser's parked polls, bounded against stream floods (Node's default is 2^32-1). */
+const MAX_CONCURRENT_STREAMS = 256;
+/** Node's default requestTimeout, kept as the floor: it bounds how long a slow client may take to upload a body. */
+const REQUEST_TIMEOUT_FLOOR_MS = 300_000;
+/** Idle time allowed beyond the longest parked poll before a silent connection is dropped. */
+const IDLE_MARGIN_MS = 5_000;
+/** While closing, how often keep-alive connections that became idle are closed. */
+const DRAIN_SWEEP_MS = 100;
+
+/** Socket-level timeouts, all in ms. */
+export interface ListenerTimeouts {
+  /** Time to receive a request head, from its first byte (slowloris guard); also the TLS handshake bound. */
+  headersTimeoutMs: number;
+  /** Time to receive the whole request, body included. */
+  requestTimeoutMs: number;
+  /** Idle time between h1 requests on a keep-alive connection. */
+  keepAliveTimeoutMs: number;
+  /** Inactivity after which a connection (h1 socket, h2 session) is dropped. */
+  idleTimeoutMs: number;
+  /** How often Node checks the header and request deadlines. */
+  checkIntervalMs: number;
+}
+
+/** Derives the listeners' timeouts from `server:`; no timeout is shorter than a parked long poll needs. */
+export function listenerTimeouts(server: ServerConfig): ListenerTimeouts {
+  const longestPoll = server.longPoll.maxTimeoutMs + server.longPoll.slackMs;
+  return {
+    headersTimeoutMs: server.headersTimeoutMs,
+    // Node's requestTimeout runs from the request's first byte until its body is fully received and is
+    // then cleared, so it never cuts a parked poll's response; it only stops a slow upload. Node refuses
+    // a headersTimeout above it.
+    requestTimeoutMs: Math.max(REQUEST_TIMEOUT_FLOOR_MS, longestPoll, server.headersTimeoutMs),
+    keepAliveTimeoutMs: server.keepAliveTimeoutMs,
+    // A parked poll is silent (no bytes either way) for up to longestPoll.
+    idleTimeoutMs: Math.max(longestPoll, server.keepAliveTimeoutMs) + IDLE_MARGIN_MS,
+    // Node checks these deadlines on a timer (30 s by default), which would blur a short headersTimeout.
+    checkIntervalMs: Math.min(1000, Math.max(100, Math.floor(server.headersTimeoutMs / 2))),
+  };
+}
+
+/** Creates the configured listeners (not yet bound); loads or generates the TLS certificates first. */
+export async function createListeners(
+  server: ServerConfig,
+  handlers: { edge: RequestHandler; admin: RequestHandler },
+  deps: { log: Logger; certDir?: string },
+): Promise<Listeners> {
+  const certs = server.https.port === null ? null : await CertificateSet.load(server.https, { log: deps.log, baseDir: deps.certDir });
+  return new EdgeListeners(server, handlers, deps.log, certs);
+}
+
+/** The h1 knobs Node reads from a server object; Http2SecureServer's HTTP/1.1 fallback takes them only as properties. */
+interface Http1Knobs {
+  headersTimeout: number;
+  requestTimeout: number;
+  keepAliveTimeout: number;
+  maxHeaderSize: number;
+  connectionsCheckingInterval: number;
+  timeout: number;
+}
+
+type AnyServer = http.Server | https.Server | Http2SecureServer;
+
+interface Entry {
+  name: keyof BoundAddresses;
+  server: AnyServer;
+  host: string;
+  port: number;
+  /** Raw TCP sockets, tracked for connections() and the forced end of a drain. */
+  sockets: Set<Socket>;
+}
+
+class EdgeListeners implements Listeners {
+  readonly #log: Logger;
+  readonly #certs: CertificateSet | null;
+  readonly #entries: Entry[] = [];
+  readonly #sessions = new Set<ServerHttp2Session>();
+  readonly #drainTimeoutMs: number;
+  #draining = false;
+  #closed: Promise<void> | null = null;
+
+  constructor(config: ServerConfig, handlers: { edge: RequestHandler; admin: RequestHandler }, log: Logger, certs: CertificateSet | null) {
+    this.#log = log;
+    this.#certs = certs;
+    this.#drainTimeoutMs = config.drainTimeoutMs;
+    const t = listenerTimeouts(config);
+    const edge = this.#drainAware(handlers.edge);
+    if (certs !== null && config.https.port !== null) {
+      this.#add('https', this.#secureServer(config.https, certs, t, edge), config.https.host, config.https.port);
+    }
+    if (config.http.port !== null) this.#add('http', plainServer(t, edge, log), config.http.host, config.http.port);
+    if (config.admin.port !== null) this.#add('admin', plainServer(t, this.#drainAware(handlers.admin), log), config.admin.host, config.admin.port);
+  }
+
+  async listen(): Promise<BoundAddresses> {
+    const results = await Promise.allSettled(this.#entries.map((e) => this.#bind(e)));
+    const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed !== undefined) {
+      await Promise.all(this.#entries.map((e) => closeServer(e.server)));
+      throw failed.reason;
+    }
+    const bound: BoundAddresses = { https: null, http: null, admin: null };
+    for (const e of this.#entries) bound[e.name] = e.server.address() as AddressInfo;
+    this.#certs?.watch((options) => {
+      const server = this.#entries.find((e) => e.name === 'https')!.server as https.Server | Http2SecureServer;
+      // Keep the ticket keys so sessions resumed across a reload still skip the full handshake.
+      server.setSecureContext({ ...options, ticketKeys: server.getTicketKeys() });
+    });
+    return bound;
+  }
+
+  close(forceAfterMs: number = this.#drainTimeoutMs): Promise<void> {
+    this.#closed ??= this.#drain(forceAfterMs);
+    return this.#closed;
+  }
+
+  connections(): number {
+    let n = 0;
+    for (const e of this.#entries) if (e.name !== 'admin') n += e.sockets.size;
+    return n;
+  }
+
+  async #drain(forceAfterMs: number): Promise<void> {
+    this.#draining = true;
+    this.#certs?.close();
+    const closed = Promise.all(this.#entries.map((e) => closeServer(e.server)));
+    // GOAWAY: open streams finish, no new ones; the session closes when the last one ends.
+    for (const s of this.#sessions) s.close();
+    // Node closes idle h1 connections once, at close(); ones that finish a response later would linger
+    // until their keep-alive timeout, so keep sweeping.
+    const sweep = setInterval(() => {
+      // Http2SecureServer has it too (for its h1 fallback), though @types/node omits it.
+      for (const e of this.#entries) (e.server as http.Server).closeIdleConnections();
+    }, DRAIN_SWEEP_MS);
+    const force = setTimeout(() => {
+      for (const s of this.#sessions) s.destroy();
+      for (const e of this.#entries) for (const socket of e.sockets) socket.destroy();
+    }, forceAfterMs);
+    try {
+      await closed;
+    } finally {
+      clearInterval(sweep);
+      clearTimeout(force);
+    }
+    // A closed net.Server has no connections left, though sockets' own 'close' events may still be queued.
+    for (const e of this.#entries) e.sockets.clear();
+  }
+
+  /** While draining, h1 responses carry `Connection: close`, so clients move on before the sweep closes the socket. */
+  #drainAware(handler: RequestHandler): RequestHandler {
+    return (req, res) => {
+      if (this.#draining && res instanceof http.ServerResponse) res.shouldKeepAlive = false;
+      handler(req, res);
+    };
+  }
+
+  #secureServer(config: ServerConfig['https'], certs: CertificateSet, t: ListenerTimeouts, handler: RequestHandler): https.Server | Http2SecureServer {
+    const tlsOptions = {
+      ...certs.contextOptions(),
+      requestCert: certs.requestCert,
+      rejectUnauthorized: certs.requestCert && config.requireClientCert,
+      SNICallback: certs.sniCallback(),
+      handshakeTimeout: t.headersTimeoutMs,
+    };
+    if (!config.http2) {
+      const server = https.createServer({ ...tlsOptions, ...http1Options(t), ALPNProtocols: ['http/1.1'] }, handler);
+      server.setTimeout(t.idleTimeoutMs);
+      server.on('tlsClientError', (err: Error) => this.#log.debug({ err }, 'TLS handshake failed'));
+      server.on('clientError', onClientError(this.#log));
+      return server;
+    }
+    const server = http2.createSecureServer({
+      ...tlsOptions,
+      allowHTTP1: true,
+      settings: { maxConcurrentStreams: MAX_CONCURRENT_STREAMS, maxHeaderListSize: MAX_HEADER_BYTES },
+    }, handler);
+    // The h1 fallback reads these before 'listening' (the deadline checker starts then).
+    const knobs: Http1Knobs = {
+      headersTimeout: t.headersTimeoutMs,
+      requestTimeout: t.requestTimeoutMs,
+      keepAliveTimeout: t.keepAliveTimeoutMs,
+      maxHeaderSize: MAX_HEADER_BYTES,
+      connectionsCheckingInterval: t.checkIntervalMs,
+      timeout: t.idleTimeoutMs,
+    };
+    Object.assign(server, knobs);
+    // Receives TLS handshake failures too (Node re-emits tlsClientError here); onClientError only answers HTTP parse errors.
+    server.on('clientError', onClientError(this.#log));
+    server.on('sessionError', (err: Error) => this.#log.debug({ err }, 'HTTP/2 session error'));
+    server.on('session', (session: ServerHttp2Session) => {
+      if (this.#draining) session.close();
+      this.#sessions.add(session);
+      session.once('close', () => this.#sessions.delete(session));
+    });
+    return server;
+  }
+
+  #add(name: Entry['name'], server: AnyServer, host: string, port: number): void {
+    const sockets = new Set<Socket>();
+    (server as NetServer).on('connection', (socket: Socket) => {
+      sockets.add(socket);
+      socket.once('close', () => sockets.delete(socket));
+    });
+    this.#entries.push({ name, server, host, port, sockets });
+  }
+
+  #bind(e: Entry): Promise<void> {
+    return new Promise((resolveBind, rejectBind) => {
+      const onError = (err: NodeJS.ErrnoException): void => {
+        const why = BIND_ERRORS[err.code ?? ''] ?? err.message;
+        rejectBind(new Error(`${e.name} listener cannot listen on ${e.host}:${e.port}: ${why} (${err.code ?? 'error'})`, { cause: err }));
+      };
+      e.server.once('error', onError);
+      e.server.listen({ host: e.host, port: e.port }, () => {
+        e.server.off('error', onError);
+        // Accept errors (EMFILE and the like) must not become an uncaught 'error'.
+        e.server.on('error', (err: Error) => this.#log.error({ err, listener: e.name }, 'listener error'));
+        resolveBind();
+      });
+    });
+  }
+}
+
+const BIND_ERRORS: Record<string, string> = {
+  EADDRINUSE: 'address already in use',
+  EACCES: 'permission denied (ports below 1024 need privileges)',
+  EADDRNOTAVAIL: 'address not available on this host',
+  ENOTFOUND: 'unknown host',
+};
+
+function http1Options(t: ListenerTimeouts): http.ServerOptions {
+  return {
+    headersTimeout: t.headersTimeoutMs,
+    requestTimeout: t.requestTimeoutMs,
+    keepAliveTimeout: t.keepAliveTimeoutMs,
+    connectionsCheckingInterval: t.checkIntervalMs,
+    maxHeaderSize: MAX_HEADER_BYTES,
+  };
+}
+
+function plainServer(t: ListenerTimeouts, handler: RequestHandler, log: Logger): http.Server {
+  const server = http.createServer(http1Options(t), handler);
+  server.setTimeout(t.idleTimeoutMs);
+  server.on('clientError', onClientError(log));
+  return server;
+}
+
+/** Resolves once the server has stopped and its last connection is gone. */
+function closeServer(server: AnyServer): Promise<void> {
+  return new Promise((done) => {
+    server.close(() => done());
+  });
+}
+
+function rawResponse(status: string, body = ''): Buffer {
+  const type = body === '' ? '' : 'Content-Type: application/json\r\n';
+  return Buffer.from(`HTTP/1.1 ${status}\r\nConnection: close\r\n${type}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`, 'latin1');
+}
+
+/** Answers to h1 parse errors; Node's own codes for the special cases, the DESIGN §5 body for the rest. */
+const PARSE_ERROR_RESPONSES: Record<string, Buffer> = {
+  HPE_HEADER_OVERFLOW: rawResponse('431 Request Header Fields Too Large'),
+  HPE_CHUNK_EXTENSIONS_OVERFLOW: rawResponse('413 Payload Too Large'),
+  ERR_HTTP_REQUEST_TIMEOUT: rawResponse('408 Request Timeout'),
+};
+const BAD_REQUEST = rawResponse('400 Bad Request', '{"error":"bad request","code":"invalid_request"}');
+
+/**
+ * A 'clientError' listener: a malformed or too-slow h1 request head gets a one-shot answer and the
+ * connection closes; anything else (resets, TLS failures) just closes it.
+ */
+function onClientError(log: Logger): (err: NodeJS.ErrnoException, socket: Duplex) => void {
+  return (err, socket) => {
+    const code = err.code ?? '';
+    const answer = PARSE_ERROR_RESPONSES[code] ?? (code.startsWith('HPE_') ? BAD_REQUEST : null);
+    log.debug({ err }, 'client error');
+    // Writing over a response already under way would corrupt what the client reads (Node checks the same).
+    const inFlight = (socket as { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true;
+    if (answer === null || !socket.writable || inFlight) {
+      socket.destroy();
+      return;
+    }
+    socket.end(answer, () => socket.destroy());
+  };
+}
