@@ -92,6 +92,11 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     res.once('finish', () => finish(req, ctx));
     res.once('close', () => finish(req, ctx));
 
+    // Node keeps the first of duplicated Host/Authorization headers; an edge must not guess which
+    // one a broker or an intermediary would read, so such requests are refused outright.
+    const dup = duplicatedSingleton(req.rawHeaders);
+    if (dup !== null) return refuse(res, ctx, dup === 'authorization' ? edgeError('unauthorized', 'more than one Authorization header') : edgeError('invalid_request', `more than one ${dup} header`));
+
     // 1. Tenant by host.
     const host = hostOf(req);
     const hostTenant = host === '' ? undefined : d.tenants.byHost(host);
@@ -363,6 +368,21 @@ function hostOf(req: EdgeRequest): string {
   const raw = ONE_OF(req.headers[':authority'] as string | undefined) ?? ONE_OF(req.headers.host) ?? '';
   const v = raw.charCodeAt(0) === 91 /* [ */ ? raw.slice(0, raw.indexOf(']') + 1) : raw.split(':', 1)[0]!;
   return v.toLowerCase();
+}
+
+/** 'authorization' or 'host' when the raw request repeats it; null otherwise. Allocation-free. */
+function duplicatedSingleton(raw: readonly string[]): 'authorization' | 'host' | null {
+  let auth = 0;
+  let host = 0;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!;
+    if (name.length === 13 && name.toLowerCase() === 'authorization') {
+      if (++auth > 1) return 'authorization';
+    } else if (name.length === 4 && name.toLowerCase() === 'host') {
+      if (++host > 1) return 'host';
+    }
+  }
+  return null;
 }
 
 function hasBody(req: EdgeRequest): boolean {

@@ -148,9 +148,11 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
             // and if it announced a body, drop its connection so stray bytes cannot poison it.
             res.writeHead(204, headers);
             res.end();
-            if (announcedBody) abortUpstream?.(new Error('204 with a body'));
             finish();
-            return false;
+            // Returning true keeps the parser running so the exchange completes and the connection
+            // goes back to the pool (onData/onComplete ignore it, as finished is set).
+            if (announcedBody) abortUpstream?.(new Error('204 with a body'));
+            return true;
           }
           res.writeHead(statusCode, headers);
           if (req.capture && (statusCode === 200 || statusCode === 201)) chunks = [];

@@ -46,9 +46,9 @@ export interface HealthChecker {
   /** The last health change of a tracked broker, if it ever changed. */
   lastChange(url: string): HealthChange | undefined;
   /**
-   * A proxied request failed. `connect` and `reset` mark the broker down at once (it refuses
-   * connections: waiting for more proof only sends it more requests); `status5xx` and `timeout`
-   * count toward downAfter. The caller does not report the timeout of a long poll, which is normal.
+   * A proxied request failed. `connect` marks the broker down at once (it refuses connections:
+   * waiting for more proof only sends it more requests); `reset`, `status5xx` and `timeout` count
+   * toward downAfter, since one reset can be a keep-alive race rather than a sick broker. The caller does not report the timeout of a long poll, which is normal.
    */
   reportFailure(url: string, kind: FailureKind): void;
   /**
@@ -142,13 +142,13 @@ class ActiveAndPassiveHealth implements HealthChecker {
   reportFailure(url: string, kind: FailureKind): void {
     const b = this.#brokers.get(url);
     if (b === undefined) return;
-    if (kind === 'connect' || kind === 'reset') {
+    if (kind === 'connect') {
       b.successes = 0;
       b.failures++;
-      if (b.healthy) this.#set(url, b, false, kind === 'connect' ? 'connect failure' : 'connection reset');
+      if (b.healthy) this.#set(url, b, false, 'connect failure');
       return;
     }
-    this.#failed(url, b, kind === 'status5xx' ? 'status 5xx' : 'timeout');
+    this.#failed(url, b, kind === 'status5xx' ? 'status 5xx' : kind === 'reset' ? 'connection reset' : 'timeout');
   }
 
   reportSuccess(url: string): void {

@@ -125,7 +125,7 @@ describe('clusters: lanes on the ring', () => {
       return seen;
     };
     expect(count(300)).toEqual(new Map(B.map((b) => [b, 100])));
-    c.reportFailure(B[1]!, 'reset');
+    c.reportFailure(B[1]!, 'connect');
     expect(count(300)).toEqual(new Map([[B[0]!, 150], [B[2]!, 150]]));
   });
 });

@@ -169,16 +169,18 @@ describe('health checker, active checks over real sockets', () => {
 });
 
 describe('health checker, passive signals', () => {
-  it('marks a broker down at once on a connect failure or a reset', () => {
+  it('marks a broker down at once on a connect failure, after downAfter resets', () => {
     const { h, changes, lines } = checker();
     h.track(['http://b1', 'http://b2']);
     h.reportFailure('http://b1', 'connect');
     expect(h.isHealthy('http://b1')).toBe(false);
     h.reportFailure('http://b2', 'reset');
+    expect(h.isHealthy('http://b2')).toBe(true);
+    h.reportFailure('http://b2', 'reset');
     expect(h.isHealthy('http://b2')).toBe(false);
     expect(changes.map((c) => [c.url, c.healthy, c.reason])).toEqual([
       ['http://b1', false, 'connect failure'],
-      ['http://b2', false, 'connection reset'],
+      ['http://b2', false, '2 consecutive failures, last: connection reset'],
     ]);
     expect(lines.filter((l) => l.msg === 'broker down').map((l) => l.url)).toEqual(['http://b1', 'http://b2']);
   });

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Prepares a fresh machine for `npm test`: npm dependencies, a redis-server answering on
+# 127.0.0.1:6379, and Debian's chromium for the browser test. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  npm ci --no-audit --no-fund
+fi
+
+apt_updated=0
+apt_install() {
+  if [ "$apt_updated" = 0 ]; then apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+command -v redis-server >/dev/null 2>&1 || apt_install redis-server
+
+redis_answers() { (exec 3<>/dev/tcp/127.0.0.1/6379 && printf 'PING\r\n' >&3 && timeout 2 head -c 5 <&3 | grep -q PONG) 2>/dev/null; }
+if ! redis_answers; then
+  mkdir -p /tmp/queen-edge-redis
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no --dir /tmp/queen-edge-redis --logfile /tmp/queen-edge-redis/redis.log
+  for _ in $(seq 1 50); do redis_answers && break; sleep 0.1; done
+  redis_answers || { echo "redis-server did not start" >&2; exit 1; }
+fi
+
+if [ -f test/browser/browser.test.ts ] && [ ! -x /usr/bin/chromium ]; then apt_install chromium; fi
