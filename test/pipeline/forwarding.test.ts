@@ -13,7 +13,9 @@ let rw: string;
 
 beforeAll(async () => {
   broker = await startBrokerDouble({ name: 'b1', cors: true });
-  edge = await startEdge(testConfig([broker.url], { server: { longPoll: { defaultTimeoutMs: 1500, maxTimeoutMs: 2000, slackMs: 1000 } }, upstream: { requestTimeoutMs: 1500, downAfter: 1000, connections: 4 } }));
+  edge = await startEdge(testConfig([broker.url], { server: { longPoll: { defaultTimeoutMs: 1500, maxTimeoutMs: 2000, slackMs: 1000 } }, upstream: { requestTimeoutMs: 1500, downAfter: 1000, connections: 4, healthIntervalMs: 600000 } }));
+  // The health checker's first probe must be out of the way of one-shot faults.
+  await broker.waitForRequests(1, (q) => q.path === '/health');
   rw = await token({ roles: ['read-write'], tenant: 'acme', sub: 'svc' });
 });
 afterAll(async () => {
