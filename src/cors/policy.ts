@@ -90,6 +90,20 @@ export function preflightVerdict(
   return { allowed: true, headers };
 }
 
+/**
+ * Headers for an actual (non-preflight) response to an allowed origin. Timing-Allow-Origin lets the
+ * page read Resource Timing details such as nextHopProtocol, which browsers blank cross-origin
+ * without it; the origin may read the response already, so its timing tells it nothing new.
+ */
+export function actualResponseHeaders(origin: string): Readonly<Record<string, string>> {
+  return {
+    'access-control-allow-origin': origin,
+    'access-control-expose-headers': CORS_EXPOSED_HEADERS,
+    'timing-allow-origin': origin,
+    vary: 'Origin',
+  };
+}
+
 /** True for a response header the broker may send that the edge owns instead. */
 export function isCorsHeader(lowerName: string): boolean {
   return lowerName.startsWith('access-control-');
