@@ -9,8 +9,9 @@
  * passed when another refused. The custom script (script.ts) takes all or nothing in one trip.
  *
  * Parked polls: each wait=true pop takes a slot, a unique id in a ZSET scored by its expiry
- * (now + parkedSlotTtlMs). release() removes it; a slot whose release was lost (crash, Redis
- * blip) stops counting at its expiry, so leaks cannot lock a tenant out. The TTL must exceed the
+ * (now + parkedSlotTtlMs). release() removes it; a release that failed is sent again after the
+ * next successful heartbeat, and a slot whose release was lost for good (crash) stops counting
+ * at its expiry, so leaks cannot lock a tenant out for long. The TTL must exceed the
  * longest park: pass longPoll.maxTimeoutMs + 2 × slackMs (the upstream timeout plus slack).
  *
  * Quotas of 0 mean unlimited (a plan with no monthly cap; suspension is the way to stop a tenant).
@@ -231,8 +232,9 @@ class RedisLimiter implements EdgeLimiter {
   }
 
   async start(): Promise<void> {
-    // Bounded wait for the first connection, so a normal boot does not start in fail mode.
-    await whenReady(this.#redis, this.#connectWaitMs);
+    // Bounded wait for the first connection, so a normal boot does not start in fail mode; a
+    // caller's client was waited for by the caller (waiting again only slows a boot with Redis down).
+    if (this.#owned) await whenReady(this.#redis, this.#connectWaitMs);
     await this.#store.preload().catch(() => {});
     await this.#heartbeat();
     this.#timer = setInterval(() => void this.#heartbeat(), this.#heartbeatMs);
@@ -279,6 +281,7 @@ class RedisLimiter implements EdgeLimiter {
       this.#instances = Math.max(1, await this.#store.heartbeat(this.#slots.instanceId, this.#clock(), this.#heartbeatMs * 3));
       // A working heartbeat proves Redis is back, so recovery does not wait for traffic.
       this.#succeeded();
+      await this.#store.retryReleases();
     } catch (err) {
       this.#failed(err);
     }

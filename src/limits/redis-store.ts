@@ -1,6 +1,8 @@
 /**
  * The shared limiter store: one EVALSHA per admit (EVAL once after a NOSCRIPT, e.g. after a
  * Redis restart), parked-slot releases as fire-and-forget ZREMs, and the instance heartbeat.
+ * A release that fails (connection dropped, Redis still holding the slot) is kept and sent
+ * again by retryReleases(), so a blip does not hold a tenant's slots until they expire.
  */
 import { instancesKey, limiterKeys, parkedKey } from '../tenants/keys.js';
 import type { RedisClient } from './redis-connection.js';
@@ -9,6 +11,8 @@ import type { Decision, LimitCost, LimitPlan } from './verdict.js';
 
 const ADMIT_SHA = scriptSha(ADMIT_LUA);
 const HEARTBEAT_SHA = scriptSha(HEARTBEAT_LUA);
+/** Failed releases kept for a retry; beyond this the oldest are left to expire by score. */
+const MAX_PENDING_RELEASES = 10_000;
 
 /** Limiter state in Redis; every method may reject (timeout, connection down). */
 export class RedisLimitStore {
@@ -16,6 +20,8 @@ export class RedisLimitStore {
   readonly #prefix: string;
   /** Tenant id → its five keys for the month they were built for (saves 5 strings per admit). */
   readonly #keys = new Map<string, { month: string; keys: string[] }>();
+  /** Slot id → tenant id of releases that did not reach Redis, oldest first. */
+  readonly #pending = new Map<string, string>();
 
   constructor(redis: RedisClient, prefix: string) {
     this.#redis = redis;
@@ -56,9 +62,33 @@ export class RedisLimitStore {
     await this.#redis.script('LOAD', ADMIT_LUA);
   }
 
-  /** Gives a parked slot back, off the request path; a failure leaves it to expire by score. */
+  /** Gives a parked slot back, off the request path; a failure is kept for retryReleases(). */
   release(tenantId: string, slot: string): void {
-    this.#redis.zrem(parkedKey(this.#prefix, tenantId), slot).catch(() => {});
+    this.#redis.zrem(parkedKey(this.#prefix, tenantId), slot).catch(() => this.#keep(tenantId, slot));
+  }
+
+  /** Sends the releases that failed earlier again (one ZREM per tenant); failures stay kept. */
+  async retryReleases(): Promise<void> {
+    if (this.#pending.size === 0) return;
+    const byTenant = new Map<string, string[]>();
+    for (const [slot, tenantId] of this.#pending) {
+      const slots = byTenant.get(tenantId);
+      if (slots) slots.push(slot);
+      else byTenant.set(tenantId, [slot]);
+    }
+    this.#pending.clear();
+    await Promise.all(
+      [...byTenant].map(([tenantId, slots]) =>
+        this.#redis.zrem(parkedKey(this.#prefix, tenantId), ...slots).catch(() => {
+          for (const slot of slots) this.#keep(tenantId, slot);
+        }),
+      ),
+    );
+  }
+
+  #keep(tenantId: string, slot: string): void {
+    if (this.#pending.size >= MAX_PENDING_RELEASES) this.#pending.delete(this.#pending.keys().next().value!);
+    this.#pending.set(slot, tenantId);
   }
 
   /** Records this instance as live and returns how many instances are live. */

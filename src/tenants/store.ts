@@ -4,7 +4,8 @@
  * status hash suspends or resumes either. Lookups read an in-memory snapshot that is rebuilt and
  * swapped whole, so they stay sync and O(1) while a reload runs. A change reaches every
  * instance within a second through pub/sub on `<prefix>changes` (separate subscriber
- * connection); a full reload every few seconds covers lost messages and reconnects.
+ * connection); a full reload every few seconds covers lost messages and reconnects, and a failed
+ * reload is retried shortly, so a slow moment of Redis does not delay a change to the next period.
  */
 import { Cluster } from 'ioredis';
 import type { z } from 'zod';
@@ -50,6 +51,9 @@ export interface TenantStoreDeps {
   readonly refreshMs?: number;
 }
 
+/** Delay before a failed reload is tried again. */
+const RETRY_MS = 250;
+
 /** Ids usable inside a Redis hash tag and a URL segment. */
 const ID_RE = /^[A-Za-z0-9._-]{1,128}$/;
 
@@ -91,6 +95,8 @@ class Directory implements TenantStore {
   #reported = new Map<string, string>();
   #subscriber: RedisClient | null = null;
   #timer: NodeJS.Timeout | null = null;
+  #retry: NodeJS.Timeout | null = null;
+  #closed = false;
   #inflight: Promise<void> | null = null;
   #again = false;
   #failing = false;
@@ -132,7 +138,8 @@ class Directory implements TenantStore {
   async start(refreshMs: number): Promise<void> {
     const redis = this.#redis;
     if (!redis) return;
-    await whenReady(redis, Math.max(1000, this.#cfg.redis.timeoutMs * 20));
+    // A caller's client was waited for by the caller; waiting again only slows a boot with Redis down.
+    if (this.#owned) await whenReady(redis, Math.max(1000, this.#cfg.redis.timeoutMs * 20));
     const sub = redis instanceof Cluster ? redis.duplicate(undefined, { enableOfflineQueue: true }) : redis.duplicate({ enableOfflineQueue: true });
     this.#subscriber = sub;
     sub.on('error', () => {});
@@ -148,8 +155,11 @@ class Directory implements TenantStore {
   }
 
   async close(): Promise<void> {
+    this.#closed = true;
     if (this.#timer) clearInterval(this.#timer);
+    if (this.#retry) clearTimeout(this.#retry);
     this.#timer = null;
+    this.#retry = null;
     this.#subscriber?.disconnect();
     this.#subscriber = null;
     await this.#inflight?.catch(() => {});
@@ -247,7 +257,18 @@ class Directory implements TenantStore {
     } catch (err) {
       if (!this.#failing) this.#log.warn({ err }, 'tenant store: reload from Redis failed; serving the last snapshot');
       this.#failing = true;
+      this.#retrySoon();
     }
+  }
+
+  /** One pending retry at a time; the periodic reload keeps running alongside. */
+  #retrySoon(): void {
+    if (this.#retry || this.#closed) return;
+    this.#retry = setTimeout(() => {
+      this.#retry = null;
+      void this.#refreshQuietly();
+    }, RETRY_MS);
+    this.#retry.unref();
   }
 
   async #load(): Promise<void> {
