@@ -53,7 +53,8 @@ export function testConfig(brokers: string[], overrides: Json = {}): RawConfig {
     },
     log: { level: 'silent' },
     auth: { secret: TEST_SECRET, defaultTenant: null },
-    upstream: { healthIntervalMs: 200, healthTimeoutMs: 200, downAfter: 2, upAfter: 1 },
+    // Probes get a generous timeout: under a loaded CI machine a 200 ms probe marks healthy brokers down.
+    upstream: { healthIntervalMs: 200, healthTimeoutMs: 2000, downAfter: 3, upAfter: 1 },
     plans: { test: TEST_PLAN },
     tenants: { acme: { plan: 'test', hosts: ['acme.localhost'], brokers, cors: { origins: ['https://app.example.com', 'https://*.acme.dev'] } } },
   };
