@@ -2,32 +2,44 @@
  * The composition root: builds every adapter from the configuration, wires the pipeline, and owns
  * the lifecycle (start, stop). The only place that knows which implementation backs which seam.
  */
+import type { Registry } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
 import { compileTables } from './config/compile.js';
 import { createTokenVerifier } from './auth/jwt.js';
 import { createMinter } from './auth/mint.js';
 import { createLimiter } from './limits/limiter.js';
 import { createListeners, type BoundAddresses } from './listen/servers.js';
-import { NO_USAGE, type UsageRecorder } from './metering/recorder.js';
+import { Meter } from './metering/meter.js';
+import type { UsageRecorder } from './metering/recorder.js';
+import { createUsageStore } from './metering/store.js';
 import { createLogger, type Logger } from './observability/log.js';
+import { createMetrics } from './observability/metrics.js';
 import { compileRoutes } from './routes/match.js';
 import { createPipeline } from './pipeline.js';
 import { connectRedis, whenReady } from './limits/redis-connection.js';
 import { createTenantStore } from './tenants/store.js';
 import { createClusters } from './upstream/clusters.js';
 import { createBrokerPools } from './upstream/pools.js';
-import { adminNotFound, answerProbe } from './admin/probes.js';
+import { createAdminHandler } from './admin/api.js';
+import { tenantRecordReader } from './admin/records.js';
 
 export interface AppOptions {
   log?: Logger;
   clock?: () => number;
+  /** Replaces metering as the pipeline's recorder (NO_USAGE switches it off); the usage API still reads the store. */
   usage?: UsageRecorder;
+  /** Metering flush period; default 1000 ms. */
+  usageFlushMs?: number;
+  /** What `/metrics` serves; default this process's registry. A multi-worker primary passes an aggregating one. */
+  metricsText?: () => Promise<string>;
 }
 
 export interface App {
   readonly addresses: BoundAddresses;
   readonly log: Logger;
-  /** Stops accepting, lets in-flight requests finish (up to drainMs), then releases everything. */
+  /** This process's metrics registry (for cluster aggregation: AggregatorRegistry.setRegistries([registry])). */
+  readonly metrics: Registry;
+  /** Stops accepting, lets in-flight requests finish (up to drainMs), flushes usage, then releases everything. */
   close(drainMs?: number): Promise<void>;
 }
 
@@ -38,7 +50,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   // One Redis connection for the limiter and the tenant store; null = in-memory, one instance.
   const redis = connectRedis(config.redis);
   if (redis) await whenReady(redis, 2000);
-  else log.info('no redis configured: limits and tenants are in memory (one instance only)');
+  else log.info('no redis configured: limits, tenants and usage are in memory (one instance only)');
   const tenants = await createTenantStore(config, { log, ...(redis ? { redis } : {}) });
   const verifier = createTokenVerifier(config.auth, { log, clock });
   const minter = config.upstreamIdentity.mode === 'mint' ? await createMinter(config.upstreamIdentity.mint, { clock }) : null;
@@ -46,11 +58,20 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   const limiter = createLimiter(config.redis, { log, clock, parkedSlotTtlMs: lp.maxTimeoutMs + 2 * lp.slackMs, ...(redis ? { redis } : {}) });
   const clusters = createClusters(config.upstream, { log, clock });
   const pools = createBrokerPools(config.upstream);
+  const meter = new Meter({ store: createUsageStore(redis, config.redis.keyPrefix), log, clock, ...(opts.usageFlushMs ? { flushMs: opts.usageFlushMs } : {}) });
+  const metrics = createMetrics({
+    limiterMode: () => limiter.mode(),
+    brokers: () => clusters.snapshot(tenants.all()),
+    usage: () => meter.lifetime(),
+    flush: () => meter.stats(),
+  });
+  redis?.on('error', () => metrics.redisError('main'));
   let draining = false;
 
   if (!config.auth.secret && !config.auth.publicKey && !config.auth.jwksUrl) {
     log.warn('no JWT key configured (auth.secret, auth.publicKey or auth.jwksUrl): every authenticated route answers 401');
   }
+  if (!config.server.admin.token) log.info('no server.admin.token: admin API disabled (probes and /metrics still answer)');
 
   const edge = createPipeline({
     config,
@@ -62,35 +83,42 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     clusters,
     pools,
     minter,
-    usage: opts.usage ?? NO_USAGE,
+    usage: opts.usage ?? meter,
+    metrics,
     log,
     clock,
   });
-  const readiness = {
-    notReadyReason: () => (draining ? 'draining' : limiter.mode() === 'closed' ? 'limiter unavailable (redis down, failMode closed)' : null),
-  };
-  const listeners = await createListeners(
-    config.server,
-    {
-      edge,
-      admin: (req, res) => {
-        if (!answerProbe(req, res, readiness)) adminNotFound(res);
-      },
+  const admin = createAdminHandler({
+    token: config.server.admin.token,
+    tenants,
+    tenantRecord: tenantRecordReader(config, redis),
+    usage: (id, from, to) => meter.usage(id, from, to),
+    brokers: () => clusters.snapshot(tenants.all()),
+    readiness: {
+      notReadyReason: () => (draining ? 'draining' : limiter.mode() === 'closed' ? 'limiter unavailable (redis down, failMode closed)' : null),
     },
-    { log },
-  );
+    metricsText: opts.metricsText ?? (() => metrics.text()),
+    log,
+    clock,
+  });
+  const listeners = await createListeners(config.server, { edge, admin }, { log });
 
   await Promise.all([verifier.start(), limiter.start()]);
   clusters.start(tenants.all());
+  meter.start();
   const addresses = await listeners.listen();
   log.info({ https: addresses.https, http: addresses.http, admin: addresses.admin }, 'queen-edge listening');
 
   return {
     addresses,
     log,
+    metrics: metrics.registry,
     async close(drainMs = config.server.drainTimeoutMs): Promise<void> {
       draining = true;
       await listeners.close(drainMs);
+      // Exchanges that finished last may still wait for their relayed body's parse (setImmediate).
+      await new Promise((r) => setImmediate(r));
+      await meter.close();
       verifier.close();
       await clusters.close();
       await Promise.all([limiter.close(), pools.close(), tenants.close()]);

@@ -9,12 +9,13 @@ import { isAllowed } from './auth/access.js';
 import { extractToken, type Identity, type TokenVerifier } from './auth/jwt.js';
 import type { UpstreamMinter } from './auth/mint.js';
 import type { RawConfig } from './config/schema.js';
-import { CORS_EXPOSED_HEADERS, preflightVerdict } from './cors/policy.js';
+import { actualResponseHeaders, preflightVerdict } from './cors/policy.js';
 import { edgeError, isEdgeError, renderError, type EdgeError, type ErrorCode } from './errors.js';
 import type { Limiter } from './limits/limiter.js';
 import type { EdgeRequest, EdgeResponse, RequestHandler } from './listen/servers.js';
 import type { UsageRecorder } from './metering/recorder.js';
 import type { Logger } from './observability/log.js';
+import type { LimitOutcome, RequestMetrics } from './observability/metrics.js';
 import type { RouteMatcher } from './routes/match.js';
 import { normalizeTarget } from './routes/match.js';
 import type { RouteSpec } from './routes/table.js';
@@ -23,7 +24,7 @@ import { parsePopQuery, type PopQuery } from './stages/pop-query.js';
 import { acceptableRequestId, upstreamHeaders } from './stages/upstream-headers.js';
 import type { Tenant, TenantDirectory } from './tenants/model.js';
 import type { Clusters } from './upstream/clusters.js';
-import { failureError, forwardOnce, type ForwardResult } from './upstream/forward.js';
+import { clientGone, failureError, forwardOnce, type ForwardResult } from './upstream/forward.js';
 import { popNamespaceLaneKey, popQueueLaneKey, pushLaneKey } from './upstream/lane-key.js';
 import type { BrokerPools } from './upstream/pools.js';
 
@@ -40,6 +41,7 @@ export interface PipelineDeps {
   readonly pools: BrokerPools;
   readonly minter: UpstreamMinter | null;
   readonly usage: UsageRecorder;
+  readonly metrics: RequestMetrics;
   readonly log: Logger;
   readonly clock: () => number;
 }
@@ -54,8 +56,19 @@ class RequestContext {
   code: ErrorCode | null = null;
   bytesIn = 0;
   bytesOut = 0;
-  /** Metering waits for the relayed body (recorded by afterResponse, not by finish). */
-  deferred = false;
+  /** Stopwatch start for the latency histograms (performance.now(): monotonic, sub-millisecond). */
+  readonly startedAt = performance.now();
+  /** Time spent in forwardOnce (dispatch to last relayed byte), ms. */
+  upstreamMs = 0;
+  /** The limiter's decision; null when it was not consulted. */
+  limit: LimitOutcome = null;
+  /** Push items of the request body (metering counts a transaction's from here). */
+  requestMessages = 0;
+  /** Metering waits until the relayed body is parsed (settleUsage), as well as for finish. */
+  awaitBody = false;
+  /** The parsed relayed body, for metering. */
+  response: unknown = undefined;
+  recorded = false;
   done = false;
   /** Headers the edge adds to whatever answer goes out (X-Request-Id, CORS, RateLimit). */
   headers: Record<string, string>;
@@ -82,7 +95,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     handle(req, res).catch((err: unknown) => {
       // A bug, never a client's doing: answer 502 if still possible, keep the process alive.
       log.error({ err }, 'pipeline failure');
-      if (!res.headersSent && !res.destroyed) send(res, null, edgeError('bad_gateway', 'internal error'));
+      if (!res.headersSent && !clientGone(res)) send(res, null, edgeError('bad_gateway', 'internal error'));
       else res.destroy();
     });
   };
@@ -115,9 +128,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         return;
       }
       if (!policy?.allows(origin)) return refuse(res, ctx, edgeError('forbidden', 'origin not allowed'));
-      ctx.headers['access-control-allow-origin'] = origin;
-      ctx.headers['access-control-expose-headers'] = CORS_EXPOSED_HEADERS;
-      ctx.headers.vary = 'Origin';
+      Object.assign(ctx.headers, actualResponseHeaders(origin));
     }
 
     // 3. Route: normalised once; unknown, operator-only and blocked routes are never forwarded.
@@ -148,6 +159,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         tenant = hostTenant ?? (defaultTenantId ? d.tenants.byId(defaultTenantId) : undefined);
         if (!tenant) return refuse(res, ctx, edgeError('forbidden', 'no tenant for this request'));
       }
+      ctx.tenant = tenant; // refusals from here on are metered for the tenant
       // 7. Authorize: role set against access set.
       if (!isAllowed(verified.roles, route.access)) return refuse(res, ctx, edgeError('forbidden', 'role not allowed on this route'));
       // 8. Tenant gates.
@@ -180,6 +192,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       const parsed = route.body === 'push' ? pushFacts(read) : route.body === 'transaction' ? transactionFacts(read) : route.body === 'ack' ? ackFacts(read) : null;
       if (isEdgeError(parsed)) return refuse(res, ctx, parsed);
       facts = parsed;
+      if (facts) ctx.requestMessages = facts.messages;
       if (facts && route.body === 'push' && facts.messages > tenant.limits.maxBatch) {
         return refuse(res, ctx, edgeError('invalid_request', `push of ${facts.messages} items exceeds the plan's maximum of ${tenant.limits.maxBatch}`));
       }
@@ -194,16 +207,23 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       const admitted = d.limiter.admit({ tenant, messages: facts?.messages ?? 0, ingressBytes: ctx.bytesIn, parkedPoll: pop?.wait ?? false });
       const admission = admitted instanceof Promise ? await admitted : admitted;
       if (admission.headers) Object.assign(ctx.headers, admission.headers);
+      ctx.limit = admission.refusal ? admission.refusal.code : 'admitted';
       if (admission.refusal) return refuse(res, ctx, admission.refusal);
       release = admission.release;
     }
+    // Metering and lease learning read the relayed body of pushes, pops and acks.
+    const capture = route.meter !== 'none' && route.meter !== 'transaction';
+    ctx.awaitBody = capture;
+    const parked = pop?.wait === true;
+    if (parked) d.metrics.parked(tenant.id, 1);
+    let result: ForwardResult | null = null;
     try {
-      if (res.destroyed) return;
+      if (clientGone(res)) return;
       // 10-12. Pick a broker for the lane, forward, relay.
       const authorization = await upstreamAuthorization(ctx.identity, tenant);
       const path = pop ? (pop.forwardQuery === '' ? target.path : `${target.path}?${pop.forwardQuery}`) : target.query === '' ? target.path : `${target.path}?${target.query}`;
       const timeout = pop?.wait ? pop.timeoutMs + lp.slackMs : upstreamCfg.requestTimeoutMs;
-      const result = await forwardToCluster(req, res, ctx, tenant, laneOf(route, match.params, pop, facts), {
+      result = await forwardToCluster(req, res, ctx, tenant, laneOf(route, match.params, pop, facts), {
         method: req.method as 'GET',
         path,
         headers: upstreamHeaders(req.headers, {
@@ -219,12 +239,14 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         body,
         headersTimeoutMs: timeout,
         bodyTimeoutMs: timeout,
-        capture: route.meter !== 'none' && route.meter !== 'transaction',
+        capture,
         responseHeaders: ctx.headers,
       });
-      if (result?.body) afterResponse(ctx, route, result);
     } finally {
       release?.();
+      if (parked) d.metrics.parked(tenant.id, -1);
+      if (result?.body) afterResponse(ctx, route, result);
+      else settleUsage(ctx, undefined);
     }
   }
 
@@ -246,7 +268,9 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       }
       ctx.broker = broker;
       d.clusters.begin(broker);
+      const sentAt = performance.now();
       const result = await forwardOnce(d.pools.get(broker), fwd, res);
+      ctx.upstreamMs += performance.now() - sentAt;
       d.clusters.end(broker);
       ctx.status = result.status;
       ctx.bytesOut = result.bytesOut;
@@ -265,7 +289,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         d.clusters.reportFailure(broker, result.failure === 'protocol' ? 'reset' : result.failure);
       }
       if (result.status !== 0) return null;
-      if (result.failure === 'connect' && !result.sent && !req.destroyed) {
+      if (result.failure === 'connect' && !result.sent && !clientGone(res)) {
         (tried ??= new Set()).add(broker);
         broker = d.clusters.pick(tenant, lane.key, tried);
         continue;
@@ -284,23 +308,42 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
 
   /** Lease learning and metering read the relayed body after it went out (never delaying it). */
   function afterResponse(ctx: RequestContext, route: RouteSpec, result: ForwardResult): void {
-    ctx.deferred = true;
     const broker = ctx.broker;
-    const tenantId = ctx.tenant?.id;
     setImmediate(() => {
       let doc: unknown;
       try {
         doc = JSON.parse(result.body!.toString('utf8'));
       } catch {
-        return;
+        doc = undefined;
       }
       if (route.lane === 'pop-queue' || route.lane === 'pop-ns') {
         const leaseId = (doc as { leaseId?: unknown } | null)?.leaseId;
         if (typeof leaseId === 'string' && broker) d.clusters.learnLease(leaseId, broker);
       }
-      if (tenantId !== undefined) {
-        d.usage.record({ tenantId, route, status: result.status, code: null, bytesIn: ctx.bytesIn, bytesOut: result.bytesOut, response: doc });
-      }
+      settleUsage(ctx, doc);
+    });
+  }
+
+  /** The relayed body is parsed, or there is none: record now if the response already finished. */
+  function settleUsage(ctx: RequestContext, doc: unknown): void {
+    ctx.response = doc;
+    ctx.awaitBody = false;
+    if (ctx.done) recordUsage(ctx);
+  }
+
+  /** One metering record per request, once it finished and its relayed body (if any) was parsed. */
+  function recordUsage(ctx: RequestContext): void {
+    if (ctx.recorded || !ctx.tenant || !ctx.route) return;
+    ctx.recorded = true;
+    d.usage.record({
+      tenantId: ctx.tenant.id,
+      route: ctx.route,
+      status: ctx.status,
+      code: ctx.code,
+      bytesIn: ctx.bytesIn,
+      bytesOut: ctx.bytesOut,
+      requestMessages: ctx.requestMessages,
+      response: ctx.response,
     });
   }
 
@@ -310,14 +353,13 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     send(res, ctx, err);
   }
 
-  /** One access-log line and one metering record per request, whichever way it ended. */
+  /** One access-log line, one metrics observation and one metering record per request, whichever way it ended. */
   function finish(req: EdgeRequest, ctx: RequestContext): void {
     if (ctx.done) return;
     ctx.done = true;
     const durationMs = d.clock() - ctx.startMs;
-    if (ctx.tenant && ctx.route && !ctx.deferred) {
-      d.usage.record({ tenantId: ctx.tenant.id, route: ctx.route, status: ctx.status, code: ctx.code, bytesIn: ctx.bytesIn, bytesOut: ctx.bytesOut, response: undefined });
-    }
+    if (!ctx.awaitBody) recordUsage(ctx);
+    d.metrics.request(ctx.tenant?.id ?? null, ctx.route?.name ?? null, ctx.status, ctx.code, performance.now() - ctx.startedAt, ctx.upstreamMs, ctx.limit);
     if (!accessLog) return;
     const traceparent = ONE_OF(req.headers.traceparent);
     log.info({
@@ -400,7 +442,7 @@ function closeAfterResponse(req: EdgeRequest, res: EdgeResponse): void {
 }
 
 function send(res: EdgeResponse, ctx: RequestContext | null, err: EdgeError): void {
-  if (res.headersSent || res.destroyed) return;
+  if (res.headersSent || clientGone(res)) return;
   const r = renderError(err);
   res.writeHead(r.status, ctx ? { ...ctx.headers, ...r.headers } : r.headers);
   res.end(r.body);

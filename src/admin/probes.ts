@@ -29,8 +29,3 @@ export function answerProbe(req: EdgeRequest, res: EdgeResponse, readiness: Read
   }
   return false;
 }
-
-/** The JSON 404 of the admin listener. */
-export function adminNotFound(res: EdgeResponse): void {
-  json(res, 404, { error: 'not found', code: 'route_not_found' });
-}

@@ -15,13 +15,16 @@ export interface Exchange {
   readonly code: ErrorCode | null;
   readonly bytesIn: number;
   readonly bytesOut: number;
+  /** Items the request body pushes (push items, transaction push items); 0 for other routes. */
+  readonly requestMessages: number;
   /** Parsed 200/201 response body for push, pop and ack routes; undefined otherwise. */
   readonly response: unknown;
 }
 
+/** Receives every finished exchange; must not throw and must not do I/O inline. */
 export interface UsageRecorder {
   record(x: Exchange): void;
 }
 
-/** Counts nothing: the recorder in force until metering is configured. */
+/** Counts nothing: switches metering off (tests, benchmarks). */
 export const NO_USAGE: UsageRecorder = Object.freeze({ record(): void {} });

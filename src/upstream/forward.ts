@@ -74,6 +74,11 @@ export function failureError(failure: UpstreamFailure): EdgeError {
   return failure === 'timeout' ? edgeError('upstream_timeout') : edgeError('bad_gateway');
 }
 
+/** True once the client's side is gone; h2 compat responses report it on their stream only. */
+export function clientGone(res: EdgeResponse): boolean {
+  return 'stream' in res ? res.stream.destroyed : res.destroyed;
+}
+
 class ClientAbort extends Error {
   readonly code = 'UND_ERR_ABORTED';
 }
@@ -86,10 +91,16 @@ class ClientAbort extends Error {
 export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResponse): Promise<ForwardResult> {
   return new Promise<ForwardResult>((resolve) => {
     const result: ForwardResult = { status: 0, bytesOut: 0, sent: false, failure: null, body: null };
+    // A client that left before this point already emitted 'close': nothing to send upstream.
+    if (clientGone(res)) {
+      result.failure = 'client_aborted';
+      resolve(result);
+      return;
+    }
     let abortUpstream: ((err: Error) => void) | null = null;
     let finished = false;
     let chunks: Buffer[] | null = null;
-    let clientGone = false;
+    let clientLeft = false;
 
     const finish = () => {
       if (finished) return;
@@ -99,8 +110,9 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
       resolve(result);
     };
     const onClientClose = () => {
-      if (finished || res.writableFinished) return;
-      clientGone = true;
+      // writableEnded, not writableFinished: an h2 stream reset sets writableFinished before 'close'.
+      if (finished || res.writableEnded) return;
+      clientLeft = true;
       result.failure = 'client_aborted';
       abortUpstream?.(new ClientAbort('client disconnected'));
     };
@@ -121,10 +133,10 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
         onConnect(abort: (err?: Error) => void) {
           abortUpstream = abort;
           result.sent = true;
-          if (clientGone) abort(new ClientAbort('client disconnected'));
+          if (clientLeft) abort(new ClientAbort('client disconnected'));
         },
         onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
-          if (clientGone) return false;
+          if (clientLeft) return false;
           const headers: Record<string, string | string[]> = {};
           let announcedBody = false;
           for (let i = 0; i < rawHeaders.length; i += 2) {
@@ -172,7 +184,7 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
         },
         onError(err: Error) {
           if (finished) return;
-          result.failure = clientGone ? 'client_aborted' : classifyUpstreamError(err);
+          result.failure = clientLeft ? 'client_aborted' : classifyUpstreamError(err);
           // Once the head went out, a client can only learn of a broken body by a broken stream.
           if (result.status !== 0 && !res.writableEnded) res.destroy();
           finish();

@@ -1,0 +1,327 @@
+/**
+ * The admin listener's handler (DESIGN §8, issue 5 §2): probes, `/metrics`, and the admin API
+ * under `/admin/v1`, JSON in and out, behind `Authorization: Bearer <server.admin.token>`.
+ *
+ * - No token configured (null or empty): `/admin/*` answers 404, probes and metrics still work.
+ * - The token is compared in constant time (SHA-256 digests of both sides, timingSafeEqual), so
+ *   neither its content nor its length leaks through timing.
+ * - `/metrics` needs no token: scrapers rarely carry one, and the admin listener is meant to be
+ *   loopback or cluster-internal (it binds 127.0.0.1 by default).
+ * - Writes go through the tenant store's writers (schema-checked, problems by path), which
+ *   publish the change so every instance reloads within a second; each change is logged with
+ *   the admin token's id (first 8 hex digits of its SHA-256) and what changed.
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import FindMyWay from 'find-my-way';
+import type { RawTenant } from '../config/schema.js';
+import type { EdgeRequest, EdgeResponse, RequestHandler } from '../listen/servers.js';
+import { rollUp, UsageCounts, type Granularity } from '../metering/counts.js';
+import type { Logger } from '../observability/log.js';
+import { readBody } from '../stages/body.js';
+import type { Plan, Tenant } from '../tenants/model.js';
+import type { TenantStore, WriteResult } from '../tenants/store.js';
+import type { ClusterSnapshot } from '../upstream/clusters.js';
+import { answerProbe, type Readiness } from './probes.js';
+import { isEdgeError } from '../errors.js';
+
+/** What the admin handler reads and writes. */
+export interface AdminDeps {
+  /** server.admin.token; null or '' disables the admin API. */
+  readonly token: string | null;
+  readonly tenants: TenantStore;
+  /** The raw record in force for a tenant (Redis record or config file entry), for GET. */
+  readonly tenantRecord: (id: string) => Promise<RawTenant | null>;
+  readonly usage: (tenantId: string, fromMs: number, toMs: number) => Promise<Map<number, UsageCounts>>;
+  readonly brokers: () => ClusterSnapshot[];
+  readonly readiness: Readiness;
+  /** Prometheus exposition text; a multi-worker supervisor passes an aggregating one. */
+  readonly metricsText: () => Promise<string>;
+  readonly log: Logger;
+  readonly clock: () => number;
+}
+
+/** The admin API's refusals (its own small catalogue: operators, not tenants, read these). */
+const ADMIN_ERRORS = {
+  invalid_request: 400,
+  unauthorized: 401,
+  not_found: 404,
+  read_only: 409,
+  unavailable: 503,
+} as const;
+type AdminCode = keyof typeof ADMIN_ERRORS;
+
+class AdminError {
+  constructor(
+    readonly code: AdminCode,
+    readonly message: string,
+    readonly problems?: readonly string[],
+  ) {}
+}
+
+const BODY_LIMIT = 1024 * 1024;
+const MAX_USAGE_RANGE_MS = 366 * 24 * 3600 * 1000;
+const GRANULARITIES: readonly Granularity[] = ['hour', 'day', 'month'];
+const ID_RE = /^[A-Za-z0-9._-]{1,128}$/;
+
+interface Call {
+  readonly req: EdgeRequest;
+  readonly params: Readonly<Record<string, string | undefined>>;
+  readonly query: URLSearchParams;
+  /** Id of the admin token (for change logs). */
+  readonly who: string;
+}
+type Reply = { status: number; body?: unknown };
+type Action = (c: Call) => Promise<Reply | AdminError>;
+
+function sha256(text: string): Buffer {
+  return createHash('sha256').update(text).digest();
+}
+
+function send(res: EdgeResponse, status: number, body: unknown): void {
+  if (res.headersSent || res.destroyed) return;
+  if (body === undefined) {
+    res.writeHead(status, { 'cache-control': 'no-store' });
+    res.end();
+    return;
+  }
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)), 'cache-control': 'no-store' });
+  res.end(text);
+}
+
+/** The one place admin refusals are rendered: `{"error","code"}` plus `problems` for bad bodies. */
+function sendError(res: EdgeResponse, e: AdminError): void {
+  send(res, ADMIN_ERRORS[e.code], e.problems ? { error: e.message, code: e.code, problems: e.problems } : { error: e.message, code: e.code });
+}
+
+function tenantSummary(t: Tenant, store: TenantStore): Record<string, unknown> {
+  return {
+    id: t.id,
+    status: t.status,
+    plan: t.plan.id,
+    hosts: t.hosts,
+    brokers: t.brokers,
+    storage: { usedBytes: store.storageUsed(t.id) ?? null, blocked: store.storageBlocked(t.id) },
+  };
+}
+
+function planView(p: Plan): Record<string, unknown> {
+  return { id: p.id, features: [...p.features], limits: p.limits, quotas: p.quotas, storageBytes: p.storageBytes };
+}
+
+function countsView(c: UsageCounts): Record<string, unknown> {
+  return {
+    requests: c.requests,
+    messagesPushed: c.messagesPushed,
+    messagesDelivered: c.messagesDelivered,
+    acks: c.acks,
+    ingressBytes: c.ingressBytes,
+    egressBytes: c.egressBytes,
+    refusals: c.refusals,
+  };
+}
+
+function writeRefusal(r: WriteResult, what: string): AdminError | null {
+  return r.ok ? null : new AdminError('invalid_request', `invalid ${what}: ${r.problems.join('; ')}`, r.problems);
+}
+
+/** Builds the admin listener's request handler. */
+export function createAdminHandler(d: AdminDeps): RequestHandler {
+  const expected = d.token ? sha256(d.token) : null;
+  const who = d.token ? sha256(d.token).toString('hex').slice(0, 8) : '';
+  const router = FindMyWay({ caseSensitive: true, ignoreTrailingSlash: true });
+  const noop = () => undefined;
+  const on = (method: 'GET' | 'PUT' | 'POST' | 'DELETE', path: string, action: Action) => router.on(method, path, noop, action);
+
+  const logChange = (c: Call, action: string, target: string, change?: unknown) =>
+    d.log.info({ admin: c.who, action, target, ...(change === undefined ? {} : { change }) }, 'admin change');
+
+  /** Guards every write: the store refuses them without Redis; ids must fit keys and URLs. */
+  const writable = (id: string): AdminError | null => {
+    if (d.tenants.backing !== 'redis') return new AdminError('read_only', 'no Redis configured: tenants and plans come from the config file only');
+    if (!ID_RE.test(id)) return new AdminError('invalid_request', `id: must match ${ID_RE.source}`);
+    return null;
+  };
+
+  const tenantDetail = async (t: Tenant): Promise<Record<string, unknown>> => {
+    const record = await d.tenantRecord(t.id);
+    return {
+      ...tenantSummary(t, d.tenants),
+      cors: { origins: record?.cors.origins ?? [] },
+      limits: record?.limits ?? {},
+      boundedLoadFactor: t.boundedLoadFactor,
+      effectiveLimits: t.limits,
+    };
+  };
+
+  const existing = (id: string): Tenant | AdminError => d.tenants.byId(id) ?? new AdminError('not_found', `no tenant "${id}"`);
+
+  on('GET', '/admin/v1/tenants', async () => ({ status: 200, body: { tenants: [...d.tenants.all()].map((t) => tenantSummary(t, d.tenants)) } }));
+
+  on('GET', '/admin/v1/tenants/:id', async (c) => {
+    const t = existing(c.params.id!);
+    return t instanceof AdminError ? t : { status: 200, body: await tenantDetail(t) };
+  });
+
+  on('PUT', '/admin/v1/tenants/:id', async (c) => {
+    const id = c.params.id!;
+    const body = await jsonBody(c.req);
+    if (body instanceof AdminError) return body;
+    const refused = writable(id) ?? writeRefusal(await d.tenants.putTenant(id, body), 'tenant');
+    if (refused) return refused;
+    logChange(c, 'tenant.put', id, body);
+    return { status: 200, body: await tenantDetail(d.tenants.byId(id)!) };
+  });
+
+  on('DELETE', '/admin/v1/tenants/:id', async (c) => {
+    const id = c.params.id!;
+    const refused = writable(id);
+    if (refused) return refused;
+    if (!(await d.tenants.deleteTenant(id))) return new AdminError('not_found', `no tenant "${id}"`);
+    logChange(c, 'tenant.delete', id);
+    return { status: 204 };
+  });
+
+  for (const [verb, status] of [['suspend', 'suspended'], ['resume', 'active']] as const) {
+    on('POST', `/admin/v1/tenants/:id/${verb}`, async (c) => {
+      const id = c.params.id!;
+      const t = existing(id);
+      if (t instanceof AdminError) return t;
+      const refused = writable(id) ?? writeRefusal(await d.tenants.setStatus(id, status), 'status');
+      if (refused) return refused;
+      logChange(c, `tenant.${verb}`, id);
+      return { status: 200, body: await tenantDetail(d.tenants.byId(id)!) };
+    });
+  }
+
+  on('PUT', '/admin/v1/tenants/:id/storage', async (c) => {
+    const id = c.params.id!;
+    const t = existing(id);
+    if (t instanceof AdminError) return t;
+    const body = await jsonBody(c.req);
+    if (body instanceof AdminError) return body;
+    const keys = body && typeof body === 'object' && !Array.isArray(body) ? Object.keys(body) : null;
+    const usedBytes = (body as { usedBytes?: unknown } | null)?.usedBytes;
+    if (!keys || keys.length !== 1 || typeof usedBytes !== 'number' || !Number.isSafeInteger(usedBytes) || usedBytes < 0) {
+      return new AdminError('invalid_request', 'usedBytes: must be a non-negative integer (and the only field)', ['usedBytes: must be a non-negative integer']);
+    }
+    const refused = writable(id) ?? writeRefusal(await d.tenants.setStorageUsed(id, usedBytes), 'storage');
+    if (refused) return refused;
+    logChange(c, 'tenant.storage', id, { usedBytes });
+    return { status: 200, body: tenantSummary(d.tenants.byId(id)!, d.tenants) };
+  });
+
+  on('GET', '/admin/v1/plans/:id', async (c) => {
+    const p = d.tenants.planById(c.params.id!);
+    return p ? { status: 200, body: planView(p) } : new AdminError('not_found', `no plan "${c.params.id}"`);
+  });
+
+  on('PUT', '/admin/v1/plans/:id', async (c) => {
+    const id = c.params.id!;
+    const body = await jsonBody(c.req);
+    if (body instanceof AdminError) return body;
+    const refused = writable(id) ?? writeRefusal(await d.tenants.putPlan(id, body), 'plan');
+    if (refused) return refused;
+    logChange(c, 'plan.put', id, body);
+    return { status: 200, body: planView(d.tenants.planById(id)!) };
+  });
+
+  on('GET', '/admin/v1/tenants/:id/usage', async (c) => {
+    const id = c.params.id!;
+    if (!ID_RE.test(id) && !d.tenants.byId(id)) return new AdminError('invalid_request', `id: must match ${ID_RE.source}`);
+    const range = usageRange(c.query, d.clock());
+    if (range instanceof AdminError) return range;
+    // Deleted tenants stay readable: their last period still has to be billed.
+    const hours = await d.usage(id, range.fromMs, range.toMs);
+    const total = new UsageCounts();
+    for (const h of hours.values()) total.add(h);
+    return {
+      status: 200,
+      body: {
+        tenant: id,
+        from: new Date(range.fromMs).toISOString(),
+        to: new Date(range.toMs).toISOString(),
+        granularity: range.granularity,
+        buckets: rollUp(hours, range.granularity).map((b) => ({ start: new Date(b.start).toISOString(), ...countsView(b.counts) })),
+        total: countsView(total),
+      },
+    };
+  });
+
+  on('GET', '/admin/v1/brokers', async () => ({ status: 200, body: { clusters: d.brokers() } }));
+
+  const authorized = (req: EdgeRequest): boolean => {
+    const header = req.headers.authorization;
+    if (expected === null || typeof header !== 'string' || !/^bearer /i.test(header)) return false;
+    return timingSafeEqual(sha256(header.slice(7).trim()), expected);
+  };
+
+  const serve = async (req: EdgeRequest, res: EdgeResponse): Promise<void> => {
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    const path = q === -1 ? url : url.slice(0, q);
+    if (path === '/metrics' && req.method === 'GET') {
+      const text = await d.metricsText();
+      res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8', 'cache-control': 'no-store' });
+      res.end(text);
+      return;
+    }
+    if (expected === null || !(path === '/admin' || path.startsWith('/admin/'))) return sendError(res, new AdminError('not_found', 'not found'));
+    if (!authorized(req)) {
+      res.setHeader('www-authenticate', 'Bearer');
+      return sendError(res, new AdminError('unauthorized', 'missing or invalid admin token'));
+    }
+    const found = router.find(req.method as 'GET', path);
+    if (!found) return sendError(res, new AdminError('not_found', 'no such admin route'));
+    const call: Call = { req, params: found.params, query: new URLSearchParams(q === -1 ? '' : url.slice(q + 1)), who };
+    let out: Reply | AdminError;
+    try {
+      out = await (found.store as Action)(call);
+    } catch (err) {
+      d.log.warn({ err, path }, 'admin API: store unavailable');
+      out = new AdminError('unavailable', 'tenant or usage store unavailable (Redis)');
+    }
+    if (out instanceof AdminError) sendError(res, out);
+    else send(res, out.status, out.body);
+  };
+
+  return (req, res) => {
+    if (answerProbe(req, res, d.readiness)) return;
+    serve(req, res).catch((err: unknown) => {
+      d.log.error({ err }, 'admin handler failure');
+      if (!res.headersSent) sendError(res, new AdminError('unavailable', 'internal error'));
+      else res.destroy();
+    });
+  };
+}
+
+/** The request body as JSON; a refusal for an oversized or malformed one. */
+async function jsonBody(req: EdgeRequest): Promise<unknown | AdminError> {
+  const buf = await readBody(req, BODY_LIMIT);
+  if (isEdgeError(buf)) return new AdminError('invalid_request', buf.message);
+  try {
+    return JSON.parse(buf.toString('utf8'));
+  } catch (err) {
+    return new AdminError('invalid_request', `malformed JSON: ${(err as Error).message}`);
+  }
+}
+
+/** `from`/`to` (ISO 8601; default: this UTC month so far) and `granularity` (default day). */
+function usageRange(query: URLSearchParams, now: number): { fromMs: number; toMs: number; granularity: Granularity } | AdminError {
+  const d = new Date(now);
+  const parse = (name: string, fallback: number): number | AdminError => {
+    const v = query.get(name);
+    if (v === null) return fallback;
+    const ms = Date.parse(v);
+    return Number.isNaN(ms) ? new AdminError('invalid_request', `${name}: not an ISO 8601 date-time`) : ms;
+  };
+  const fromMs = parse('from', Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1));
+  if (fromMs instanceof AdminError) return fromMs;
+  const toMs = parse('to', now + 1);
+  if (toMs instanceof AdminError) return toMs;
+  const g = query.get('granularity') ?? 'day';
+  if (!GRANULARITIES.includes(g as Granularity)) return new AdminError('invalid_request', 'granularity: must be hour, day or month');
+  if (toMs <= fromMs) return new AdminError('invalid_request', 'to: must be after from');
+  if (toMs - fromMs > MAX_USAGE_RANGE_MS) return new AdminError('invalid_request', 'to: range longer than 366 days');
+  return { fromMs, toMs, granularity: g as Granularity };
+}

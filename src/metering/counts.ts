@@ -1,0 +1,157 @@
+/**
+ * What one exchange adds to a tenant's usage (DESIGN §7), and the arithmetic of usage buckets:
+ * pure functions on plain values. Counting rules:
+ * - push: items of the broker's response array whose status is `queued` or `duplicate`;
+ * - pop: length of `messages` in a 200 response (a 204 delivers nothing);
+ * - ack, ack batch: items of the response array with `success: true`;
+ * - transaction: the push items of the request, when the broker answered 2xx (all or nothing).
+ */
+import type { ErrorCode } from '../errors.js';
+import type { Exchange } from './recorder.js';
+
+export const HOUR_MS = 3_600_000;
+
+/** Bucket sizes usage can be read in. */
+export type Granularity = 'hour' | 'day' | 'month';
+
+/** A tenant's usage over one bucket (an hour, or a sum of hours). */
+export class UsageCounts {
+  requests = 0;
+  messagesPushed = 0;
+  messagesDelivered = 0;
+  acks = 0;
+  ingressBytes = 0;
+  egressBytes = 0;
+  /** Refusals by code; only codes that occurred. */
+  refusals: Partial<Record<ErrorCode, number>> = {};
+
+  /** Adds another bucket into this one. */
+  add(o: UsageCounts): void {
+    this.requests += o.requests;
+    this.messagesPushed += o.messagesPushed;
+    this.messagesDelivered += o.messagesDelivered;
+    this.acks += o.acks;
+    this.ingressBytes += o.ingressBytes;
+    this.egressBytes += o.egressBytes;
+    for (const [code, n] of Object.entries(o.refusals) as [ErrorCode, number][]) this.refusals[code] = (this.refusals[code] ?? 0) + n;
+  }
+}
+
+/** Short names of the numeric fields, as stored in Redis hashes (`<hh>:<name>`). */
+export const FIELD_NAMES = {
+  requests: 'req',
+  messagesPushed: 'push',
+  messagesDelivered: 'pop',
+  acks: 'ack',
+  ingressBytes: 'in',
+  egressBytes: 'out',
+} as const satisfies Record<Exclude<keyof UsageCounts, 'refusals' | 'add'>, string>;
+
+type NumericField = keyof typeof FIELD_NAMES;
+const NUMERIC = Object.keys(FIELD_NAMES) as NumericField[];
+const BY_SHORT = new Map<string, NumericField>(NUMERIC.map((f) => [FIELD_NAMES[f], f]));
+/** Refusal fields are `r.<code>`. */
+const REFUSAL_PREFIX = 'r.';
+
+/** Adds one exchange to `c`. Runs on every request: no allocation beyond a first refusal key. */
+export function countExchange(c: UsageCounts, x: Exchange): void {
+  c.requests++;
+  c.ingressBytes += x.bytesIn;
+  c.egressBytes += x.bytesOut;
+  if (x.code !== null) c.refusals[x.code] = (c.refusals[x.code] ?? 0) + 1;
+  switch (x.route.meter) {
+    case 'push':
+      c.messagesPushed += pushedItems(x.response);
+      break;
+    case 'pop':
+      if (x.status === 200) c.messagesDelivered += deliveredMessages(x.response);
+      break;
+    case 'ack':
+      c.acks += ackedItems(x.response);
+      break;
+    case 'transaction':
+      if (x.status >= 200 && x.status < 300) c.messagesPushed += x.requestMessages;
+      break;
+    case 'none':
+      break;
+  }
+}
+
+/** Seed "Push": one entry per item; queued and duplicate items were accepted. */
+export function pushedItems(doc: unknown): number {
+  if (!Array.isArray(doc)) return 0;
+  let n = 0;
+  for (const item of doc) {
+    const status = (item as { status?: unknown } | null)?.status;
+    if (status === 'queued' || status === 'duplicate') n++;
+  }
+  return n;
+}
+
+/** Seed "Pop": the messages of a 200 response. */
+export function deliveredMessages(doc: unknown): number {
+  const messages = (doc as { messages?: unknown } | null)?.messages;
+  return Array.isArray(messages) ? messages.length : 0;
+}
+
+/** Seed "Ack": a rejected ack is a 200 item with `success: false`; only successes count. */
+export function ackedItems(doc: unknown): number {
+  if (!Array.isArray(doc)) return 0;
+  let n = 0;
+  for (const item of doc) if ((item as { success?: unknown } | null)?.success === true) n++;
+  return n;
+}
+
+/** The `[field, increment]` pairs of one hour's counts (zeros left out), for a day hash. */
+export function hourFields(hourOfDay: number, c: UsageCounts): Array<[string, number]> {
+  const hh = hourOfDay < 10 ? `0${hourOfDay}` : String(hourOfDay);
+  const out: Array<[string, number]> = [];
+  for (const f of NUMERIC) if (c[f] !== 0) out.push([`${hh}:${FIELD_NAMES[f]}`, c[f]]);
+  for (const [code, n] of Object.entries(c.refusals)) if (n) out.push([`${hh}:${REFUSAL_PREFIX}${code}`, n]);
+  return out;
+}
+
+/** Parses a day hash (`<hh>:<name>` → count) into hour start → counts. Unknown fields are skipped. */
+export function parseDayHash(dayStartMs: number, hash: Readonly<Record<string, string>>): Map<number, UsageCounts> {
+  const hours = new Map<number, UsageCounts>();
+  for (const [field, value] of Object.entries(hash)) {
+    const hh = Number(field.slice(0, 2));
+    const name = field.slice(3);
+    const n = Number(value);
+    if (field[2] !== ':' || !Number.isInteger(hh) || hh < 0 || hh > 23 || !Number.isFinite(n)) continue;
+    const start = dayStartMs + hh * HOUR_MS;
+    let c = hours.get(start);
+    if (!c) hours.set(start, (c = new UsageCounts()));
+    const numeric = BY_SHORT.get(name);
+    if (numeric) c[numeric] += n;
+    else if (name.startsWith(REFUSAL_PREFIX)) {
+      const code = name.slice(REFUSAL_PREFIX.length) as ErrorCode;
+      c.refusals[code] = (c.refusals[code] ?? 0) + n;
+    }
+  }
+  return hours;
+}
+
+/** Start of the UTC bucket of `granularity` holding `ms`. */
+export function bucketStart(ms: number, granularity: Granularity): number {
+  if (granularity === 'hour') return ms - (((ms % HOUR_MS) + HOUR_MS) % HOUR_MS);
+  const d = new Date(ms);
+  return granularity === 'day' ? Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate()) : Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
+}
+
+/** `yyyymmdd` of the UTC day holding `ms`. */
+export function dayId(ms: number): string {
+  return new Date(ms).toISOString().slice(0, 10).replaceAll('-', '');
+}
+
+/** Hourly counts regrouped into buckets of `granularity`, in time order. */
+export function rollUp(hours: ReadonlyMap<number, UsageCounts>, granularity: Granularity): Array<{ start: number; counts: UsageCounts }> {
+  const buckets = new Map<number, UsageCounts>();
+  for (const [hour, c] of hours) {
+    const start = bucketStart(hour, granularity);
+    let b = buckets.get(start);
+    if (!b) buckets.set(start, (b = new UsageCounts()));
+    b.add(c);
+  }
+  return [...buckets].sort((a, b) => a[0] - b[0]).map(([start, counts]) => ({ start, counts }));
+}

@@ -1,0 +1,152 @@
+/**
+ * Where flushed usage lives (DESIGN §7): Redis, shared by every instance, or memory when no Redis
+ * is configured (one instance). Redis layout (all under one hash tag, so one script call can
+ * write a whole batch on Redis Cluster too):
+ *   <p>{usage}:d:<tenant>:<yyyymmdd>   HASH `<hh>:<field>` → count (fields in counts.ts), kept RETENTION_DAYS
+ *   <p>{usage}:seq:<instance>          last batch sequence number applied for an instance
+ * A batch is applied by one Lua script only when its sequence number is above the instance's
+ * last one, so a retry of a batch whose reply was lost (timeout, connection cut) counts once.
+ */
+import { Cluster, type Redis } from 'ioredis';
+import type { RedisClient } from '../limits/redis-connection.js';
+import { HOUR_MS, UsageCounts, dayId, hourFields, parseDayHash } from './counts.js';
+
+/** Counts of one flush: tenant → hour start (ms) → counts. */
+export type UsageBatch = ReadonlyMap<string, ReadonlyMap<number, UsageCounts>>;
+
+/** The usage backend behind the meter. */
+export interface UsageStore {
+  readonly backing: 'redis' | 'memory';
+  /** Applies a batch unless this instance already applied `seq` or a later one. */
+  apply(instanceId: string, seq: number, batch: UsageBatch): Promise<void>;
+  /** A tenant's hourly counts for hours starting in [fromMs, toMs). */
+  read(tenantId: string, fromMs: number, toMs: number): Promise<Map<number, UsageCounts>>;
+  close(): Promise<void>;
+}
+
+/** Hourly usage is kept this long (billing periods plus disputes). */
+export const RETENTION_DAYS = 400;
+const DAY_MS = 24 * HOUR_MS;
+/** A sequence key outlives any retry loop of a live instance by far. */
+const SEQ_TTL_SEC = 7 * 24 * 3600;
+/** A flush carries at most a second of counts; reads may pipeline a year of days. */
+const COMMAND_TIMEOUT_MS = 2000;
+
+/** KEYS: seq key, then day keys. ARGV: seq, ttl, seq ttl, then per day key: n, n × (field, incr). */
+const APPLY_LUA = `
+local seq = tonumber(ARGV[1])
+local last = tonumber(redis.call('GET', KEYS[1]) or '0')
+if seq <= last then return 0 end
+local ttl = tonumber(ARGV[2])
+local a = 4
+for k = 2, #KEYS do
+  local n = tonumber(ARGV[a])
+  a = a + 1
+  for i = 1, n do
+    redis.call('HINCRBY', KEYS[k], ARGV[a], ARGV[a + 1])
+    a = a + 2
+  end
+  redis.call('EXPIRE', KEYS[k], ttl)
+end
+redis.call('SET', KEYS[1], seq, 'EX', tonumber(ARGV[3]))
+return 1
+`;
+
+type ApplyCommand = (numKeys: number, ...args: Array<string | number>) => Promise<number>;
+
+class RedisUsageStore implements UsageStore {
+  readonly backing = 'redis';
+  readonly #redis: RedisClient;
+  readonly #prefix: string;
+
+  constructor(shared: RedisClient, prefix: string) {
+    // Its own connection: a flush never queues behind (or ahead of) the limiter's EVALSHA, and it
+    // may take longer than the limiter's fail-fast command timeout.
+    const redis = shared instanceof Cluster
+      ? shared.duplicate(undefined, { redisOptions: { ...shared.options.redisOptions, commandTimeout: COMMAND_TIMEOUT_MS } })
+      : (shared as Redis).duplicate({ commandTimeout: COMMAND_TIMEOUT_MS });
+    redis.on('error', () => {});
+    redis.defineCommand('qeUsageApply', { lua: APPLY_LUA });
+    this.#redis = redis;
+    this.#prefix = prefix;
+  }
+
+  #dayKey(tenantId: string, day: string): string {
+    return `${this.#prefix}{usage}:d:${tenantId}:${day}`;
+  }
+
+  async apply(instanceId: string, seq: number, batch: UsageBatch): Promise<void> {
+    const days = new Map<string, Array<[string, number]>>();
+    for (const [tenantId, hours] of batch) {
+      for (const [hour, counts] of hours) {
+        const key = this.#dayKey(tenantId, dayId(hour));
+        let fields = days.get(key);
+        if (!fields) days.set(key, (fields = []));
+        fields.push(...hourFields(new Date(hour).getUTCHours(), counts));
+      }
+    }
+    const keys = [`${this.#prefix}{usage}:seq:${instanceId}`, ...days.keys()];
+    const args: Array<string | number> = [seq, RETENTION_DAYS * 24 * 3600, SEQ_TTL_SEC];
+    for (const fields of days.values()) {
+      args.push(fields.length);
+      for (const [f, n] of fields) args.push(f, n);
+    }
+    await (this.#redis as unknown as { qeUsageApply: ApplyCommand }).qeUsageApply(keys.length, ...keys, ...args);
+  }
+
+  async read(tenantId: string, fromMs: number, toMs: number): Promise<Map<number, UsageCounts>> {
+    const starts: number[] = [];
+    for (let day = fromMs - (fromMs % DAY_MS); day < toMs; day += DAY_MS) starts.push(day);
+    const pipe = this.#redis.pipeline();
+    for (const day of starts) pipe.hgetall(this.#dayKey(tenantId, dayId(day)));
+    const replies = (await pipe.exec()) ?? [];
+    const out = new Map<number, UsageCounts>();
+    replies.forEach(([err, hash], i) => {
+      if (err) throw err;
+      for (const [hour, c] of parseDayHash(starts[i]!, hash as Record<string, string>)) if (hour >= fromMs && hour < toMs) out.set(hour, c);
+    });
+    return out;
+  }
+
+  async close(): Promise<void> {
+    await this.#redis.quit().catch(() => this.#redis.disconnect());
+  }
+}
+
+class MemoryUsageStore implements UsageStore {
+  readonly backing = 'memory';
+  readonly #tenants = new Map<string, Map<number, UsageCounts>>();
+  readonly #applied = new Map<string, number>();
+
+  async apply(instanceId: string, seq: number, batch: UsageBatch): Promise<void> {
+    if ((this.#applied.get(instanceId) ?? 0) >= seq) return;
+    this.#applied.set(instanceId, seq);
+    for (const [tenantId, hours] of batch) {
+      let kept = this.#tenants.get(tenantId);
+      if (!kept) this.#tenants.set(tenantId, (kept = new Map()));
+      for (const [hour, c] of hours) {
+        let k = kept.get(hour);
+        if (!k) kept.set(hour, (k = new UsageCounts()));
+        k.add(c);
+      }
+    }
+  }
+
+  async read(tenantId: string, fromMs: number, toMs: number): Promise<Map<number, UsageCounts>> {
+    const out = new Map<number, UsageCounts>();
+    for (const [hour, c] of this.#tenants.get(tenantId) ?? []) {
+      if (hour < fromMs || hour >= toMs) continue;
+      const copy = new UsageCounts();
+      copy.add(c);
+      out.set(hour, copy);
+    }
+    return out;
+  }
+
+  async close(): Promise<void> {}
+}
+
+/** Redis-backed when a client is given (the store opens its own connection from it), else memory. */
+export function createUsageStore(redis: RedisClient | null, keyPrefix: string): UsageStore {
+  return redis ? new RedisUsageStore(redis, keyPrefix) : new MemoryUsageStore();
+}

@@ -1,0 +1,260 @@
+/**
+ * Prometheus metrics (issue 5 §4) on a registry owned by app.ts, never prom-client's global one.
+ *
+ * Hot path: request() and parked() bump plain counters in nested Maps keyed by strings the
+ * pipeline already holds (tenant id, route name, code), so a request allocates nothing here;
+ * prom-client's own label hashing runs only at scrape time, in collect(). The two latency
+ * histograms use prom-client children cached per route name.
+ *
+ * Cardinality: labels are tenant ids, route names, error codes, status classes and configured
+ * broker URLs: all bounded by the configuration, never by client input (no queue names, no paths).
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { ErrorCode } from '../errors.js';
+import type { UsageCounts } from '../metering/counts.js';
+import type { FlushStats } from '../metering/meter.js';
+import type { ClusterSnapshot } from '../upstream/clusters.js';
+
+/** What the limiter decided for a request: admitted, its refusal code, or null (not consulted). */
+export type LimitOutcome = 'admitted' | ErrorCode | null;
+
+/** The pipeline's side of metrics. */
+export interface RequestMetrics {
+  /**
+   * One finished request. tenant/route null when unknown at refusal; status 0 when no response
+   * started; upstreamMs 0 when nothing was forwarded.
+   */
+  request(tenantId: string | null, route: string | null, status: number, code: ErrorCode | null, totalMs: number, upstreamMs: number, limit: LimitOutcome): void;
+  /** A parked (wait=true) pop started (+1) or ended (-1). */
+  parked(tenantId: string, delta: 1 | -1): void;
+}
+
+/** Counts nothing (tests and tools that build a pipeline without metrics). */
+export const NO_METRICS: RequestMetrics = Object.freeze({ request(): void {}, parked(): void {} });
+
+/** Live state read at scrape time. */
+export interface MetricSources {
+  limiterMode(): string;
+  brokers(): ClusterSnapshot[];
+  usage(): ReadonlyMap<string, UsageCounts>;
+  flush(): FlushStats;
+}
+
+/** The process's metrics: the pipeline hooks plus the registry and its text. */
+export interface EdgeMetrics extends RequestMetrics {
+  readonly registry: Registry;
+  /** A Redis client reported an error (connection loss, timeout). */
+  redisError(client: string): void;
+  /** The exposition text of this process's registry. */
+  text(): Promise<string>;
+}
+
+const LIMITER_MODES = ['redis', 'memory', 'open', 'closed', 'local'] as const;
+const STATUS_CLASSES = ['none', '1xx', '2xx', '3xx', '4xx', '5xx'] as const;
+const NO_TENANT = '-';
+/** Latency buckets in seconds: 50 µs (overhead) to 60 s (a parked poll). */
+const LATENCY_BUCKETS = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+
+/** Counts keyed by up to four label values, in nested Maps (no key string built per call). */
+class Tally {
+  readonly #root = new Map<string, Map<string, Map<string, Map<string, number>>>>();
+
+  inc(a: string, b: string, c: string, d: string, n: number): void {
+    let m1 = this.#root.get(a);
+    if (!m1) this.#root.set(a, (m1 = new Map()));
+    let m2 = m1.get(b);
+    if (!m2) m1.set(b, (m2 = new Map()));
+    let m3 = m2.get(c);
+    if (!m3) m2.set(c, (m3 = new Map()));
+    m3.set(d, (m3.get(d) ?? 0) + n);
+  }
+
+  forEach(fn: (a: string, b: string, c: string, d: string, n: number) => void): void {
+    for (const [a, m1] of this.#root) for (const [b, m2] of m1) for (const [c, m3] of m2) for (const [d, n] of m3) fn(a, b, c, d, n);
+  }
+}
+
+function statusClass(status: number): string {
+  const cls = Math.floor(status / 100);
+  return cls >= 1 && cls <= 5 ? STATUS_CLASSES[cls]! : STATUS_CLASSES[0];
+}
+
+/** Registers every queen-edge family (and Node's process metrics) on `registry`. */
+export function createMetrics(sources: MetricSources, registry: Registry = new Registry()): EdgeMetrics {
+  const requests = new Tally();
+  const decisions = new Tally();
+  const parkedNow = new Map<string, number>();
+  const redisErrors = new Map<string, number>();
+
+  new Counter({
+    name: 'queen_edge_requests_total',
+    help: 'Requests by tenant, route name, status class and refusal code ("" when not refused).',
+    labelNames: ['tenant', 'route', 'status', 'code'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      requests.forEach((tenant, route, status, code, n) => this.inc({ tenant, route, status, code }, n));
+    },
+  });
+  const overhead = new Histogram({
+    name: 'queen_edge_proxy_overhead_seconds',
+    help: 'Time spent in the edge per request (total minus upstream), by route name.',
+    labelNames: ['route'] as const,
+    buckets: LATENCY_BUCKETS,
+    registers: [registry],
+  });
+  const upstream = new Histogram({
+    name: 'queen_edge_upstream_duration_seconds',
+    help: 'Time from dispatch to the last relayed byte of forwarded requests, by route name.',
+    labelNames: ['route'] as const,
+    buckets: LATENCY_BUCKETS,
+    registers: [registry],
+  });
+  const overheadByRoute = new Map<string, Histogram.Internal<'route'>>();
+  const upstreamByRoute = new Map<string, Histogram.Internal<'route'>>();
+
+  new Gauge({
+    name: 'queen_edge_parked_polls',
+    help: 'Long polls (wait=true pops) parked at a broker now, by tenant.',
+    labelNames: ['tenant'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [tenant, n] of parkedNow) this.set({ tenant }, n);
+    },
+  });
+  new Counter({
+    name: 'queen_edge_limiter_decisions_total',
+    help: 'Limiter decisions by tenant: admitted or the refusal code.',
+    labelNames: ['tenant', 'decision'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      decisions.forEach((tenant, decision, _c, _d, n) => this.inc({ tenant, decision }, n));
+    },
+  });
+  new Gauge({
+    name: 'queen_edge_limiter_mode',
+    help: 'The limiter mode in force (1) and the others (0): redis, memory, or the failMode while Redis is away.',
+    labelNames: ['mode'] as const,
+    registers: [registry],
+    aggregator: 'sum',
+    collect() {
+      const mode = sources.limiterMode();
+      for (const m of LIMITER_MODES) this.set({ mode: m }, m === mode ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'queen_edge_broker_up',
+    help: 'Broker health as this instance sees it (1 healthy, 0 down), by broker URL.',
+    labelNames: ['broker'] as const,
+    registers: [registry],
+    aggregator: 'min',
+    collect() {
+      this.reset();
+      for (const c of sources.brokers()) for (const b of c.brokers) this.set({ broker: b.url }, b.healthy ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'queen_edge_broker_inflight',
+    help: 'Requests in flight to a broker now, by broker URL.',
+    labelNames: ['broker'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const c of sources.brokers()) for (const b of c.brokers) this.set({ broker: b.url }, b.inflight);
+    },
+  });
+  new Counter({
+    name: 'queen_edge_redis_errors_total',
+    help: 'Errors reported by Redis clients (connection loss, timeouts), by client.',
+    labelNames: ['client'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [client, n] of redisErrors) this.inc({ client }, n);
+    },
+  });
+  new Gauge({
+    name: 'queen_edge_metering_flush_lag_seconds',
+    help: 'Age of the oldest usage count not yet flushed to the usage store.',
+    registers: [registry],
+    aggregator: 'max',
+    collect() {
+      this.set(sources.flush().lagMs / 1000);
+    },
+  });
+  new Counter({
+    name: 'queen_edge_metering_flushes_total',
+    help: 'Usage batches the store acknowledged.',
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(sources.flush().flushes);
+    },
+  });
+  new Counter({
+    name: 'queen_edge_metering_flush_failures_total',
+    help: 'Usage flush attempts that failed (the batch is kept and retried).',
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(sources.flush().failures);
+    },
+  });
+  const usageCounter = (name: string, help: string, field: 'requests' | 'messagesPushed' | 'messagesDelivered' | 'acks'): void => {
+    new Counter({
+      name,
+      help: `${help} (metered, this process, up to the last flush), by tenant.`,
+      labelNames: ['tenant'] as const,
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const [tenant, c] of sources.usage()) this.inc({ tenant }, c[field]);
+      },
+    });
+  };
+  usageCounter('queen_edge_usage_requests_total', 'Requests', 'requests');
+  usageCounter('queen_edge_messages_pushed_total', 'Messages pushed (queued or duplicate)', 'messagesPushed');
+  usageCounter('queen_edge_messages_delivered_total', 'Messages delivered by pops', 'messagesDelivered');
+  usageCounter('queen_edge_acks_total', 'Successful acks', 'acks');
+  new Counter({
+    name: 'queen_edge_bytes_total',
+    help: 'Request (ingress) and response (egress) body bytes (metered, this process), by tenant.',
+    labelNames: ['tenant', 'direction'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [tenant, c] of sources.usage()) {
+        this.inc({ tenant, direction: 'ingress' }, c.ingressBytes);
+        this.inc({ tenant, direction: 'egress' }, c.egressBytes);
+      }
+    },
+  });
+  collectDefaultMetrics({ register: registry });
+
+  const child = (cache: Map<string, Histogram.Internal<'route'>>, h: Histogram<'route'>, route: string): Histogram.Internal<'route'> => {
+    let c = cache.get(route);
+    if (!c) cache.set(route, (c = h.labels(route)));
+    return c;
+  };
+
+  return {
+    registry,
+    request(tenantId, route, status, code, totalMs, upstreamMs, limit) {
+      const tenant = tenantId ?? NO_TENANT;
+      const name = route ?? NO_TENANT;
+      requests.inc(tenant, name, statusClass(status), code ?? '', 1);
+      if (limit !== null) decisions.inc(tenant, limit, '', '', 1);
+      child(overheadByRoute, overhead, name).observe(Math.max(0, totalMs - upstreamMs) / 1000);
+      if (upstreamMs > 0) child(upstreamByRoute, upstream, name).observe(upstreamMs / 1000);
+    },
+    parked(tenantId, delta) {
+      parkedNow.set(tenantId, (parkedNow.get(tenantId) ?? 0) + delta);
+    },
+    redisError(client) {
+      redisErrors.set(client, (redisErrors.get(client) ?? 0) + 1);
+    },
+    text: () => registry.metrics(),
+  };
+}

@@ -1,0 +1,31 @@
+/** Calls to the admin listener of a test edge (test helper). */
+import { request } from 'undici';
+import type { EdgeHarness } from '../helpers/edge.js';
+
+export const ADMIN_TOKEN = 'admin-token-for-tests-0123456789';
+
+/** One admin API request; `token: null` sends no Authorization header. */
+export async function admin(
+  h: EdgeHarness,
+  method: 'GET' | 'PUT' | 'POST' | 'DELETE',
+  path: string,
+  opts: { body?: unknown; token?: string | null } = {},
+): Promise<{ status: number; json: any; text: string; headers: Record<string, unknown> }> {
+  const token = opts.token === undefined ? ADMIN_TOKEN : opts.token;
+  const headers: Record<string, string> = {};
+  if (token !== null) headers.authorization = `Bearer ${token}`;
+  let body: string | undefined;
+  if (opts.body !== undefined) {
+    body = typeof opts.body === 'string' ? opts.body : JSON.stringify(opts.body);
+    headers['content-type'] = 'application/json';
+  }
+  const res = await request(`${h.adminUrl}${path}`, { method, headers, body });
+  const text = await res.body.text();
+  let json: unknown;
+  try {
+    json = text === '' ? undefined : JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  return { status: res.statusCode, json, text, headers: res.headers };
+}

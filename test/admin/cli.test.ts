@@ -1,0 +1,93 @@
+/** The admin CLI commands (issue 5 §3) against a running proxy, with captured streams. */
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { PassThrough } from 'node:stream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runAdminCli } from '../../src/admin/cli-commands.js';
+import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
+import { call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix } from '../helpers/redis.js';
+import { ADMIN_TOKEN } from './admin-call.js';
+
+const prefix = uniquePrefix();
+let broker: BrokerDouble;
+let h: EdgeHarness;
+
+beforeAll(async () => {
+  broker = await startBrokerDouble({ name: 'b1' });
+  h = await startEdge(testConfig([broker.url], { redis: { url: SHARED_REDIS_URL, keyPrefix: prefix, timeoutMs: 200 }, server: { admin: { token: ADMIN_TOKEN } } }));
+});
+
+afterAll(async () => {
+  await h?.close();
+  await broker?.close();
+  const r = await connectTest(SHARED_REDIS_URL);
+  await flushPrefix(r, prefix);
+  r.disconnect();
+});
+
+async function cli(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  let out = '';
+  let err = '';
+  stdout.on('data', (c: Buffer) => (out += c.toString()));
+  stderr.on('data', (c: Buffer) => (err += c.toString()));
+  const code = await runAdminCli(argv, { stdout, stderr, env: { QUEEN_EDGE_ADMIN_URL: h.adminUrl, QUEEN_EDGE_ADMIN_TOKEN: ADMIN_TOKEN } });
+  return { code, out, err };
+}
+
+describe('queen-edge tenants / usage', () => {
+  it('tenants list as a table and as JSON; get shows the record', async () => {
+    const table = await cli('tenants', 'list');
+    expect(table.code).toBe(0);
+    expect(table.out.split('\n')[0]).toMatch(/^ID\s+STATUS\s+PLAN\s+HOSTS\s+BROKERS$/);
+    expect(table.out).toMatch(/^acme\s+active\s+test\s+acme\.localhost\s+1$/m);
+    const json = await cli('tenants', 'list', '--json');
+    expect(JSON.parse(json.out).tenants[0]).toMatchObject({ id: 'acme' });
+    const get = await cli('tenants', 'get', 'acme');
+    expect(get.out).toMatch(/^cors origins\s+https:\/\/app\.example\.com, https:\/\/\*\.acme\.dev$/m);
+  });
+
+  it('tenants put --file, suspend, resume', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'qe-cli-'));
+    const file = join(dir, 'gamma.json');
+    await writeFile(file, JSON.stringify({ plan: 'test', brokers: [broker.url], hosts: ['gamma.localhost'] }));
+    const put = await cli('tenants', 'put', 'gamma', '--file', file);
+    expect(put).toMatchObject({ code: 0, out: 'tenant gamma saved (active, plan test)\n' });
+    expect((await cli('tenants', 'suspend', 'gamma')).out).toBe('tenant gamma suspended\n');
+    expect((await cli('tenants', 'resume', 'gamma', '--json')).out).toContain('"status": "active"');
+    await writeFile(file, JSON.stringify({ plan: 'test', brokers: 'nope' }));
+    const bad = await cli('tenants', 'put', 'gamma', '--file', file);
+    expect(bad.code).toBe(1);
+    expect(bad.err).toContain('brokers');
+  });
+
+  it('usage TENANT --month: a day table with a total row, and JSON', async () => {
+    const tok = await token({ roles: ['read-write'], tenant: 'acme' });
+    await call(h, 'POST', '/api/v1/push', { token: tok, body: { items: [{ queue: 'q', payload: 1 }, { queue: 'q', payload: 2 }] } });
+    const month = new Date().toISOString().slice(0, 7);
+    await new Promise((r) => setTimeout(r, 30));
+    const table = await cli('usage', 'acme', '--month', month);
+    expect(table.code).toBe(0);
+    expect(table.out.split('\n')[0]).toMatch(/^DAY\s+REQUESTS\s+PUSHED\s+DELIVERED\s+ACKS\s+INGRESS_B\s+EGRESS_B\s+REFUSALS$/);
+    expect(table.out).toMatch(/^total\s+1\s+2\s+0\s+0\s+\d+\s+\d+\s+-$/m);
+    const json = JSON.parse((await cli('usage', 'acme', '--month', month, '--json')).out);
+    expect(json).toMatchObject({ tenant: 'acme', granularity: 'day', total: { requests: 1, messagesPushed: 2 } });
+    expect(json.from).toBe(`${month}-01T00:00:00.000Z`);
+  });
+
+  it('exit 1 when refused or unreachable, 2 for a wrong command line', async () => {
+    const refused = await cli('tenants', 'list', '--token', 'wrong');
+    expect(refused.code).toBe(1);
+    expect(refused.err).toContain('401 unauthorized');
+    expect((await cli('tenants', 'get', 'nope')).code).toBe(1);
+    expect((await cli('tenants', 'list', '--url', 'http://127.0.0.1:1')).code).toBe(1);
+    for (const argv of [['tenants'], ['tenants', 'get'], ['usage', 'acme', '--month', '2026-13'], ['tenants', 'list', '--colour'], ['frobnicate'], []]) {
+      const r = await cli(...argv);
+      expect(r.code, argv.join(' ')).toBe(2);
+      expect(r.err).toContain('usage:');
+    }
+  });
+});

@@ -1,0 +1,51 @@
+/** Counting rules and bucket arithmetic of metering (pure). */
+import { describe, expect, it } from 'vitest';
+import { HOUR_MS, UsageCounts, bucketStart, countExchange, hourFields, parseDayHash, rollUp } from '../../src/metering/counts.js';
+import type { Exchange } from '../../src/metering/recorder.js';
+import { ROUTES } from '../../src/routes/table.js';
+
+const route = (name: string) => ROUTES.find((r) => r.name === name)!;
+const x = (name: string, status: number, response: unknown, extra: Partial<Exchange> = {}): Exchange => ({ tenantId: 't', route: route(name), status, code: null, bytesIn: 10, bytesOut: 20, requestMessages: 0, response, ...extra });
+
+describe('countExchange', () => {
+  it.each([
+    ['push: queued and duplicate count, buffered/failed do not', x('push', 201, [{ status: 'queued' }, { status: 'duplicate' }, { status: 'failed' }, { status: 'buffered' }]), { messagesPushed: 2 }],
+    ['push: a non-array body counts nothing', x('push', 201, { error: 'x' }), { messagesPushed: 0 }],
+    ['pop: messages of a 200', x('pop.queue', 200, { messages: [{}, {}, {}] }), { messagesDelivered: 3 }],
+    ['pop: a 204 delivers nothing', x('pop.queue', 204, undefined), { messagesDelivered: 0 }],
+    ['ack: only success true', x('ack.batch', 200, [{ success: true }, { success: false }, { success: true }]), { acks: 2 }],
+    ['transaction: request items when 2xx', x('transaction', 200, undefined, { requestMessages: 7 }), { messagesPushed: 7 }],
+    ['transaction: nothing when refused', x('transaction', 409, undefined, { requestMessages: 7 }), { messagesPushed: 0 }],
+    ['a refusal by code', x('push', 429, undefined, { code: 'rate_limited' }), { refusals: { rate_limited: 1 } }],
+  ])('%s', (_name, exchange, expected) => {
+    const c = new UsageCounts();
+    countExchange(c, exchange);
+    expect(c).toMatchObject({ requests: 1, ingressBytes: 10, egressBytes: 20, ...expected });
+  });
+});
+
+describe('day hashes and buckets', () => {
+  it('hourFields and parseDayHash round-trip, zeros left out', () => {
+    const c = new UsageCounts();
+    countExchange(c, x('push', 201, [{ status: 'queued' }], { code: null }));
+    c.refusals.quota_exceeded = 2;
+    const fields = hourFields(7, c);
+    expect(fields).toContainEqual(['07:req', 1]);
+    expect(fields.some(([f]) => f === '07:pop')).toBe(false);
+    const day = Date.UTC(2026, 11, 3);
+    const back = parseDayHash(day, Object.fromEntries(fields.map(([f, n]) => [f, String(n)])));
+    expect([...back.keys()]).toEqual([day + 7 * HOUR_MS]);
+    expect(back.get(day + 7 * HOUR_MS)).toEqual(c);
+  });
+
+  it('bucketStart and rollUp group hours by UTC day and month', () => {
+    const h = Date.UTC(2026, 11, 31, 23, 30);
+    expect(bucketStart(h, 'hour')).toBe(Date.UTC(2026, 11, 31, 23));
+    expect(bucketStart(h, 'day')).toBe(Date.UTC(2026, 11, 31));
+    expect(bucketStart(h, 'month')).toBe(Date.UTC(2026, 11, 1));
+    const one = () => Object.assign(new UsageCounts(), { requests: 1 });
+    const hours = new Map([[Date.UTC(2027, 0, 1, 1), one()], [Date.UTC(2026, 11, 31, 22), one()], [Date.UTC(2026, 11, 31, 23), one()]]);
+    expect(rollUp(hours, 'day').map((b) => [new Date(b.start).toISOString().slice(0, 10), b.counts.requests])).toEqual([['2026-12-31', 2], ['2027-01-01', 1]]);
+    expect(rollUp(hours, 'month').map((b) => b.counts.requests)).toEqual([2, 1]);
+  });
+});

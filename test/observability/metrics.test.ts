@@ -1,0 +1,88 @@
+/** `/metrics` on the admin listener (issue 5 §4): valid Prometheus text with the edge's families. */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
+import { call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { admin } from '../admin/admin-call.js';
+
+let broker: BrokerDouble;
+let h: EdgeHarness;
+
+beforeAll(async () => {
+  broker = await startBrokerDouble({ name: 'b1' });
+  h = await startEdge(testConfig([broker.url]), { usageFlushMs: 50 });
+});
+
+afterAll(async () => {
+  await h?.close();
+  await broker?.close();
+});
+
+interface Sample {
+  name: string;
+  labels: Record<string, string>;
+  value: number;
+}
+
+/** A strict reader of the text exposition format (0.0.4): throws on any line it cannot read. */
+function parseExposition(text: string): { types: Map<string, string>; samples: Sample[] } {
+  const types = new Map<string, string>();
+  const samples: Sample[] = [];
+  const NAME = '[a-zA-Z_:][a-zA-Z0-9_:]*';
+  const sampleRe = new RegExp(`^(${NAME})(?:\\{(.*)\\})? (-?(?:[0-9.e+-]+|NaN|\\+Inf|-Inf))$`);
+  const labelRe = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(?:,|$)/y;
+  for (const line of text.split('\n')) {
+    if (line === '') continue;
+    const meta = /^# (HELP|TYPE) ([a-zA-Z_:][a-zA-Z0-9_:]*) (.*)$/.exec(line);
+    if (meta) {
+      if (meta[1] === 'TYPE') {
+        expect(['counter', 'gauge', 'histogram', 'summary', 'untyped']).toContain(meta[3]);
+        types.set(meta[2]!, meta[3]!);
+      }
+      continue;
+    }
+    const m = sampleRe.exec(line);
+    if (!m) throw new Error(`not a sample line: ${line}`);
+    const labels: Record<string, string> = {};
+    if (m[2]) {
+      labelRe.lastIndex = 0;
+      while (labelRe.lastIndex < m[2].length) {
+        const l = labelRe.exec(m[2]);
+        if (!l) throw new Error(`bad labels: ${line}`);
+        labels[l[1]!] = l[2]!;
+      }
+    }
+    samples.push({ name: m[1]!, labels, value: Number(m[3]) });
+  }
+  return { types, samples };
+}
+
+describe('/metrics', () => {
+  it('parses as Prometheus text and has the request, latency, parked, limiter, broker, Redis and metering families', async () => {
+    const tok = await token({ roles: ['read-write'], tenant: 'acme' });
+    expect((await call(h, 'POST', '/api/v1/push', { token: tok, body: { items: [{ queue: 'q', payload: 1 }] } })).status).toBe(201);
+    expect((await call(h, 'GET', '/api/v1/kv/x', { token: tok })).status).toBe(403);
+    const parked = call(h, 'GET', '/api/v1/pop/queue/empty?wait=true&timeout=1000', { token: tok });
+    await broker.waitForRequests(1, (r) => r.path === '/api/v1/pop/queue/empty', 2000);
+
+    const res = await admin(h, 'GET', '/metrics', { token: null });
+    expect(res.status).toBe(200);
+    expect(String(res.headers['content-type'])).toContain('text/plain');
+    const { types, samples } = parseExposition(res.text);
+    const families = ['queen_edge_requests_total', 'queen_edge_proxy_overhead_seconds', 'queen_edge_upstream_duration_seconds', 'queen_edge_parked_polls', 'queen_edge_limiter_decisions_total', 'queen_edge_limiter_mode', 'queen_edge_broker_up', 'queen_edge_broker_inflight', 'queen_edge_redis_errors_total', 'queen_edge_metering_flush_lag_seconds', 'queen_edge_metering_flush_failures_total', 'queen_edge_messages_pushed_total', 'process_cpu_seconds_total'];
+    for (const f of families) expect(types.has(f), f).toBe(true);
+    const value = (name: string, labels: Record<string, string>) => samples.find((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v))?.value;
+    expect(value('queen_edge_requests_total', { tenant: 'acme', route: 'push', status: '2xx', code: '' })).toBe(1);
+    expect(value('queen_edge_requests_total', { tenant: 'acme', route: 'kv.read', status: '4xx', code: 'feature_gated' })).toBe(1);
+    expect(value('queen_edge_parked_polls', { tenant: 'acme' })).toBe(1);
+    expect(value('queen_edge_limiter_decisions_total', { tenant: 'acme', decision: 'admitted' })).toBe(1);
+    expect(value('queen_edge_limiter_mode', { mode: 'memory' })).toBe(1);
+    expect(value('queen_edge_broker_up', { broker: broker.url })).toBe(1);
+    expect(value('queen_edge_upstream_duration_seconds_count', { route: 'push' })).toBe(1);
+    expect(value('queen_edge_proxy_overhead_seconds_count', { route: 'kv.read' })).toBe(1);
+    expect(value('queen_edge_messages_pushed_total', { tenant: 'acme' })).toBe(1);
+    // Bounded labels: no queue names, no paths.
+    expect(res.text).not.toContain('empty');
+    expect(res.text).not.toContain('/api/v1');
+    await parked;
+  });
+});
