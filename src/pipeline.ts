@@ -263,7 +263,8 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     let broker = (lane.leaseId !== null ? d.clusters.brokerForLease(tenant, lane.leaseId) : undefined) ?? d.clusters.pick(tenant, lane.key, null);
     for (;;) {
       if (broker === undefined) {
-        refuse(res, ctx, tried ? edgeError('bad_gateway', 'no broker accepted the connection') : edgeError('no_upstream'));
+        // Every broker tried refused the connection and is now marked down: none is healthy.
+        refuse(res, ctx, edgeError('no_upstream', tried ? 'no broker accepted the connection' : undefined));
         return null;
       }
       ctx.broker = broker;

@@ -8,7 +8,7 @@ import type { Logger } from '../observability/log.js';
 import type { Tenant } from '../tenants/model.js';
 import { createHealthChecker, type FailureKind, type HealthChange, type HealthChecker, type Probe } from './health.js';
 import { LeaseMap } from './leases.js';
-import { buildRing, ringLookup, ringShares, type Ring } from './ring.js';
+import { buildRing, ringLookup, ringShares, type Ring, type RingHash } from './ring.js';
 
 /** One broker of a tenant, as the admin API shows it. */
 export interface BrokerStats {
@@ -29,10 +29,13 @@ export interface ClusterSnapshot {
   tenant: string;
   brokers: BrokerStats[];
   boundedLoadFactor: number | null;
+  /** How the ring places lanes (`upstream.ringHash`). */
+  ringHash: RingHash;
 }
 
 /** The `upstream:` keys the selector reads. */
-export type ClustersConfig = Pick<RawConfig['upstream'], 'healthIntervalMs' | 'healthTimeoutMs' | 'downAfter' | 'upAfter'>;
+export type ClustersConfig = Pick<RawConfig['upstream'], 'healthIntervalMs' | 'healthTimeoutMs' | 'downAfter' | 'upAfter'> &
+  Partial<Pick<RawConfig['upstream'], 'ringHash'>>;
 
 /** Collaborators of the selector. */
 export interface ClustersDeps {
@@ -115,6 +118,7 @@ class RingClusters implements Clusters {
   readonly #rings = new Map<string, BuiltRing>();
   readonly #tenants = new WeakMap<Tenant, TenantEntry>();
   readonly #unsubscribe: () => void;
+  readonly #ringHash: RingHash;
   #generation = 0;
   // The candidate filter of the pick in progress. pick() is synchronous, so one reusable
   // predicate reading these fields replaces a closure per request.
@@ -127,6 +131,7 @@ class RingClusters implements Clusters {
   };
 
   constructor(cfg: ClustersConfig, deps: ClustersDeps) {
+    this.#ringHash = cfg.ringHash ?? 'sdk';
     this.#health = createHealthChecker({
       intervalMs: cfg.healthIntervalMs,
       timeoutMs: cfg.healthTimeoutMs,
@@ -216,6 +221,7 @@ class RingClusters implements Clusters {
       out.push({
         tenant: t.id,
         boundedLoadFactor: t.boundedLoadFactor,
+        ringHash: this.#ringHash,
         brokers: e.states.map((s, i) => ({
           url: s.url,
           healthy: s.healthy,
@@ -286,7 +292,7 @@ class RingClusters implements Clusters {
     const key = ringKey(tenant.brokers);
     let built = this.#rings.get(key);
     if (built === undefined) {
-      const ring = buildRing(tenant.brokers);
+      const ring = buildRing(tenant.brokers, this.#ringHash);
       built = Object.freeze({ ring, shares: Object.freeze(ringShares(ring)) });
       this.#rings.set(key, built);
     }

@@ -2,6 +2,8 @@
  * The consistent-hash ring of DESIGN §4, the same as the Queen SDKs' so an SDK holding several
  * broker URLs and queen-edge agree on a lane's placement: 32-bit FNV-1a over UTF-8 bytes, 128
  * virtual nodes per broker labelled `<url>#vnode<i>`, first node with hash >= the key's, wrapping.
+ * The `avalanche` variant passes every FNV-1a value (nodes and keys) through murmur3's fmix32, as
+ * HAProxy's `hash-type consistent avalanche` does: better balance, placement unlike the SDKs'.
  * Pure: no clock, no sockets, no state outside the frozen ring.
  */
 
@@ -51,22 +53,47 @@ export function fnv1a32(s: string): number {
 }
 
 /**
+ * How node labels and lane keys become ring positions. `sdk`: FNV-1a alone, the SDKs' placement.
+ * `avalanche`: fmix32(FNV-1a), which spreads FNV-1a's clustered values evenly over the ring.
+ */
+export type RingHash = 'sdk' | 'avalanche';
+
+/**
+ * murmur3's 32-bit finaliser: a bijection on 32-bit values in which every input bit flips each
+ * output bit with probability close to 1/2, so values that differ in a few bits land far apart.
+ */
+export function fmix32(h: number): number {
+  h ^= h >>> 16;
+  h = Math.imul(h, 0x85ebca6b);
+  h ^= h >>> 13;
+  h = Math.imul(h, 0xc2b2ae35);
+  h ^= h >>> 16;
+  return h >>> 0;
+}
+
+/** The ring position of `s` under `hash`. */
+export function ringHashOf(s: string, hash: RingHash): number {
+  return hash === 'avalanche' ? fmix32(fnv1a32(s)) : fnv1a32(s);
+}
+
+/**
  * A built ring. `hashes` is sorted ascending and `owners[j]` is the index in `brokers` of node j.
  * The struct is frozen; typed arrays cannot be, so treat them as read-only.
  */
 export interface Ring {
   readonly brokers: readonly string[];
+  readonly hash: RingHash;
   readonly hashes: Uint32Array;
   readonly owners: Uint32Array;
 }
 
 /** Builds the ring for a broker list (base URLs; a trailing slash is dropped from the label). */
-export function buildRing(brokers: readonly string[]): Ring {
+export function buildRing(brokers: readonly string[], hash: RingHash = 'sdk'): Ring {
   const n = brokers.length * VNODES_PER_BROKER;
   const nodeHash = new Uint32Array(n);
   for (let b = 0; b < brokers.length; b++) {
     const label = brokers[b]!.replace(/\/+$/, '');
-    for (let v = 0; v < VNODES_PER_BROKER; v++) nodeHash[b * VNODES_PER_BROKER + v] = fnv1a32(`${label}#vnode${v}`);
+    for (let v = 0; v < VNODES_PER_BROKER; v++) nodeHash[b * VNODES_PER_BROKER + v] = ringHashOf(`${label}#vnode${v}`, hash);
   }
   // Node n's broker is floor(n / 128), so ordering ties by node number orders them by broker.
   const order = Array.from({ length: n }, (_, i) => i);
@@ -77,7 +104,7 @@ export function buildRing(brokers: readonly string[]): Ring {
     hashes[j] = nodeHash[order[j]!]!;
     owners[j] = Math.floor(order[j]! / VNODES_PER_BROKER);
   }
-  return Object.freeze({ brokers: Object.freeze(brokers.slice()), hashes, owners });
+  return Object.freeze({ brokers: Object.freeze(brokers.slice()), hash, hashes, owners });
 }
 
 /**
@@ -89,7 +116,7 @@ export function ringLookup(ring: Ring, key: string, accept: (brokerIndex: number
   const { hashes, owners } = ring;
   const n = hashes.length;
   if (n === 0) return -1;
-  const h = fnv1a32(key);
+  const h = ringHashOf(key, ring.hash);
   let lo = 0;
   let hi = n;
   while (lo < hi) {

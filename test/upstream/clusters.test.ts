@@ -2,7 +2,8 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { silentLogger } from '../../src/observability/log.js';
 import { compilePlan, compileTenant, type Tenant } from '../../src/tenants/model.js';
 import { createClusters, type Clusters } from '../../src/upstream/clusters.js';
-import { buildRing, ringLookup } from '../../src/upstream/ring.js';
+import { buildRing, ringLookup, ringShares, type RingHash } from '../../src/upstream/ring.js';
+import { testConfig } from '../helpers/edge.js';
 
 const B = ['http://10.0.0.1:6632', 'http://10.0.0.2:6632', 'http://10.0.0.3:6632'];
 const RING = buildRing(B);
@@ -28,11 +29,11 @@ function lanesOf(b: number, count: number): string[] {
 
 const made: Clusters[] = [];
 /** Clusters with a scripted probe: `up` says which brokers answer their health checks. */
-function clusters(opts: { downAfter?: number; upAfter?: number } = {}) {
+function clusters(opts: { downAfter?: number; upAfter?: number; ringHash?: RingHash } = {}) {
   const up = new Map<string, boolean>();
   const probed: string[] = [];
   const c = createClusters(
-    { healthIntervalMs: 20, healthTimeoutMs: 100, downAfter: opts.downAfter ?? 2, upAfter: opts.upAfter ?? 2 },
+    { healthIntervalMs: 20, healthTimeoutMs: 100, downAfter: opts.downAfter ?? 2, upAfter: opts.upAfter ?? 2, ...(opts.ringHash ? { ringHash: opts.ringHash } : {}) },
     {
       log: silentLogger(),
       probe: async (url) => {
@@ -193,6 +194,33 @@ describe('clusters: leases', () => {
   });
 });
 
+describe('clusters: ring hash', () => {
+  it('places lanes on the avalanche ring when upstream.ringHash says so, and shows it', () => {
+    const { c } = clusters({ ringHash: 'avalanche' });
+    const t = tenant('t1');
+    const avalanche = buildRing(B, 'avalanche');
+    let differs = 0;
+    for (let i = 0; i < 200; i++) {
+      const key = `orders:acct-${i}:billing`;
+      const expected = B[ringLookup(avalanche, key, () => true)];
+      expect(c.pick(t, key)).toBe(expected);
+      if (expected !== ownerOf(key)) differs++;
+    }
+    // Two thirds of lanes are expected elsewhere than on the SDK ring: the hash really changed.
+    expect(differs).toBeGreaterThan(60);
+    const [snap] = c.snapshot([t]);
+    expect(snap!.ringHash).toBe('avalanche');
+    expect(snap!.brokers.map((b) => b.keyShare)).toEqual(ringShares(avalanche));
+  });
+
+  it('defaults to the SDK ring, in the selector and in the config', () => {
+    expect(clusters().c.snapshot([tenant('t1')])[0]!.ringHash).toBe('sdk');
+    expect(testConfig(B).upstream.ringHash).toBe('sdk');
+    expect(testConfig(B, { upstream: { ringHash: 'avalanche' } }).upstream.ringHash).toBe('avalanche');
+    expect(() => testConfig(B, { upstream: { ringHash: 'md5' } })).toThrow(/ringHash/);
+  });
+});
+
 describe('clusters: lifecycle and snapshot', () => {
   it('reports each tenant’s brokers with health, load, picks and ring share', () => {
     const { c } = clusters();
@@ -216,7 +244,7 @@ describe('clusters: lifecycle and snapshot', () => {
     expect(s1!.brokers[1]!.lastChange).toMatchObject({ url: B[1], healthy: false, reason: 'connect failure' });
     expect(s1!.brokers[0]!.lastChange).toBeNull();
     // Counters belong to the broker URL, shared by the tenants that list it.
-    expect(s2).toEqual({ tenant: 't2', boundedLoadFactor: null, brokers: [{ url: B[0], healthy: true, inflight: 0, picks: 1, keyShare: 1, lastChange: null }] });
+    expect(s2).toEqual({ tenant: 't2', boundedLoadFactor: null, ringHash: 'sdk', brokers: [{ url: B[0], healthy: true, inflight: 0, picks: 1, keyShare: 1, lastChange: null }] });
   });
 
   it('checks every broker of the started tenants, and stops checking brokers dropped by sync', async () => {
