@@ -84,9 +84,9 @@ export const configSchema = z.strictObject({
     headersTimeoutMs: z.number().int().positive().default(20000),
     /** added: idle keep-alive time on client connections. */
     keepAliveTimeoutMs: z.number().int().positive().default(65000),
-    /** added: node:cluster workers; 0 = one per CPU. */
-    workers: z.number().int().min(0).default(1),
-    /** added: how long a drain waits for in-flight requests on SIGTERM. */
+    /** added: processes serving traffic (node:cluster); 1 = no cluster; 0 (default) = one per CPU with Redis, 1 without (docs/deploying.md). */
+    workers: z.number().int().min(0).default(0),
+    /** added: on SIGTERM, how long in-flight requests (parked long polls included) may run before their connections are closed. */
     drainTimeoutMs: z.number().int().min(0).default(30000),
   }).prefault({}),
   /** added: logging. */
@@ -136,6 +136,8 @@ export const configSchema = z.strictObject({
     healthTimeoutMs: z.number().int().positive().default(1000),
     downAfter: z.number().int().positive().default(2),
     upAfter: z.number().int().positive().default(2),
+    /** Ring positions: `sdk` places lanes as the Queen SDKs do; `avalanche` balances better (docs/clusters.md). */
+    ringHash: z.enum(['sdk', 'avalanche']).default('sdk'),
   }).prefault({}),
   routes: z.record(z.string(), z.array(z.enum(ROLE_NAMES))).default({}),
   plans: z.record(z.string(), planSchema),
@@ -152,6 +154,10 @@ export const configSchema = z.strictObject({
   }
   if (cfg.upstreamIdentity.mode === 'mint' && !cfg.upstreamIdentity.mint.secret && !cfg.upstreamIdentity.mint.privateKey) {
     ctx.addIssue({ code: 'custom', path: ['upstreamIdentity', 'mint'], message: 'mint mode needs secret or privateKey' });
+  }
+  if (cfg.server.workers > 1 && cfg.redis.url === null && cfg.redis.cluster.length === 0) {
+    // Limits, parked-poll slots and admin writes live in memory per process without Redis: workers would disagree.
+    ctx.addIssue({ code: 'custom', path: ['server', 'workers'], message: 'more than one worker needs shared state: set redis.url or redis.cluster' });
   }
   if (cfg.server.longPoll.defaultTimeoutMs > cfg.server.longPoll.maxTimeoutMs) {
     ctx.addIssue({ code: 'custom', path: ['server', 'longPoll', 'defaultTimeoutMs'], message: 'must not exceed maxTimeoutMs' });
