@@ -220,7 +220,9 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     try {
       if (clientGone(res)) return;
       // 10-12. Pick a broker for the lane, forward, relay.
-      const authorization = await upstreamAuthorization(ctx.identity, tenant);
+      // Stay synchronous unless a token has to be minted (STYLE: no promise for a sync step).
+      const auth = upstreamAuthorization(ctx.identity, tenant);
+      const authorization = auth instanceof Promise ? await auth : auth;
       const path = pop ? (pop.forwardQuery === '' ? target.path : `${target.path}?${pop.forwardQuery}`) : target.query === '' ? target.path : `${target.path}?${target.query}`;
       const timeout = pop?.wait ? pop.timeoutMs + lp.slackMs : upstreamCfg.requestTimeoutMs;
       result = await forwardToCluster(req, res, ctx, tenant, laneOf(route, match.params, pop, facts), {
