@@ -1,6 +1,11 @@
-# queen-edge: multi-stage build. Stage 1 compiles TypeScript; stage 2 carries production
-# dependencies and dist/ only, runs as a non-root user.
-FROM node:20-bookworm-slim AS build
+# queen-edge container image (docs/deploying.md).
+# Stage 1 installs every dependency and compiles TypeScript; stage 2 carries production
+# dependencies and dist/ only and runs as the unprivileged `node` user (uid 1000).
+# test/deploy/dockerfile.test.ts checks these instructions against the project.
+
+ARG NODE_IMAGE=node:20-bookworm-slim
+
+FROM ${NODE_IMAGE} AS build
 WORKDIR /app
 COPY package.json package-lock.json .npmrc ./
 RUN npm ci --no-audit --no-fund
@@ -8,16 +13,23 @@ COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 RUN npm run build
 
-FROM node:20-bookworm-slim
-ENV NODE_ENV=production QUEEN_EDGE_CONFIG=/etc/queen-edge/config.yaml
+FROM ${NODE_IMAGE} AS runtime
+ENV NODE_ENV=production \
+    QUEEN_EDGE_CONFIG=/etc/queen-edge/config.yaml
 WORKDIR /app
 COPY package.json package-lock.json .npmrc ./
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 COPY --from=build /app/dist ./dist
+# The default configuration; mount your own over it. Certificates go in /etc/queen-edge/tls/
+# (server.https.cert: /etc/queen-edge/tls/tls.crt, key: /etc/queen-edge/tls/tls.key).
 COPY config/default.yaml /etc/queen-edge/config.yaml
 RUN mkdir -p /etc/queen-edge/tls && chown -R node:node /etc/queen-edge
 USER node
+# HTTPS (server.https.port) and the admin listener (server.admin.port: probes, /metrics, admin API).
 EXPOSE 8443 9090
-HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
-  CMD node -e "fetch('http://127.0.0.1:9090/livez').then(r=>process.exit(r.ok?0:1),()=>process.exit(1))"
+# The admin listener answers /livez while the process runs; the default config binds it to 127.0.0.1.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=15s --retries=3 \
+  CMD ["node", "-e", "fetch('http://127.0.0.1:9090/livez').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+# SIGTERM drains (server.drainTimeoutMs); give `docker stop -t` more than that.
+STOPSIGNAL SIGTERM
 ENTRYPOINT ["node", "dist/cli.js"]

@@ -1,0 +1,324 @@
+/**
+ * The process model (DESIGN §9): one process serving everything, or a node:cluster primary that
+ * forks workers sharing the listening ports (the primary accepts and hands connections out
+ * round-robin). Owns the drain on SIGTERM/SIGINT and the replacement of workers that die. Nothing
+ * here exits the process: each entry point resolves with the exit code and cli.ts exits.
+ */
+import cluster, { type Worker } from 'node:cluster';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { AggregatorRegistry, type PrometheusContentType } from 'prom-client';
+import type { RawConfig } from './config/schema.js';
+import { startApp, type App } from './app.js';
+import { CertificateSet } from './listen/tls.js';
+import { createLogger, type Logger } from './observability/log.js';
+
+/** Primary → worker. The `queen-edge:` prefix keeps them apart from prom-client's own cluster messages. */
+type ToWorker =
+  | { type: 'queen-edge:config'; config: RawConfig }
+  | { type: 'queen-edge:drain' }
+  | { type: 'queen-edge:metrics'; id: number; text?: string; error?: string };
+/** Worker → primary. */
+type ToPrimary =
+  | { type: 'queen-edge:hello' }
+  | { type: 'queen-edge:listening' }
+  | { type: 'queen-edge:metrics'; id: number };
+
+const SIGNALS = ['SIGTERM', 'SIGINT'] as const;
+/** Time a worker's /metrics waits for the primary's aggregate (prom-client gives workers 5 s to answer it). */
+const METRICS_TIMEOUT_MS = 6000;
+/** Beyond drainTimeoutMs, how long the primary waits for workers to finish closing before killing them. */
+const DRAIN_BACKSTOP_MS = 10_000;
+
+/** Number of processes that serve traffic: `server.workers`, where 0 means one per CPU with Redis and one without (in-memory limits and tenants are per process). */
+export function workerCount(config: RawConfig, cpus: number): number {
+  if (config.server.workers > 0) return config.server.workers;
+  const shared = config.redis.url !== null || config.redis.cluster.length > 0;
+  return shared ? Math.max(1, cpus) : 1;
+}
+
+/** How dead workers are replaced. */
+export interface RestartPolicy {
+  /** A worker that ran at least this long died of something rare: it is replaced at once and its slot's crash streak resets. */
+  minUptimeMs: number;
+  /** Delay before replacing the first quick death; doubles with each further one in a row. */
+  firstDelayMs: number;
+  maxDelayMs: number;
+}
+
+/** Replacement backoff: 200 ms doubling to 30 s while workers die within 10 s of their start. */
+export const DEFAULT_RESTART_POLICY: RestartPolicy = { minUptimeMs: 10_000, firstDelayMs: 200, maxDelayMs: 30_000 };
+
+/** After a worker died having run `uptimeMs`: its slot's new crash streak and the wait before forking the replacement. */
+export function nextRestart(streak: number, uptimeMs: number, policy: RestartPolicy = DEFAULT_RESTART_POLICY): { streak: number; delayMs: number } {
+  if (uptimeMs >= policy.minUptimeMs) return { streak: 0, delayMs: 0 };
+  const next = streak + 1;
+  return { streak: next, delayMs: Math.min(policy.maxDelayMs, policy.firstDelayMs * 2 ** (next - 1)) };
+}
+
+/** One app's shutdown: the first request drains it, a second signal gives up on the drain. */
+interface Shutdown {
+  /** Resolves with the exit code: 0 after a clean drain, 1 after a failed one or a second signal. */
+  readonly done: Promise<number>;
+  /** A signal: drains the first time, ends at once the second. */
+  signal(name: string): void;
+  /** Drains unless already draining (the primary's request, which must not count as a second signal). */
+  drain(reason: string): void;
+}
+
+function shutdownOf(app: App, log: Logger): Shutdown {
+  let draining = false;
+  let finish!: (code: number) => void;
+  const done = new Promise<number>((resolveDone) => {
+    finish = resolveDone;
+  });
+  const drain = (reason: string): void => {
+    if (draining) return;
+    draining = true;
+    log.info({ reason }, 'draining');
+    app.close().then(
+      () => {
+        log.info('drained');
+        finish(0);
+      },
+      (err: unknown) => {
+        log.error({ err }, 'error while draining');
+        finish(1);
+      },
+    );
+  };
+  return {
+    done,
+    drain,
+    signal(name) {
+      if (!draining) return drain(name);
+      log.warn({ signal: name }, 'second signal: exiting without finishing the drain');
+      finish(1);
+    },
+  };
+}
+
+/** Routes SIGTERM/SIGINT to `onSignal` until the returned function is called. */
+function onSignals(onSignal: (name: string) => void): () => void {
+  const handlers = SIGNALS.map((name) => [name, () => onSignal(name)] as const);
+  for (const [name, h] of handlers) process.on(name, h);
+  return () => {
+    for (const [name, h] of handlers) process.off(name, h);
+  };
+}
+
+/** `server.workers: 1`: serves in this process until a signal; resolves with the exit code. */
+export async function runInProcess(config: RawConfig, deps: { log: Logger }): Promise<number> {
+  const app = await startApp(config, { log: deps.log });
+  const shutdown = shutdownOf(app, deps.log);
+  const release = onSignals((name) => shutdown.signal(name));
+  const code = await shutdown.done;
+  release();
+  return code;
+}
+
+/**
+ * With no certificate configured, generates the self-signed pair once, in the primary, and points
+ * the workers' config at it: otherwise each worker would serve its own and a client's TLS session
+ * would meet a different certificate per connection.
+ */
+async function shareSelfSigned(config: RawConfig, log: Logger): Promise<{ config: RawConfig; cleanup(): Promise<void> }> {
+  const https = config.server.https;
+  if (https.port === null || https.cert !== null) return { config, cleanup: async () => {} };
+  const generated = await CertificateSet.load({ ...https, sni: [], clientCa: null }, { log });
+  const { cert, key } = generated.contextOptions();
+  generated.close();
+  const dir = await mkdtemp(join(tmpdir(), 'queen-edge-tls-'));
+  const paths = { cert: join(dir, 'cert.pem'), key: join(dir, 'key.pem') };
+  await writeFile(paths.cert, cert as Buffer, { mode: 0o644 });
+  await writeFile(paths.key, key as Buffer, { mode: 0o600 });
+  return {
+    config: { ...config, server: { ...config.server, https: { ...https, ...paths } } },
+    cleanup: () => rm(dir, { recursive: true, force: true }),
+  };
+}
+
+interface WorkerState {
+  slot: number;
+  forkedAt: number;
+  ready: boolean;
+}
+
+/**
+ * The cluster primary: forks `count` workers, hands each the validated config, replaces those that
+ * die (with backoff), answers their /metrics with prom-client's aggregate over all workers, and on
+ * a signal drains them all. Resolves with the exit code once every worker has exited.
+ */
+export async function runPrimary(config: RawConfig, count: number, deps: { log: Logger; clock?: () => number; policy?: RestartPolicy }): Promise<number> {
+  const { log } = deps;
+  const clock = deps.clock ?? Date.now;
+  const policy = deps.policy ?? DEFAULT_RESTART_POLICY;
+  const shared = await shareSelfSigned(config, log);
+  const workers = new Map<Worker, WorkerState>();
+  const streaks = new Array<number>(count).fill(0);
+  const restarts = new Set<NodeJS.Timeout>();
+  // Created on the first /metrics: its constructor subscribes to the workers' answers.
+  let aggregator: AggregatorRegistry<PrometheusContentType> | null = null;
+  let started = false;
+  let stopping = false;
+  let failed = false;
+  let backstop: NodeJS.Timeout | null = null;
+  let finish!: (code: number) => void;
+  const done = new Promise<number>((resolveDone) => {
+    finish = resolveDone;
+  });
+
+  const fork = (slot: number): void => {
+    workers.set(cluster.fork(), { slot, forkedAt: clock(), ready: false });
+  };
+  const send = (w: Worker, msg: ToWorker): void => {
+    if (w.isConnected()) w.send(msg);
+  };
+  const end = (): void => {
+    if (workers.size === 0 && restarts.size === 0) finish(failed ? 1 : 0);
+  };
+  const stop = (reason: string): void => {
+    if (stopping) {
+      log.warn({ reason }, 'second signal: killing workers without finishing the drain');
+      for (const w of workers.keys()) w.process.kill('SIGKILL');
+      finish(1);
+      return;
+    }
+    stopping = true;
+    log.info({ reason, workers: workers.size }, 'draining workers');
+    for (const t of restarts) clearTimeout(t);
+    restarts.clear();
+    for (const w of workers.keys()) send(w, { type: 'queen-edge:drain' });
+    backstop = setTimeout(() => {
+      log.error({ workers: workers.size }, 'workers still running after the drain timeout: killing them');
+      failed = true;
+      for (const w of workers.keys()) w.process.kill('SIGKILL');
+    }, config.server.drainTimeoutMs + DRAIN_BACKSTOP_MS);
+    end();
+  };
+
+  const onMessage = (w: Worker, msg: ToPrimary): void => {
+    const state = workers.get(w);
+    if (state === undefined || typeof msg !== 'object' || msg === null) return;
+    if (msg.type === 'queen-edge:hello') send(w, { type: 'queen-edge:config', config: shared.config });
+    else if (msg.type === 'queen-edge:listening') {
+      state.ready = true;
+      log.info({ worker: w.id, workerPid: w.process.pid }, 'worker listening');
+      // A replacement that finished starting after the signal drains at once.
+      if (stopping) send(w, { type: 'queen-edge:drain' });
+      else if (!started && [...workers.values()].filter((s) => s.ready).length === count) {
+        started = true;
+        log.info({ workers: count }, 'all workers listening');
+      }
+    } else if (msg.type === 'queen-edge:metrics') {
+      aggregator ??= new AggregatorRegistry();
+      aggregator.clusterMetrics().then(
+        (text) => send(w, { type: 'queen-edge:metrics', id: msg.id, text }),
+        (err: Error) => send(w, { type: 'queen-edge:metrics', id: msg.id, error: err.message }),
+      );
+    }
+  };
+
+  const onExit = (w: Worker, code: number | null, signal: string | null): void => {
+    const state = workers.get(w);
+    if (state === undefined) return;
+    workers.delete(w);
+    const fields = { worker: w.id, workerPid: w.process.pid, code, signal };
+    if (stopping) {
+      if (code !== 0 && state.ready) failed = true;
+      log.info(fields, 'worker exited');
+      return end();
+    }
+    if (!started) {
+      // A worker that cannot start at all (port taken, Redis unreachable) would fail the same way again: give up like a single process would.
+      log.error(fields, 'worker failed to start: stopping');
+      failed = true;
+      return stop('startup failure');
+    }
+    const next = nextRestart(streaks[state.slot]!, clock() - state.forkedAt, policy);
+    streaks[state.slot] = next.streak;
+    log.warn({ ...fields, restartInMs: next.delayMs }, 'worker died: replacing it');
+    const t = setTimeout(() => {
+      restarts.delete(t);
+      fork(state.slot);
+    }, next.delayMs);
+    restarts.add(t);
+  };
+
+  cluster.on('message', onMessage);
+  cluster.on('exit', onExit);
+  const release = onSignals(stop);
+  for (let slot = 0; slot < count; slot++) fork(slot);
+  const code = await done;
+  release();
+  cluster.off('message', onMessage);
+  cluster.off('exit', onExit);
+  if (backstop !== null) clearTimeout(backstop);
+  await shared.cleanup();
+  return code;
+}
+
+/** Asks the primary for the cluster-wide /metrics text, which prom-client can only aggregate there. */
+function metricsFromPrimary(): { ask(): Promise<string>; onAnswer(msg: Extract<ToWorker, { type: 'queen-edge:metrics' }>): void } {
+  const pending = new Map<number, { resolve(text: string): void; reject(err: Error): void; timer: NodeJS.Timeout }>();
+  let next = 0;
+  return {
+    ask() {
+      const id = next++;
+      return new Promise<string>((resolveAsk, rejectAsk) => {
+        const timer = setTimeout(() => {
+          pending.delete(id);
+          rejectAsk(new Error('the cluster primary did not answer the metrics request'));
+        }, METRICS_TIMEOUT_MS);
+        pending.set(id, { resolve: resolveAsk, reject: rejectAsk, timer });
+        process.send!({ type: 'queen-edge:metrics', id } satisfies ToPrimary);
+      });
+    },
+    onAnswer(msg) {
+      const p = pending.get(msg.id);
+      if (p === undefined) return;
+      pending.delete(msg.id);
+      clearTimeout(p.timer);
+      if (msg.text !== undefined) p.resolve(msg.text);
+      else p.reject(new Error(msg.error ?? 'metrics aggregation failed'));
+    },
+  };
+}
+
+/** A cluster worker: takes its config from the primary, serves until told to drain (or signalled), resolves with the exit code. */
+export async function runWorker(): Promise<number> {
+  const metrics = metricsFromPrimary();
+  let drainEarly = false;
+  let shutdown: Shutdown | null = null;
+  const configured = new Promise<RawConfig>((resolveConfig) => {
+    process.on('message', (msg: ToWorker) => {
+      if (typeof msg !== 'object' || msg === null) return;
+      if (msg.type === 'queen-edge:config') resolveConfig(msg.config);
+      else if (msg.type === 'queen-edge:metrics') metrics.onAnswer(msg);
+      else if (msg.type === 'queen-edge:drain') {
+        if (shutdown === null) drainEarly = true;
+        else shutdown.drain('primary');
+      }
+    });
+  });
+  process.send!({ type: 'queen-edge:hello' } satisfies ToPrimary);
+  const config = await configured;
+  const log = createLogger(config.log.level).child({ worker: cluster.worker!.id });
+  const app = await startApp(config, { log, metricsText: () => metrics.ask() });
+  // The primary's aggregate is collected from every worker's registry: point prom-client's worker side
+  // at this app's registry, and construct an AggregatorRegistry, which is what subscribes a worker to the requests.
+  AggregatorRegistry.setRegistries([app.metrics]);
+  new AggregatorRegistry();
+  const current = shutdownOf(app, log);
+  shutdown = current;
+  // Ctrl-C reaches every process of the group; SIGTERM usually only the primary, which forwards it as 'drain'.
+  const release = onSignals((name) => current.signal(name));
+  // The primary is gone (killed): nobody will forward a signal, so leave cleanly now.
+  process.once('disconnect', () => current.drain('primary disconnected'));
+  process.send!({ type: 'queen-edge:listening' } satisfies ToPrimary);
+  if (drainEarly) current.drain('primary');
+  const code = await current.done;
+  release();
+  return code;
+}
