@@ -48,6 +48,8 @@ const REQUEST_TIMEOUT_FLOOR_MS = 300_000;
 /** Idle time allowed beyond the longest parked poll before a silent connection is dropped. */
 const IDLE_MARGIN_MS = 5_000;
 /** While closing, how often keep-alive connections that became idle are closed. */
+/** Admin connections (probes, scrapes) get this long once traffic has drained. */
+const ADMIN_FORCE_AFTER_MS = 1000;
 const DRAIN_SWEEP_MS = 100;
 
 /** Socket-level timeouts, all in ms. */
@@ -165,18 +167,27 @@ class EdgeListeners implements Listeners {
   async #drain(forceAfterMs: number): Promise<void> {
     this.#draining = true;
     this.#certs?.close();
-    const closed = Promise.all(this.#entries.map((e) => closeServer(e.server)));
+    // The admin listener closes last: while traffic drains, load balancers must still reach
+    // /readyz (503) instead of a refused connection, and /metrics keeps answering.
+    const edge = this.#entries.filter((e) => e.name !== 'admin');
+    const admin = this.#entries.filter((e) => e.name === 'admin');
+    await this.#closeEntries(edge, forceAfterMs, true);
+    await this.#closeEntries(admin, ADMIN_FORCE_AFTER_MS, false);
+  }
+
+  async #closeEntries(entries: Entry[], forceAfterMs: number, sessions: boolean): Promise<void> {
+    const closed = Promise.all(entries.map((e) => closeServer(e.server)));
     // GOAWAY: open streams finish, no new ones; the session closes when the last one ends.
-    for (const s of this.#sessions) s.close();
+    if (sessions) for (const s of this.#sessions) s.close();
     // Node closes idle h1 connections once, at close(); ones that finish a response later would linger
     // until their keep-alive timeout, so keep sweeping.
     const sweep = setInterval(() => {
       // Http2SecureServer has it too (for its h1 fallback), though @types/node omits it.
-      for (const e of this.#entries) (e.server as http.Server).closeIdleConnections();
+      for (const e of entries) (e.server as http.Server).closeIdleConnections();
     }, DRAIN_SWEEP_MS);
     const force = setTimeout(() => {
-      for (const s of this.#sessions) s.destroy();
-      for (const e of this.#entries) for (const socket of e.sockets) socket.destroy();
+      if (sessions) for (const s of this.#sessions) s.destroy();
+      for (const e of entries) for (const socket of e.sockets) socket.destroy();
     }, forceAfterMs);
     try {
       await closed;
@@ -185,7 +196,7 @@ class EdgeListeners implements Listeners {
       clearTimeout(force);
     }
     // A closed net.Server has no connections left, though sockets' own 'close' events may still be queued.
-    for (const e of this.#entries) e.sockets.clear();
+    for (const e of entries) e.sockets.clear();
   }
 
   /** While draining, h1 responses carry `Connection: close`, so clients move on before the sweep closes the socket. */
