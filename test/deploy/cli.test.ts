@@ -1,17 +1,10 @@
 /** The CLI as a process: usage, dispatch to the admin commands, exit 2 with every config problem. */
 import { afterEach, describe, expect, it } from 'vitest';
-import { freePort, spawnEdge, type EdgeProcess } from './edge-process.js';
+import { edgeTracker, freePort, type EdgeProcess } from './edge-process.js';
 
-const cleanups: (() => Promise<void>)[] = [];
-afterEach(async () => {
-  for (const c of cleanups.splice(0).reverse()) await c();
-});
-
-async function start(config: unknown, args?: string[]): Promise<EdgeProcess> {
-  const edge = await spawnEdge(config, args);
-  cleanups.push(() => edge.kill());
-  return edge;
-}
+const edges = edgeTracker();
+afterEach(() => edges.cleanup());
+const start = edges.start;
 
 describe('queen-edge command line', () => {
   it('--help prints the usage and exits 0', async () => {

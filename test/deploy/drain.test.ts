@@ -8,18 +8,15 @@ import { Agent, request } from 'undici';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { TEST_PLAN, TEST_SECRET, token } from '../helpers/edge.js';
 import { SHARED_REDIS_URL, uniquePrefix, waitFor } from '../helpers/redis.js';
-import { freePort, spawnEdge, type EdgeProcess } from './edge-process.js';
+import { edgeTracker, freePort, type EdgeProcess } from './edge-process.js';
 
+const edges = edgeTracker();
+const start = edges.start;
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
+  await edges.cleanup();
   for (const c of cleanups.splice(0).reverse()) await c();
 });
-
-async function start(config: unknown, args?: string[]): Promise<EdgeProcess> {
-  const edge = await spawnEdge(config, args);
-  cleanups.push(() => edge.kill());
-  return edge;
-}
 
 async function broker(): Promise<BrokerDouble> {
   const b = await startBrokerDouble({ name: 'b1' });

@@ -5,7 +5,6 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { stringify } from 'yaml';
@@ -30,17 +29,7 @@ export interface EdgeProcess {
   kill(): Promise<void>;
 }
 
-/** A port that was free a moment ago (bound to 0 and released). */
-export async function freePort(): Promise<number> {
-  return new Promise((done, fail) => {
-    const s = createServer();
-    s.once('error', fail);
-    s.listen({ host: '127.0.0.1', port: 0 }, () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => done(port));
-    });
-  });
-}
+export { freePort } from '../helpers/ports.js';
 
 /** Writes `config` as YAML to a temporary file and starts the CLI on it (or on `args` when given). */
 export async function spawnEdge(config: unknown, args?: string[]): Promise<EdgeProcess> {
@@ -121,4 +110,19 @@ export function connectionRefused(port: number): Promise<boolean> {
       (err: NodeJS.ErrnoException & { cause?: NodeJS.ErrnoException }) => done((err.code ?? err.cause?.code) === 'ECONNREFUSED'),
     ).finally(() => void agent.destroy());
   });
+}
+
+/** Edge processes started by one test file, killed after each test. */
+export function edgeTracker(): { start(config: unknown, args?: string[]): Promise<EdgeProcess>; cleanup(): Promise<void> } {
+  const running: EdgeProcess[] = [];
+  return {
+    async start(config, args) {
+      const edge = await spawnEdge(config, args);
+      running.push(edge);
+      return edge;
+    },
+    async cleanup() {
+      for (const edge of running.splice(0).reverse()) await edge.kill();
+    },
+  };
 }

@@ -3,8 +3,8 @@
  * file), or a private redis-server child on a free port for tests that kill, pause or count.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { freePort } from './ports.js';
 import { randomBytes } from 'node:crypto';
-import { createServer } from 'node:net';
 import { Redis } from 'ioredis';
 
 /** The shared test Redis. */
@@ -48,17 +48,6 @@ export async function waitFor(cond: () => boolean | Promise<boolean>, timeoutMs:
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 10));
   }
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      srv.close(() => (typeof addr === 'object' && addr ? resolve(addr.port) : reject(new Error('no port'))));
-    });
-  });
 }
 
 /** A private redis-server child that a test may stop, pause and start again on the same port. */

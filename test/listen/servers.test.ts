@@ -1,4 +1,5 @@
 import { mkdtemp, rm } from 'node:fs/promises';
+import { freePort } from '../helpers/ports.js';
 import http from 'node:http';
 import http2 from 'node:http2';
 import https from 'node:https';
@@ -150,14 +151,6 @@ async function portIsFree(port: number): Promise<boolean> {
     s.once('error', () => resolve(false));
     s.listen({ host: '127.0.0.1', port }, () => s.close(() => resolve(true)));
   });
-}
-
-async function freePort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((r) => s.listen({ host: '127.0.0.1', port: 0 }, r));
-  const { port } = s.address() as AddressInfo;
-  await new Promise((r) => s.close(r));
-  return port;
 }
 
 async function until(check: () => boolean | Promise<boolean>, timeoutMs = 5000): Promise<void> {
