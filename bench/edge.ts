@@ -1,0 +1,166 @@
+/**
+ * queen-edge as the benchmark runs it: in its own process, from a tsc build of src/ like `npm
+ * start` runs (tsx's transform wraps every closure in a `__name()` call, a per-request cost
+ * production does not pay), or from source with tsx for quick runs; with bench/probe.ts
+ * preloaded for event-loop readings and CPU profiles over IPC, its stdout (pino: warnings, access log) in a file.
+ */
+import type { ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
+import { closeSync, existsSync, openSync } from 'node:fs';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { request } from 'node:http';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { ProbeReading } from './probe.js';
+import { sleep, spawnWithLimits, stopChild } from './procs.js';
+
+/** The repository root (bench/..). */
+export const REPO_ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
+
+/** The HS256 secret of every benchmark config. */
+export const BENCH_SECRET = 'queen-edge-bench-secret-0123456789abcdef';
+/** The tenant every benchmark token names. */
+export const BENCH_TENANT = 'bench';
+
+/** Limits no benchmark reaches: the limiter runs its whole decision and always admits. */
+const UNREACHED_PLAN = {
+  features: [],
+  limits: { requestsPerSec: 10_000_000, requestBurst: 10_000_000, messagesPerSec: 100_000_000, messageBurst: 100_000_000, parkedPolls: 100_000, maxPayloadBytes: 1_048_576, maxBatch: 1000 },
+  quotas: { messagesPerMonth: 1_000_000_000_000, ingressBytesPerMonth: 1_000_000_000_000_000 },
+  storageBytes: 1_099_511_627_776,
+};
+
+/** Where the benchmark's build of src/ goes: under node_modules, so packages resolve and git ignores it. */
+const BUILD_DIR = join(REPO_ROOT, 'node_modules', '.cache', 'queen-edge-bench');
+
+/** How the edge process is started: the command line before `--config`. */
+export type EdgeEntry = readonly string[];
+
+/**
+ * Builds src/ with tsc (incremental) and the probe with TypeScript's transpiler, and returns the
+ * command line; `fromSource` skips the build and runs src/cli.ts with tsx.
+ */
+export async function prepareEdgeEntry(fromSource: boolean): Promise<EdgeEntry> {
+  if (fromSource) return [process.execPath, '--import', 'tsx', '--import', './bench/probe.ts', 'src/cli.ts'];
+  const out = join(BUILD_DIR, 'dist');
+  const tsc = spawnSync(process.execPath, [join(REPO_ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json', '--outDir', out, '--sourceMap', 'false', '--incremental', '--tsBuildInfoFile', join(BUILD_DIR, 'tsbuildinfo')], { cwd: REPO_ROOT, encoding: 'utf8' });
+  // Type errors still emit JavaScript; only a build that produced no entry point is fatal.
+  if (!existsSync(join(out, 'cli.js'))) throw new Error(`tsc produced no dist/cli.js:\n${tsc.stdout}${tsc.stderr}`);
+  const ts = (await import('typescript')).default;
+  const probe = ts.transpileModule(await readFile(join(REPO_ROOT, 'bench', 'probe.ts'), 'utf8'), { compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 } });
+  await mkdir(BUILD_DIR, { recursive: true });
+  await writeFile(join(BUILD_DIR, 'probe.mjs'), probe.outputText);
+  return [process.execPath, '--import', join(BUILD_DIR, 'probe.mjs'), join(out, 'cli.js')];
+}
+
+/** What a generated edge config turns on. */
+export interface EdgeConfigInput {
+  readonly port: number;
+  readonly adminPort: number;
+  readonly cert: string;
+  readonly key: string;
+  readonly brokerUrl: string;
+  /** Redis limits (null: the in-memory limiter). */
+  readonly redisUrl: string | null;
+  readonly jwksUrl: string | null;
+  readonly accessLog: boolean;
+  readonly workers: number;
+  readonly upstreamConnections: number;
+  readonly maxLongPollMs: number;
+  /** Extra top-level keys, e.g. a metering section when the schema has one. */
+  readonly extra: Record<string, unknown>;
+}
+
+/** A queen-edge configuration document (written as JSON, which the YAML loader reads). */
+export function edgeConfig(c: EdgeConfigInput): Record<string, unknown> {
+  return {
+    server: {
+      https: { host: '127.0.0.1', port: c.port, cert: c.cert, key: c.key },
+      http: { port: null },
+      admin: { host: '127.0.0.1', port: c.adminPort },
+      longPoll: { defaultTimeoutMs: 30_000, maxTimeoutMs: c.maxLongPollMs, slackMs: 5000 },
+      workers: c.workers,
+      drainTimeoutMs: 1000,
+    },
+    log: { level: c.accessLog ? 'info' : 'warn', accessLog: c.accessLog },
+    redis: { url: c.redisUrl, keyPrefix: 'qe-bench:', failMode: 'local' },
+    auth: { secret: BENCH_SECRET, jwksUrl: c.jwksUrl, defaultTenant: null },
+    upstream: { connections: c.upstreamConnections },
+    plans: { unreached: UNREACHED_PLAN },
+    tenants: { [BENCH_TENANT]: { plan: 'unreached', hosts: ['127.0.0.1', 'localhost'], brokers: [c.brokerUrl] } },
+    ...c.extra,
+  };
+}
+
+/** A running edge process. */
+export interface EdgeProcess {
+  readonly pid: number;
+  readonly base: string;
+  readonly logFile: string;
+  /** Event-loop delay since the last reset, and memory, from the probe. */
+  read(): Promise<ProbeReading>;
+  resetLoopDelay(): void;
+  /** Starts the V8 CPU profiler in the proxy (primary process). */
+  startProfile(): Promise<void>;
+  /** Stops it and writes the .cpuprofile to `file`. */
+  stopProfile(file: string): Promise<void>;
+  /** SIGTERM (drain), SIGKILL after a grace period. */
+  stop(): Promise<void>;
+}
+
+/** Starts the edge with `config` and waits until /readyz answers 200. */
+export async function startEdgeProcess(name: string, config: Record<string, unknown>, o: { dir: string; entry: EdgeEntry }): Promise<EdgeProcess> {
+  const server = config.server as { https: { port: number }; admin: { port: number } };
+  const configFile = join(o.dir, `${name}.yaml`);
+  await writeFile(configFile, JSON.stringify(config, null, 2));
+  const logFile = join(o.dir, `${name}.log`);
+  const out = openSync(logFile, 'a');
+  const argv = [...o.entry, '--config', configFile];
+  const child: ChildProcess = spawnWithLimits(argv, { stdio: ['ignore', out, 'inherit', 'ipc'], cwd: REPO_ROOT, env: { ...process.env, QE_BENCH_PROBE: '1' } });
+  closeSync(out);
+  const pending: Array<(r: ProbeReading) => void> = [];
+  const acks: Array<() => void> = [];
+  child.on('message', (m: ProbeReading | { type: 'profiling' | 'profiled' }) => {
+    if (m?.type === 'reading') pending.shift()?.(m);
+    else if (m?.type === 'profiling' || m?.type === 'profiled') acks.shift()?.();
+  });
+  const ask = (msg: Record<string, unknown>) =>
+    new Promise<void>((resolveAck) => {
+      acks.push(resolveAck);
+      child.send(msg);
+    });
+  await waitReady(server.admin.port, child, 20_000);
+  return {
+    pid: child.pid!,
+    base: `https://127.0.0.1:${server.https.port}`,
+    logFile,
+    read: () =>
+      new Promise((resolveReading) => {
+        pending.push(resolveReading);
+        child.send({ type: 'read' });
+      }),
+    resetLoopDelay: () => child.send({ type: 'reset' }),
+    startProfile: () => ask({ type: 'profile-start' }),
+    stopProfile: (file) => ask({ type: 'profile-stop', file }),
+    stop: () => stopChild(child, 10_000),
+  };
+}
+
+async function waitReady(adminPort: number, child: ChildProcess, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`queen-edge exited with ${child.exitCode} during start (see its log)`);
+    const status = await new Promise<number>((res) => {
+      const req = request({ host: '127.0.0.1', port: adminPort, path: '/readyz', timeout: 500 }, (r) => {
+        r.resume();
+        res(r.statusCode ?? 0);
+      });
+      req.on('error', () => res(0));
+      req.on('timeout', () => req.destroy());
+      req.end();
+    });
+    if (status === 200) return;
+    if (Date.now() > deadline) throw new Error(`queen-edge not ready after ${timeoutMs} ms`);
+    await sleep(100);
+  }
+}

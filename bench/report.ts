@@ -1,0 +1,102 @@
+/**
+ * The Markdown form of a benchmark report: the tables and the target checks, written between two
+ * markers in BENCHMARKS.md so the hand-written analysis around them survives a new run.
+ */
+import { readFile, writeFile } from 'node:fs/promises';
+import type { BenchReport, RunRecord, ScenarioId } from './run.js';
+
+const START = '<!-- bench:generated:start -->';
+const END = '<!-- bench:generated:end -->';
+
+const f = (v: number | null | undefined, digits = 1): string => (v === null || v === undefined || !Number.isFinite(v) ? '-' : v.toFixed(digits));
+const ratio = (a: number | null | undefined, b: number | null | undefined): string => (a && b ? `${(a / b).toFixed(2)}×` : '-');
+
+function find(runs: readonly RunRecord[], scenario: ScenarioId, workload: string): RunRecord | undefined {
+  return runs.find((r) => r.scenario === scenario && r.workload === workload);
+}
+
+/** The generated block: run conditions, one table per workload, long polls, target checks. */
+export function renderMarkdown(report: BenchReport, labels: Record<ScenarioId, string>): string {
+  const out: string[] = [];
+  const m = report.machine;
+  out.push(`Run ${report.date} · ${m.cpus} CPUs · Node ${m.node} · 1-min load ${m.load1AtStart} at start, ${m.load1AtEnd} at end · ${report.options.connections} connections, ${report.options.warmupSeconds} s warm-up + ${report.options.seconds} s per row · edge from ${report.options.edgeFrom}${report.options.quick ? ' · **--quick**' : ''}`);
+  out.push('');
+  for (const n of report.notes) out.push(`- ${n}`);
+  for (const [s, why] of Object.entries(report.skipped)) out.push(`- skipped ${labels[s as ScenarioId]}: ${why}`);
+  out.push('');
+  const workloads = [...new Set(report.runs.map((r) => r.workload))];
+  for (const w of workloads) {
+    const direct = find(report.runs, 'direct', w);
+    const nginx = find(report.runs, 'nginx', w);
+    out.push(`#### ${w}`, '');
+    out.push('| scenario | req/s | × direct | × nginx | p50 ms | p99 ms | p99.9 ms | p50 added | p99 added | proxy CPU µs/req | CPU × nginx | CPU s / 10k req | Redis round trips / commands per req | bad answers |');
+    out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+    for (const r of report.runs.filter((x) => x.workload === w)) {
+      const added = (a: number, b: number | undefined) => (b === undefined || r.scenario === 'direct' ? '-' : `${(a - b).toFixed(2)}`);
+      out.push(
+        `| ${labels[r.scenario]} | ${f(r.reqPerSec, 0)} | ${ratio(r.reqPerSec, direct?.reqPerSec)} | ${ratio(r.reqPerSec, nginx?.reqPerSec)} | ${f(r.p50Ms, 2)} | ${f(r.p99Ms, 2)} | ${f(r.p999Ms, 2)} | ${added(r.p50Ms, direct?.p50Ms)} | ${added(r.p99Ms, direct?.p99Ms)} | ${f(r.cpuUsPerReq)} | ${ratio(r.cpuUsPerReq, nginx?.cpuUsPerReq)} | ${f(r.cpuSecondsPer10k, 3)} | ${r.redisEvalshaPerReq === null ? '-' : `${f(r.redisEvalshaPerReq, 2)} / ${f(r.redisCommandsPerReq, 2)}`} | ${r.errors + r.timeouts + r.unexpected} |`,
+      );
+    }
+    out.push('');
+  }
+  if (report.longPolls.length > 0) {
+    out.push('#### 6. parked long polls', '');
+    out.push('| polls | parked at peak | s to park | RSS before MiB | RSS peak MiB | KiB / poll | loop delay p50 / p99 / max ms | probe push p50 / p99 ms | proxy CPU s during hold | Redis cmd / poll | answered 204 | connection failures |');
+    out.push('|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+    for (const l of report.longPolls) {
+      out.push(
+        `| ${l.polls} | ${l.parkedAtPeak} | ${f(l.secondsToPark)} | ${f(l.rssBeforeMiB, 0)} | ${f(l.rssPeakMiB, 0)} | ${f(l.rssPerPollKiB)} | ${f(l.loopDelayP50Ms)} / ${f(l.loopDelayP99Ms)} / ${f(l.loopDelayMaxMs)} | ${f(l.probeP50Ms, 2)} / ${f(l.probeP99Ms, 2)} | ${f(l.cpuSecondsDuringHold, 2)} | ${f(l.redisCommandsPerPoll, 2)} | ${l.answered204} | ${l.connectionFailures} |`,
+      );
+    }
+    out.push('');
+  }
+  out.push('#### Targets (this run)', '');
+  out.push(...targets(report));
+  if (report.profile) {
+    out.push('', `#### Profile of the full pipeline (push-64B; ${report.profile.busyMs} ms busy, ${report.profile.idleMs} ms idle)`, '');
+    out.push('| area (inclusive) | share of busy time |', '|---|---:|');
+    for (const l of report.profile.inclusiveByArea.slice(0, 20)) out.push(`| ${l.name} | ${l.pct.toFixed(1)} % |`);
+    out.push('', '| function (self) | share |', '|---|---:|');
+    for (const l of report.profile.selfByFunction.slice(0, 20)) out.push(`| \`${l.name}\` | ${l.pct.toFixed(1)} % |`);
+  }
+  return out.join('\n');
+}
+
+function targets(report: BenchReport): string[] {
+  const lines: string[] = [];
+  const check = (ok: boolean | null, text: string) => lines.push(`- ${ok === null ? '(not measured)' : ok ? '**met**' : '**not met**'}: ${text}`);
+  const workloads = [...new Set(report.runs.map((r) => r.workload))];
+  for (const w of workloads) {
+    const nginx = find(report.runs, 'nginx', w);
+    const plain = find(report.runs, 'edge', w);
+    const full = find(report.runs, 'full', w);
+    if (plain && nginx) check(plain.reqPerSec >= 0.6 * nginx.reqPerSec, `${w}: plain forwarding ≥ 0.6× nginx req/s: ${ratio(plain.reqPerSec, nginx.reqPerSec)} (CPU per request ${ratio(plain.cpuUsPerReq, nginx.cpuUsPerReq)} nginx's)`);
+    if (full && plain) check(full.reqPerSec >= 0.75 * plain.reqPerSec, `${w}: full pipeline ≥ 0.75× plain forwarding req/s: ${ratio(full.reqPerSec, plain.reqPerSec)} (CPU per request ${ratio(full.cpuUsPerReq, plain.cpuUsPerReq)})`);
+    if (plain?.cpuUsPerReq != null) check(plain.cpuUsPerReq <= 30, `${w}: plain forwarding ≤ 30 µs CPU per request (BENCHMARK-METHOD): ${f(plain.cpuUsPerReq)} µs`);
+    if (full?.cpuUsPerReq != null) check(full.cpuUsPerReq <= 40, `${w}: full pipeline ≤ 40 µs CPU per request (BENCHMARK-METHOD): ${f(full.cpuUsPerReq)} µs`);
+    if (full?.redisEvalshaPerReq != null) check(full.redisEvalshaPerReq <= 1.01, `${w}: ≤ 1 Redis round trip per request: ${f(full.redisEvalshaPerReq, 3)} EVALSHA per request (the only per-request command; ${f(full.redisCommandsPerReq, 2)} commands counting the ones the script runs inside Redis and the heartbeat)`);
+  }
+  const big = report.longPolls.reduce<BenchReport['longPolls'][number] | undefined>((a, l) => (a && a.polls >= l.polls ? a : l), undefined);
+  if (big) {
+    // Fewer than 10,000 when the descriptor limit forbade it: projected from the measured cost per poll.
+    const at10k = big.polls === 10_000 ? big.rssPeakMiB : big.rssBeforeMiB + (10_000 * big.rssPerPollKiB) / 1024;
+    const how = big.polls === 10_000 ? 'measured' : `projected from ${big.polls} parked (${f(big.rssPeakMiB, 0)} MiB)`;
+    check(at10k < 500 && big.parkedAtPeak === big.polls, `10,000 parked polls under 500 MiB RSS: ${f(at10k, 0)} MiB, ${how}; ${big.parkedAtPeak} of ${big.polls} parked at the peak`);
+  }
+  return lines;
+}
+
+/** Replaces the generated block in `file` (creating the file, or appending the block, when needed). */
+export async function updateBenchmarksMd(file: string, block: string): Promise<void> {
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch {
+    text = '# Benchmarks\n\nRun `npm run bench`; the block below is rewritten by each run.\n\n';
+  }
+  const fresh = `${START}\n${block}\n${END}`;
+  const a = text.indexOf(START);
+  const b = text.indexOf(END);
+  text = a !== -1 && b > a ? text.slice(0, a) + fresh + text.slice(b + END.length) : `${text.trimEnd()}\n\n${fresh}\n`;
+  await writeFile(file, text);
+}

@@ -1,0 +1,406 @@
+/**
+ * `npm run bench`: what the edge costs against direct access and nginx, on this machine, in one
+ * invocation (so the ratios compare runs under the same conditions). See BENCHMARKS.md for the
+ * method and /work/shared/BENCHMARK-METHOD.md for why CPU per request is the headline.
+ *
+ * Options: --quick (short runs, one workload, no long polls), --only direct,nginx,edge,full,
+ * full-rs256,workers,longpoll, --seconds N, --warmup N, --connections N, --polls 1000,10000,
+ * --hold N (long-poll hold, s), --profile (CPU profile of the full pipeline), --tsx (edge from
+ * source instead of a tsc build), --no-write, --render <results.json> (rewrite the BENCHMARKS.md block
+ * from a saved run).
+ */
+import type { ChildProcess } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { SignJWT } from 'jose';
+import type { Redis } from 'ioredis';
+import { configSchema } from '../src/config/schema.js';
+import { commandCalls, connectTest, PrivateRedis } from '../test/helpers/redis.js';
+import { startJwksServer, type JwksServer } from '../test/helpers/jwks-server.js';
+import { keyPair, signWith } from '../test/helpers/tokens.js';
+import { BENCH_SECRET, BENCH_TENANT, edgeConfig, prepareEdgeEntry, REPO_ROOT, startEdgeProcess, type EdgeConfigInput, type EdgeEntry, type EdgeProcess } from './edge.js';
+import { runLoad, type LoadResult, type Workload } from './load.js';
+import { PARK_TIMEOUT_MS, runLongPolls, type LongPollResult } from './longpoll.js';
+import { NGINX_HINT, nginxBinary, startNginx } from './nginx.js';
+import { summarizeProfile, type ProfileSummary } from './profile.js';
+import { childFileLimit, freePort, loadAverage, nodeProcessCount, sleep, spawnWithLimits, stopChild, treeCpuSeconds } from './procs.js';
+import { renderMarkdown, updateBenchmarksMd } from './report.js';
+
+/** Scenario ids, in the order they run. */
+export const SCENARIOS = ['direct', 'nginx', 'edge', 'full', 'full-rs256', 'workers', 'longpoll'] as const;
+export type ScenarioId = (typeof SCENARIOS)[number];
+
+/** Scenarios whose proxy talks to the private Redis (the others get no Redis column). */
+const USES_REDIS: ReadonlySet<ScenarioId> = new Set(['full', 'full-rs256', 'workers']);
+
+/** What each scenario is, for the table and the JSON. */
+export const SCENARIO_LABELS: Record<ScenarioId, string> = {
+  direct: '1. double direct (ceiling)',
+  nginx: '2. nginx TLS → double',
+  edge: '3. queen-edge plain forwarding',
+  full: '4. queen-edge full pipeline (HS256)',
+  'full-rs256': '4b. full pipeline, RS256 via JWKS',
+  workers: '5. full pipeline, server.workers: 2',
+  longpoll: '6. parked long polls',
+};
+
+/** Options of one invocation. */
+export interface BenchOptions {
+  quick: boolean;
+  only: ReadonlySet<ScenarioId> | null;
+  seconds: number;
+  warmupSeconds: number;
+  connections: number;
+  polls: readonly number[];
+  holdSeconds: number;
+  profile: boolean;
+  /** Run the edge from src/ with tsx instead of a tsc build (faster start, slower requests). */
+  fromSource: boolean;
+  /** Write bench/results/<date>.json and the table in BENCHMARKS.md. */
+  write: boolean;
+  log: (line: string) => void;
+}
+
+/** One measured load run. */
+export interface RunRecord extends LoadResult {
+  scenario: ScenarioId;
+  workload: string;
+  proxyCpuSeconds: number | null;
+  cpuUsPerReq: number | null;
+  cpuSecondsPer10k: number | null;
+  doubleCpuUsPerReq: number;
+  redisCommandsPerReq: number | null;
+  redisEvalshaPerReq: number | null;
+  /** Per command, per request (commands run inside the limiter's script are counted by Redis too). */
+  redisByCommand: Record<string, number> | null;
+  load1: number;
+}
+
+/** A long-poll run with the Redis commands it caused, per poll (admission and release). */
+export type LongPollRecord = LongPollResult & { redisCommandsPerPoll: number | null };
+
+/** The whole result document (bench/results/<date>.json). */
+export interface BenchReport {
+  date: string;
+  machine: { cpus: number; node: string; load1AtStart: number; load1AtEnd: number };
+  options: { seconds: number; warmupSeconds: number; connections: number; quick: boolean; edgeFrom: 'tsc build' | 'tsx (source)' };
+  notes: string[];
+  skipped: Partial<Record<ScenarioId, string>>;
+  runs: RunRecord[];
+  longPolls: LongPollRecord[];
+  profile: (ProfileSummary & { file: string }) | null;
+}
+
+/** Push bodies of exactly 64 bytes and 8 KiB; a pop returning the double's ~580-byte batch. */
+export function workloads(): Workload[] {
+  const push = (name: string, size: number): Workload => {
+    const shell = (pad: string) => `{"items":[{"queue":"bench","payload":{"p":"${pad}"}}]}`;
+    const body = Buffer.from(shell('x'.repeat(size - shell('').length)));
+    if (body.length !== size) throw new Error(`push body is ${body.length} bytes, not ${size}`);
+    return { name, method: 'POST', path: '/api/v1/push', body, expectStatus: 201 };
+  };
+  return [push('push-64B', 64), push('push-8KiB', 8192), { name: 'pop', method: 'GET', path: '/api/v1/pop/queue/bench?batch=10', body: null, expectStatus: 200 }];
+}
+
+/** Parses argv into options. */
+export function parseArgs(argv: readonly string[], log: (line: string) => void = (l) => process.stdout.write(`${l}\n`)): BenchOptions {
+  const flag = (name: string) => argv.includes(`--${name}`);
+  const value = (name: string): string | undefined => {
+    const i = argv.indexOf(`--${name}`);
+    return i === -1 ? argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) : argv[i + 1];
+  };
+  const quick = flag('quick');
+  const onlyRaw = value('only');
+  const only = onlyRaw ? new Set(onlyRaw.split(',').map((s) => s.trim()) as ScenarioId[]) : null;
+  for (const s of only ?? []) if (!SCENARIOS.includes(s)) throw new Error(`unknown scenario "${s}" (known: ${SCENARIOS.join(', ')})`);
+  return {
+    quick,
+    only,
+    seconds: Number(value('seconds') ?? (quick ? 2 : 10)),
+    warmupSeconds: Number(value('warmup') ?? (quick ? 0.5 : 2)),
+    connections: Number(value('connections') ?? 50),
+    polls: (value('polls') ?? '1000,10000').split(',').map(Number),
+    holdSeconds: Number(value('hold') ?? 30),
+    profile: flag('profile'),
+    fromSource: flag('tsx'),
+    write: !flag('no-write'),
+    log,
+  };
+}
+
+/** Generates a self-signed ECDSA P-256 certificate for 127.0.0.1/localhost with openssl. */
+async function makeCertificate(dir: string): Promise<{ cert: string; key: string }> {
+  const cert = join(dir, 'bench.crt');
+  const key = join(dir, 'bench.key');
+  const r = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', key, '-out', cert, '-days', '2', '-subj', '/CN=localhost', '-addext', 'subjectAltName=IP:127.0.0.1,DNS:localhost'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  if (r.status !== 0) throw new Error(`openssl failed: ${r.stderr.toString()}`);
+  return { cert, key };
+}
+
+async function startDouble(): Promise<{ child: ChildProcess; port: number }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'bench/double.ts'], { cwd: REPO_ROOT, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const port = await new Promise<number>((resolve, reject) => {
+    child.once('message', (m: { port: number }) => resolve(m.port));
+    child.once('exit', (code) => reject(new Error(`broker double exited with ${code}`)));
+  });
+  return { child, port };
+}
+
+function token(claims: Record<string, unknown>): Promise<string> {
+  return new SignJWT(claims).setProtectedHeader({ alg: 'HS256' }).setSubject('bench').setIssuedAt().setExpirationTime('2h').sign(new TextEncoder().encode(BENCH_SECRET));
+}
+
+/** A metering section, when the schema has one (the metering feature may land after this file). */
+function meteringExtra(): { extra: Record<string, unknown>; on: boolean } {
+  const shape = (configSchema as unknown as { shape?: Record<string, unknown> }).shape;
+  return shape && 'metering' in shape ? { extra: { metering: {} }, on: true } : { extra: {}, on: false };
+}
+
+/** Runs the scenarios; returns the report (and writes it unless `write` is false). */
+export async function runBench(opts: BenchOptions): Promise<BenchReport> {
+  const wanted = (s: ScenarioId) => (opts.only ? opts.only.has(s) : !(opts.quick && (s === 'longpoll' || s === 'full-rs256')));
+  const all = workloads();
+  const loads = opts.quick ? all.slice(0, 1) : all;
+  const dir = await mkdtemp(join(tmpdir(), 'queen-edge-bench-'));
+  const report: BenchReport = {
+    date: new Date().toISOString(),
+    machine: { cpus: (await import('node:os')).cpus().length, node: process.version, load1AtStart: loadAverage(), load1AtEnd: 0 },
+    options: { seconds: opts.seconds, warmupSeconds: opts.warmupSeconds, connections: opts.connections, quick: opts.quick, edgeFrom: opts.fromSource ? 'tsx (source)' : 'tsc build' },
+    notes: [],
+    skipped: {},
+    runs: [],
+    longPolls: [],
+    profile: null,
+  };
+  const cleanups: Array<() => Promise<void>> = [];
+  const log = opts.log;
+  log(`queen-edge bench: ${loads.map((w) => w.name).join(', ')} × ${opts.connections} connections, ${opts.warmupSeconds}s warm-up + ${opts.seconds}s; 1-min load ${report.machine.load1AtStart}`);
+  try {
+    const certs = await makeCertificate(dir);
+    const double = await startDouble();
+    cleanups.push(() => stopChild(double.child));
+    const brokerUrl = `http://127.0.0.1:${double.port}`;
+    const edgeToken = await token({ roles: ['read-write'], tenant: BENCH_TENANT });
+
+    let redis: PrivateRedis | null = null;
+    let stats: Redis | null = null;
+    const needsRedis = (['full', 'full-rs256', 'workers', 'longpoll'] as const).some(wanted);
+    if (needsRedis) {
+      redis = await PrivateRedis.start();
+      cleanups.push(() => redis!.kill());
+      stats = await connectTest(redis.url, 2000);
+      cleanups.push(async () => void stats!.disconnect());
+    }
+    let jwks: JwksServer | null = null;
+    let rsToken: string | null = null;
+    if (wanted('full-rs256')) {
+      const pair = await keyPair('RS256');
+      jwks = await startJwksServer([pair.publicJwk]);
+      cleanups.push(() => jwks!.close());
+      rsToken = await signWith(pair, { sub: 'bench', roles: ['read-write'], tenant: BENCH_TENANT, iat: Math.floor(Date.now() / 1000), exp: Math.floor(Date.now() / 1000) + 7200 });
+    }
+    const metering = meteringExtra();
+    report.notes.push(metering.on ? 'metering: on (the schema has a metering section; its defaults were used)' : 'metering: the config schema has no metering section, so the bench configured none; whatever app.ts wires by default ran (src/metering/* in the profile when it does)');
+
+    const measure = async (scenario: ScenarioId, base: string, headers: Record<string, string>, proxyPid: number | null) => {
+      for (const w of loads) {
+        await runLoad(base, w, { connections: opts.connections, seconds: opts.warmupSeconds, headers });
+        const before = await snapshot(proxyPid, double.child.pid!, stats);
+        const load1 = loadAverage();
+        const r = await runLoad(base, w, { connections: opts.connections, seconds: opts.seconds, headers });
+        const after = await snapshot(proxyPid, double.child.pid!, stats);
+        const cpu = proxyPid === null ? null : after.proxyCpu - before.proxyCpu;
+        const per = (x: number | null) => (x === null || r.requests === 0 ? null : x / r.requests);
+        const rec: RunRecord = {
+          ...r,
+          scenario,
+          workload: w.name,
+          proxyCpuSeconds: cpu,
+          cpuUsPerReq: cpu === null ? null : (per(cpu) ?? 0) * 1e6,
+          cpuSecondsPer10k: cpu === null ? null : (per(cpu) ?? 0) * 1e4,
+          doubleCpuUsPerReq: (per(after.doubleCpu - before.doubleCpu) ?? 0) * 1e6,
+          redisCommandsPerReq: stats && USES_REDIS.has(scenario) ? per(after.calls - before.calls) : null,
+          redisEvalshaPerReq: stats && USES_REDIS.has(scenario) ? per(after.evalsha - before.evalsha) : null,
+          redisByCommand: stats && USES_REDIS.has(scenario) && r.requests > 0 ? perCommand(before.byCommand, after.byCommand, r.requests) : null,
+          load1,
+        };
+        report.runs.push(rec);
+        log(
+          `  ${scenario.padEnd(10)} ${w.name.padEnd(9)} ${r.reqPerSec.toFixed(0).padStart(6)} req/s  p50 ${r.p50Ms.toFixed(2)} p99 ${r.p99Ms.toFixed(2)} p99.9 ${r.p999Ms.toFixed(2)} ms` +
+            `  cpu ${rec.cpuUsPerReq === null ? '-' : rec.cpuUsPerReq.toFixed(1)} us/req` +
+            (rec.redisCommandsPerReq === null ? '' : `  redis ${rec.redisCommandsPerReq.toFixed(2)} cmd/req`) +
+            (r.errors + r.timeouts + r.unexpected > 0 ? `  errors ${r.errors} timeouts ${r.timeouts} unexpected ${r.unexpected} ${JSON.stringify(r.statusCounts)}` : ''),
+        );
+      }
+    };
+    const edgeInput = (o: Partial<EdgeConfigInput>): EdgeConfigInput => ({
+      port: 0,
+      adminPort: 0,
+      cert: certs.cert,
+      key: certs.key,
+      brokerUrl,
+      redisUrl: null,
+      jwksUrl: null,
+      accessLog: false,
+      workers: 1,
+      upstreamConnections: 128,
+      maxLongPollMs: 120_000,
+      extra: {},
+      ...o,
+    });
+    // Built before any measurement: tsc is a CPU hog that must not overlap a run.
+    const entry: EdgeEntry | null = SCENARIOS.some((x) => x !== 'direct' && x !== 'nginx' && wanted(x)) || opts.profile ? await prepareEdgeEntry(opts.fromSource) : null;
+    const withEdge = async (name: string, input: Partial<EdgeConfigInput>, body: (edge: EdgeProcess) => Promise<void>) => {
+      const config = edgeConfig(edgeInput({ port: await freePort(), adminPort: await freePort(), ...input }));
+      const edge = await startEdgeProcess(name, config, { dir, entry: entry! });
+      try {
+        await body(edge);
+      } finally {
+        await edge.stop();
+      }
+    };
+    const fullInput = (o: Partial<EdgeConfigInput> = {}): Partial<EdgeConfigInput> => ({ redisUrl: redis?.url ?? null, accessLog: true, extra: metering.extra, ...o });
+    const bearer = { authorization: `Bearer ${edgeToken}` };
+
+    if (wanted('direct')) {
+      log(SCENARIO_LABELS.direct);
+      await measure('direct', brokerUrl, bearer, null);
+    }
+    if (wanted('nginx')) {
+      log(SCENARIO_LABELS.nginx);
+      const bin = nginxBinary();
+      if (bin === null) {
+        report.skipped.nginx = NGINX_HINT;
+        log(`  skipped: ${NGINX_HINT}`);
+      } else {
+        const port = await freePort();
+        const nginx = await startNginx(bin, { dir: join(dir, 'nginx'), port, upstreamPort: double.port, ...certs });
+        try {
+          await measure('nginx', `https://127.0.0.1:${port}`, bearer, nginx.pid!);
+        } finally {
+          await stopChild(nginx);
+        }
+      }
+    }
+    if (wanted('edge')) {
+      log(SCENARIO_LABELS.edge);
+      await withEdge('edge-plain', {}, (edge) => measure('edge', edge.base, bearer, edge.pid));
+    }
+    if (wanted('full')) {
+      log(SCENARIO_LABELS.full);
+      await withEdge('edge-full', fullInput(), (edge) => measure('full', edge.base, bearer, edge.pid));
+    }
+    if (wanted('full-rs256')) {
+      log(SCENARIO_LABELS['full-rs256']);
+      await withEdge('edge-full-rs256', fullInput({ jwksUrl: jwks!.url }), (edge) => measure('full-rs256', edge.base, { authorization: `Bearer ${rsToken}` }, edge.pid));
+    }
+    if (wanted('workers')) {
+      log(SCENARIO_LABELS.workers);
+      await withEdge('edge-workers', fullInput({ workers: 2 }), async (edge) => {
+        await sleep(500);
+        const processes = nodeProcessCount(edge.pid);
+        if (processes < 2) {
+          report.skipped.workers = `server.workers: 2 started ${processes} node process: the workers feature is not implemented yet`;
+          log(`  skipped: ${report.skipped.workers}`);
+          return;
+        }
+        report.notes.push(`workers: ${processes} node processes (primary and workers); CPU is the sum over all of them`);
+        await measure('workers', edge.base, bearer, edge.pid);
+      });
+    }
+    if (wanted('longpoll')) {
+      log(SCENARIO_LABELS.longpoll);
+      // Each parked poll holds two descriptors in the edge (client and upstream socket).
+      const maxPolls = Math.floor((childFileLimit() - 1000) / 2);
+      for (const asked of opts.polls) {
+        const n = Math.min(asked, maxPolls);
+        if (n < asked) report.notes.push(`long polls: ${asked} asked, ${n} run: the file-descriptor hard limit here is ${childFileLimit()} and cannot be raised (no CAP_SYS_RESOURCE); a parked poll needs two descriptors in the edge`);
+        await withEdge(`edge-longpoll-${n}`, fullInput({ upstreamConnections: n + 1024, maxLongPollMs: PARK_TIMEOUT_MS }), async (edge) => {
+          const before = stats ? await redisTotals(stats) : null;
+          const r = await runLongPolls(edge, double.port, n, opts.holdSeconds, edgeToken);
+          const after = stats ? await redisTotals(stats) : null;
+          report.longPolls.push({ ...r, redisCommandsPerPoll: before && after ? (after.calls - before.calls) / n : null });
+          log(
+            `  ${n} polls: parked ${r.parkedAtPeak} in ${r.secondsToPark.toFixed(1)} s; RSS ${r.rssBeforeMiB.toFixed(0)} → ${r.rssPeakMiB.toFixed(0)} MiB (${r.rssPerPollKiB.toFixed(1)} KiB/poll); loop delay p99 ${r.loopDelayP99Ms.toFixed(1)} ms max ${r.loopDelayMaxMs.toFixed(1)} ms; probe push p99 ${r.probeP99Ms.toFixed(1)} ms; ${r.answered204} answered 204`,
+          );
+        });
+      }
+    }
+    if (opts.profile) {
+      log('profile: full pipeline, push-64B, V8 CPU profiler over the measured window');
+      const kept = join(REPO_ROOT, 'bench', 'results', `profile-full-${report.date.slice(0, 10)}.cpuprofile`);
+      await withEdge('edge-profile', fullInput(), async (edge) => {
+        await runLoad(edge.base, all[0]!, { connections: opts.connections, seconds: opts.warmupSeconds, headers: bearer });
+        await edge.startProfile();
+        await runLoad(edge.base, all[0]!, { connections: opts.connections, seconds: opts.seconds, headers: bearer });
+        await edge.stopProfile(kept);
+      });
+      report.profile = { file: kept, ...(await summarizeProfile(kept)) };
+      log(`  profile: ${kept}`);
+      for (const l of report.profile.inclusiveByArea.slice(0, 15)) log(`    ${l.pct.toFixed(1).padStart(5)}%  ${l.name}`);
+    }
+  } finally {
+    for (const c of cleanups.reverse()) await c().catch(() => {});
+    await rm(dir, { recursive: true, force: true });
+  }
+  report.machine.load1AtEnd = loadAverage();
+  if (opts.write) {
+    const file = join(REPO_ROOT, 'bench', 'results', `${report.date.replace(/[:.]/g, '-')}.json`);
+    await writeFile(file, `${JSON.stringify(report, null, 2)}\n`);
+    await updateBenchmarksMd(join(REPO_ROOT, 'BENCHMARKS.md'), renderMarkdown(report, SCENARIO_LABELS));
+    log(`wrote ${file} and the table in BENCHMARKS.md`);
+  }
+  return report;
+}
+
+interface RedisTotals {
+  calls: number;
+  evalsha: number;
+  byCommand: Map<string, number>;
+}
+
+interface Snapshot extends RedisTotals {
+  proxyCpu: number;
+  doubleCpu: number;
+}
+
+async function redisTotals(stats: Redis): Promise<RedisTotals> {
+  const byCommand = await commandCalls(stats);
+  // The benchmark's own INFO calls are not the edge's.
+  byCommand.delete('info');
+  let calls = 0;
+  for (const n of byCommand.values()) calls += n;
+  return { calls, evalsha: byCommand.get('evalsha') ?? 0, byCommand };
+}
+
+function perCommand(before: Map<string, number>, after: Map<string, number>, requests: number): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [cmd, n] of after) {
+    const d = n - (before.get(cmd) ?? 0);
+    if (d > 0) out[cmd] = Math.round((1000 * d) / requests) / 1000;
+  }
+  return out;
+}
+
+async function snapshot(proxyPid: number | null, doublePid: number, stats: Redis | null): Promise<Snapshot> {
+  const r = stats ? await redisTotals(stats) : { calls: 0, evalsha: 0, byCommand: new Map<string, number>() };
+  return { ...r, proxyCpu: proxyPid === null ? 0 : treeCpuSeconds(proxyPid), doubleCpu: treeCpuSeconds(doublePid) };
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const opts = parseArgs(process.argv.slice(2));
+  const render = process.argv.indexOf('--render');
+  if (render !== -1) {
+    // Re-renders BENCHMARKS.md's block from a saved result (after a change of the report's layout).
+    const saved = JSON.parse(await readFile(process.argv[render + 1]!, 'utf8')) as BenchReport;
+    await updateBenchmarksMd(join(REPO_ROOT, 'BENCHMARKS.md'), renderMarkdown(saved, SCENARIO_LABELS));
+  } else if (process.env.QE_BENCH_NOFILE === '1') await runBench(opts);
+  else {
+    // 10,000 client sockets need more descriptors than a login shell allows: run again with a raised limit.
+    const child = spawnWithLimits([process.execPath, ...process.execArgv, process.argv[1], ...process.argv.slice(2)], { stdio: 'inherit', env: { ...process.env, QE_BENCH_NOFILE: '1' } });
+    child.on('exit', (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
+  }
+}
