@@ -225,7 +225,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       const authorization = auth instanceof Promise ? await auth : auth;
       const path = pop ? (pop.forwardQuery === '' ? target.path : `${target.path}?${pop.forwardQuery}`) : target.query === '' ? target.path : `${target.path}?${target.query}`;
       const timeout = pop?.wait ? pop.timeoutMs + lp.slackMs : upstreamCfg.requestTimeoutMs;
-      result = await forwardToCluster(req, res, ctx, tenant, laneOf(route, match.params, pop, facts), {
+      result = await forwardToCluster(res, ctx, tenant, laneOf(route, match.params, pop, facts), parked, {
         method: req.method as 'GET',
         path,
         headers: upstreamHeaders(req.headers, {
@@ -254,11 +254,11 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
 
   /** Tries brokers of the lane in ring order while nothing was sent (DESIGN §1, never after). */
   async function forwardToCluster(
-    req: EdgeRequest,
     res: EdgeResponse,
     ctx: RequestContext,
     tenant: Tenant,
     lane: Lane,
+    parked: boolean,
     fwd: Parameters<typeof forwardOnce>[1],
   ): Promise<ForwardResult | null> {
     let tried: Set<string> | null = null;
@@ -272,7 +272,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       ctx.broker = broker;
       d.clusters.begin(broker);
       const sentAt = performance.now();
-      const result = await forwardOnce(d.pools.get(broker), fwd, res);
+      const result = await forwardOnce(d.pools.get(broker, parked), fwd, res);
       ctx.upstreamMs += performance.now() - sentAt;
       d.clusters.end(broker);
       ctx.status = result.status;

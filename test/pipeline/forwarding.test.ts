@@ -111,6 +111,23 @@ describe('long polls', () => {
     expect(forwarded(broker).at(-1)!.query.get('timeout')).toBe('2000');
   });
 
+  it('more parked polls than upstream.connections all park at the broker (regression: they queued behind the request pool)', async () => {
+    const ac = new AbortController();
+    const polls = Array.from({ length: 8 }, (_, i) =>
+      request(`${edge.url}/api/v1/pop/queue/many-${i}?wait=true&timeout=2000`, {
+        headers: { host: 'acme.localhost', authorization: `Bearer ${rw}` },
+        dispatcher: edge.dispatcher,
+        signal: ac.signal,
+      }).catch((e: Error) => e),
+    );
+    try {
+      await expect.poll(() => broker.parked(), { timeout: 1500, interval: 20 }).toBe(8);
+    } finally {
+      ac.abort();
+      await Promise.all(polls);
+    }
+  });
+
   it('a client that disconnects during a parked pop aborts the upstream request at once', async () => {
     const ac = new AbortController();
     const pending = request(`${edge.url}/api/v1/pop/queue/parked?wait=true&timeout=2000`, {
