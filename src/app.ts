@@ -123,6 +123,8 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
       await clusters.close();
       await Promise.all([limiter.close(), pools.close(), tenants.close()]);
       if (redis) await redis.quit().catch(() => redis.disconnect());
+      // The log is written asynchronously: the last lines must not be lost on exit.
+      await new Promise<void>((resolve) => log.flush(() => resolve()));
     },
   };
 }
