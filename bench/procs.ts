@@ -4,7 +4,7 @@
  */
 import { spawn, spawnSync, type ChildProcess, type StdioOptions } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
-import { createServer, connect } from 'node:net';
+import { connect } from 'node:net';
 
 /** Clock ticks per second of /proc/<pid>/stat times (USER_HZ). */
 const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
@@ -19,17 +19,7 @@ export function childFileLimit(): number {
   return Math.min(CHILD_NOFILE, hard);
 }
 
-/** A free TCP port on 127.0.0.1 (bound, read, released). */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      srv.close(() => (typeof addr === 'object' && addr ? resolve(addr.port) : reject(new Error('no port'))));
-    });
-  });
-}
+export { freePort } from '../test/helpers/ports.js';
 
 /** Spawns `argv` with RLIMIT_NOFILE raised; `exec` keeps the pid, so /proc figures are the program's. */
 export function spawnWithLimits(argv: readonly string[], opts: { stdio: StdioOptions; env?: NodeJS.ProcessEnv; cwd?: string }): ChildProcess {

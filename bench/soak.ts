@@ -7,13 +7,13 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtemp, readFile, writeFile } from 'node:fs/promises';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { createServer as createNetServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { SignJWT } from 'jose';
 import { Agent, request } from 'undici';
+import { freePort, sleep } from './procs.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -28,17 +28,6 @@ const CONCURRENCY = Number(args.concurrency);
 const PARKED = Number(args.parked);
 const SECRET = 'soak-secret-soak-secret-soak-secret!!';
 
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createNetServer().listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as AddressInfo;
-      s.close(() => resolve(port));
-    });
-    s.on('error', reject);
-  });
-}
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A minimal broker: push 201 array, pop 200 with one message or a bodiless 204, parks `wait=true`. */
 function startBroker(port: number): Promise<Server> {
