@@ -1,5 +1,4 @@
 import { createHmac, generateKeyPairSync } from 'node:crypto';
-import { Writable } from 'node:stream';
 import { importPKCS8, type JWTPayload } from 'jose';
 import { generate as selfSigned } from 'selfsigned';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -7,8 +6,8 @@ import { createTokenVerifier, extractToken, type Identity, type TokenVerifier } 
 import { parseConfig } from '../../src/config/load.js';
 import type { AuthConfig } from '../../src/config/schema.js';
 import { EdgeError } from '../../src/errors.js';
-import { createLogger } from '../../src/observability/log.js';
 import { startJwksServer, type JwksServer } from '../helpers/jwks-server.js';
+import { capturingLogger } from '../helpers/logs.js';
 import {
   algNoneToken,
   b64json,
@@ -38,16 +37,6 @@ function authConfig(auth: Record<string, unknown>): AuthConfig {
 }
 
 /** A logger whose lines land in `lines`, parsed. */
-function capturingLogger(): { log: ReturnType<typeof createLogger>; lines: Array<Record<string, unknown>> } {
-  const lines: Array<Record<string, unknown>> = [];
-  const sink = new Writable({
-    write(chunk: Buffer, _enc, done) {
-      for (const line of chunk.toString().split('\n')) if (line) lines.push(JSON.parse(line) as Record<string, unknown>);
-      done();
-    },
-  });
-  return { log: createLogger('debug', sink), lines };
-}
 
 /** A clock the test moves by hand. */
 function manualClock(start = Date.now()): { now: () => number; advance: (ms: number) => void } {

@@ -6,13 +6,13 @@ import https from 'node:https';
 import net, { type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import tls, { type TLSSocket } from 'node:tls';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { configSchema, type RawConfig } from '../../src/config/schema.js';
 import { createListeners, listenerTimeouts, type EdgeRequest, type EdgeResponse, type Listeners } from '../../src/listen/servers.js';
-import { createLogger, silentLogger } from '../../src/observability/log.js';
+import { silentLogger } from '../../src/observability/log.js';
 import { fingerprint, makeCa, makeClientCert, makeServerCert, replaceFile, writePem, type Pem, type PemFiles } from '../helpers/certs.js';
+import { capturingLogger } from '../helpers/logs.js';
 
 type ServerConfig = RawConfig['server'];
 interface Overrides {
@@ -52,16 +52,6 @@ function admin(_req: EdgeRequest, res: EdgeResponse): void {
   json(res, { listener: 'admin' });
 }
 
-function capturingLogger(): { log: ReturnType<typeof createLogger>; lines: Array<{ level: number; msg: string }> } {
-  const lines: Array<{ level: number; msg: string }> = [];
-  const sink = new Writable({
-    write(chunk: Buffer, _enc, cb) {
-      for (const line of chunk.toString().split('\n')) if (line) lines.push(JSON.parse(line) as { level: number; msg: string });
-      cb();
-    },
-  });
-  return { log: createLogger('debug', sink), lines };
-}
 
 const open: Listeners[] = [];
 async function start(config: ServerConfig, log = silentLogger()): Promise<{ listeners: Listeners; ports: { https: number; http: number; admin: number } }> {

@@ -2,28 +2,18 @@ import { X509Certificate } from 'node:crypto';
 import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Writable } from 'node:stream';
 import type { SecureContextOptions } from 'node:tls';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { configSchema, type RawConfig } from '../../src/config/schema.js';
 import { buildSniTable, CertificateSet, lookupServername } from '../../src/listen/tls.js';
-import { createLogger, silentLogger } from '../../src/observability/log.js';
+import { silentLogger } from '../../src/observability/log.js';
 import { fingerprint, makeCa, makeServerCert, replaceFile, writePem, type Pem } from '../helpers/certs.js';
+import { capturingLogger } from '../helpers/logs.js';
 
 function httpsConfig(over: Partial<RawConfig['server']['https']> = {}): RawConfig['server']['https'] {
   return configSchema.shape.server.parse({ https: over }).https;
 }
 
-function capturingLogger(): { log: ReturnType<typeof createLogger>; lines: Array<{ level: number; msg: string }> } {
-  const lines: Array<{ level: number; msg: string }> = [];
-  const sink = new Writable({
-    write(chunk: Buffer, _enc, cb) {
-      for (const line of chunk.toString().split('\n')) if (line) lines.push(JSON.parse(line) as { level: number; msg: string });
-      cb();
-    },
-  });
-  return { log: createLogger('debug', sink), lines };
-}
 
 async function until(check: () => boolean, timeoutMs = 5000): Promise<void> {
   const deadline = Date.now() + timeoutMs;

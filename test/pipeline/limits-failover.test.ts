@@ -3,18 +3,17 @@
  * limited request, and the fail modes (open, closed, local) when the server is killed or frozen,
  * with recovery once it is back.
  */
-import { Writable } from 'node:stream';
 import { Redis } from 'ioredis';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RawConfig } from '../../src/config/schema.js';
 import { ADMIT_LUA, HEARTBEAT_LUA, scriptSha } from '../../src/limits/script.js';
-import { createLogger } from '../../src/observability/log.js';
 import { NO_USAGE } from '../../src/metering/recorder.js';
 import { parkedKey } from '../../src/tenants/keys.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness, type Reply } from '../helpers/edge.js';
 import { commandCalls, connectTest, PrivateRedis, uniquePrefix, waitFor } from '../helpers/redis.js';
+import { capturingLogger } from '../helpers/logs.js';
 
 /** Long enough that a busy machine's ordinary request stays well under it. */
 const TIMEOUT_MS = 1000;
@@ -46,15 +45,8 @@ function config(failMode: 'open' | 'closed' | 'local', keyPrefix: string, unlimi
 }
 
 /** Log lines an edge wrote, parsed. */
-function capture(): { lines: { msg: string; failMode?: string }[]; log: ReturnType<typeof createLogger> } {
-  const lines: { msg: string; failMode?: string }[] = [];
-  const sink = new Writable({
-    write(chunk: Buffer, _enc, done) {
-      for (const line of chunk.toString('utf8').split('\n')) if (line) lines.push(JSON.parse(line) as { msg: string });
-      done();
-    },
-  });
-  return { lines, log: createLogger('info', sink) };
+function capture() {
+  return capturingLogger('info');
 }
 
 const tokens = new Map<string, string>();

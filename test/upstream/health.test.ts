@@ -1,9 +1,8 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Writable } from 'node:stream';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { createLogger } from '../../src/observability/log.js';
 import { createHealthChecker, createHttpProbe, type HealthChange, type HealthChecker } from '../../src/upstream/health.js';
+import { capturingLogger } from '../helpers/logs.js';
 
 /** A broker double: answers GET /health with `status`, after `delayMs`, counting what it sees. */
 interface FakeBroker {
@@ -47,14 +46,7 @@ async function closedUrl(): Promise<string> {
 }
 
 function logSink() {
-  const lines: Array<{ level: number; msg: string; url: string; reason: string }> = [];
-  const stream = new Writable({
-    write(chunk, _enc, cb) {
-      for (const l of String(chunk).split('\n')) if (l) lines.push(JSON.parse(l));
-      cb();
-    },
-  });
-  return { lines, log: createLogger('info', stream) };
+  return capturingLogger('info');
 }
 
 function checker(opts: Partial<Parameters<typeof createHealthChecker>[0]> = {}) {
