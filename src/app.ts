@@ -95,12 +95,25 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     usage: (id, from, to) => meter.usage(id, from, to),
     brokers: () => clusters.snapshot(tenants.all()),
     readiness: {
-      notReadyReason: () => (draining ? 'draining' : limiter.mode() === 'closed' ? 'limiter unavailable (redis down, failMode closed)' : null),
+      // Redis down makes an instance unready only in failMode closed: in open/local it still serves,
+      // and taking every instance out of the load balancer would turn degraded into down.
+      notReadyReason: () =>
+        draining
+          ? 'draining'
+          : limiter.mode() === 'closed'
+            ? 'limiter unavailable (redis down, failMode closed)'
+            : anyBrokerHealthy()
+              ? null
+              : 'no broker reachable',
     },
     metricsText: opts.metricsText ?? (() => metrics.text()),
     log,
     clock,
   });
+  function anyBrokerHealthy(): boolean {
+    for (const cluster of clusters.snapshot(tenants.all())) if (cluster.brokers.some((b) => b.healthy)) return true;
+    return false;
+  }
   const listeners = await createListeners(config.server, { edge, admin }, { log });
 
   await Promise.all([verifier.start(), limiter.start()]);
