@@ -1,6 +1,6 @@
 /** Calls to the admin listener of a test edge (test helper). */
 import { request } from 'undici';
-import type { EdgeHarness } from '../helpers/edge.js';
+import { readReply, type EdgeHarness } from '../helpers/edge.js';
 
 export const ADMIN_TOKEN = 'admin-token-for-tests-0123456789';
 
@@ -19,13 +19,6 @@ export async function admin(
     body = typeof opts.body === 'string' ? opts.body : JSON.stringify(opts.body);
     headers['content-type'] = 'application/json';
   }
-  const res = await request(`${h.adminUrl}${path}`, { method, headers, body });
-  const text = await res.body.text();
-  let json: unknown;
-  try {
-    json = text === '' ? undefined : JSON.parse(text);
-  } catch {
-    json = undefined;
-  }
-  return { status: res.statusCode, json, text, headers: res.headers };
+  const reply = await readReply(await request(`${h.adminUrl}${path}`, { method, headers, body }));
+  return { ...reply, json: reply.json as any };
 }

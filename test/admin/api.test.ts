@@ -2,9 +2,8 @@
  * The admin API (issue 5 §2) through real sockets: two instances sharing Redis, each route,
  * authentication, body validation, propagation to the other instance, and persistence.
  */
-import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLogger } from '../../src/observability/log.js';
+import { capturingLogger } from '../helpers/logs.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { TEST_PLAN, call, forwarded, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix, waitFor } from '../helpers/redis.js';
@@ -14,7 +13,8 @@ const prefix = uniquePrefix();
 let broker: BrokerDouble;
 let a: EdgeHarness;
 let b: EdgeHarness;
-const logLines: Array<Record<string, unknown>> = [];
+const captured = capturingLogger('info');
+const logLines = captured.lines;
 
 function config(token: string | null = ADMIN_TOKEN) {
   return testConfig([broker.url], { redis: { url: SHARED_REDIS_URL, keyPrefix: prefix, timeoutMs: 200 }, server: { admin: { token } } });
@@ -22,13 +22,7 @@ function config(token: string | null = ADMIN_TOKEN) {
 
 beforeAll(async () => {
   broker = await startBrokerDouble({ name: 'b1' });
-  const sink = new Writable({
-    write(chunk: Buffer, _enc, done) {
-      for (const line of chunk.toString('utf8').split('\n')) if (line) logLines.push(JSON.parse(line));
-      done();
-    },
-  });
-  a = await startEdge(config(), { log: createLogger('info', sink) });
+  a = await startEdge(config(), { log: captured.log });
   b = await startEdge(config());
 });
 

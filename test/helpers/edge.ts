@@ -105,7 +105,11 @@ export async function call(
     body = typeof opts.body === 'string' ? opts.body : JSON.stringify(opts.body);
     headers['content-type'] ??= 'application/json';
   }
-  const res = await request(`${opts.base ?? h.url}${path}`, { method, headers, body, dispatcher: h.dispatcher });
+  return readReply(await request(`${opts.base ?? h.url}${path}`, { method, headers, body, dispatcher: h.dispatcher }));
+}
+
+/** Reads a whole response; `json` is the parsed body, or undefined when it is empty or not JSON. */
+export async function readReply(res: Dispatcher.ResponseData): Promise<Reply> {
   const text = await res.body.text();
   let json: unknown;
   try {

@@ -1,23 +1,17 @@
 /** Tracing (issue 5 §5): the W3C traceparent reaches the broker and its trace id the access log. */
-import { Writable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLogger } from '../../src/observability/log.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, forwarded, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { capturingLogger } from '../helpers/logs.js';
 
 let broker: BrokerDouble;
 let h: EdgeHarness;
-const lines: Array<Record<string, unknown>> = [];
+const captured = capturingLogger('info');
+const lines = captured.lines;
 
 beforeAll(async () => {
   broker = await startBrokerDouble({ name: 'b1' });
-  const sink = new Writable({
-    write(chunk: Buffer, _enc, done) {
-      for (const line of chunk.toString('utf8').split('\n')) if (line) lines.push(JSON.parse(line));
-      done();
-    },
-  });
-  h = await startEdge(testConfig([broker.url], { log: { level: 'info' } }), { log: createLogger('info', sink) });
+  h = await startEdge(testConfig([broker.url], { log: { level: 'info' } }), { log: captured.log });
 });
 
 afterAll(async () => {
