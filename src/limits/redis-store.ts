@@ -5,6 +5,7 @@
  * again by retryReleases(), so a blip does not hold a tenant's slots until they expire.
  */
 import { instancesKey, limiterKeys, parkedKey } from '../tenants/keys.js';
+import { Cluster } from 'ioredis';
 import type { RedisClient } from './redis-connection.js';
 import { ADMIT_LUA, HEARTBEAT_LUA, scriptSha } from './script.js';
 import type { Decision, LimitCost, LimitPlan } from './verdict.js';
@@ -22,16 +23,24 @@ export class RedisLimitStore {
   readonly #keys = new Map<string, { month: string; keys: string[] }>();
   /** Slot id → tenant id of releases that did not reach Redis, oldest first. */
   readonly #pending = new Map<string, string>();
+  /** Admits waiting for this turn's write; null when none is queued. */
+  #batch: { keys: string[]; args: (string | number)[]; resolve: (v: unknown) => void; reject: (e: unknown) => void }[] | null = null;
 
   constructor(redis: RedisClient, prefix: string) {
     this.#redis = redis;
     this.#prefix = prefix;
   }
 
-  /** Decides and takes atomically in one round trip; see ADMIT_LUA for the arguments. */
+  /**
+   * Decides and takes atomically in one round trip; see ADMIT_LUA for the arguments. On a single
+   * Redis, the admits of one event-loop turn leave in one socket write (a pipeline flushed by
+   * setImmediate): still one EVALSHA and one round trip each, but one write(2) for many (the
+   * bench profile had the per-admit write at 12% of the pipeline's CPU). A Cluster routes by
+   * slot, so there each admit is sent on its own.
+   */
   async admit(tenantId: string, plan: LimitPlan, cost: LimitCost, now: number, month: { id: string; endMs: number }, slot: string, slotTtlMs: number): Promise<Decision> {
     const keys = this.#keysFor(tenantId, month.id);
-    const reply = (await this.#run(ADMIT_SHA, ADMIT_LUA, keys, [
+    const reply = (await this.#admitCall(keys, [
       now,
       plan.requestIntervalMs,
       plan.requestBurst,
@@ -108,6 +117,43 @@ export class RedisLimitStore {
     const keys = [k.requests, k.messages, k.parked, k.monthMessages, k.monthBytes];
     this.#keys.set(tenantId, { month, keys });
     return keys;
+  }
+
+  #admitCall(keys: string[], args: (string | number)[]): Promise<unknown> {
+    if (this.#redis instanceof Cluster) return this.#run(ADMIT_SHA, ADMIT_LUA, keys, args);
+    return new Promise((resolve, reject) => {
+      if (this.#batch === null) {
+        this.#batch = [];
+        setImmediate(() => this.#flush());
+      }
+      this.#batch.push({ keys, args, resolve, reject });
+    });
+  }
+
+  #flush(): void {
+    const batch = this.#batch!;
+    this.#batch = null;
+    if (batch.length === 1) {
+      const only = batch[0]!;
+      this.#run(ADMIT_SHA, ADMIT_LUA, only.keys, only.args).then(only.resolve, only.reject);
+      return;
+    }
+    const pipeline = this.#redis.pipeline();
+    for (const b of batch) pipeline.evalsha(ADMIT_SHA, b.keys.length, ...b.keys, ...b.args);
+    pipeline.exec().then(
+      (replies) => {
+        for (let i = 0; i < batch.length; i++) {
+          const b = batch[i]!;
+          const [err, reply] = replies?.[i] ?? [new Error('no reply from Redis'), null];
+          if (err === null) b.resolve(reply);
+          else if (err.message.startsWith('NOSCRIPT')) this.#redis.eval(ADMIT_LUA, b.keys.length, ...b.keys, ...b.args).then(b.resolve, b.reject);
+          else b.reject(err);
+        }
+      },
+      (err: unknown) => {
+        for (const b of batch) b.reject(err);
+      },
+    );
   }
 
   async #run(sha: string, lua: string, keys: string[], args: (string | number)[]): Promise<unknown> {

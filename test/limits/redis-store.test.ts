@@ -1,0 +1,52 @@
+/** The Redis limit store's batching: the admits of one event-loop turn share one write. */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Redis } from 'ioredis';
+import { RedisLimitStore } from '../../src/limits/redis-store.js';
+import { compileLimitPlan, monthWindow } from '../../src/limits/verdict.js';
+import { commandCalls, connectTest, PrivateRedis, uniquePrefix } from '../helpers/redis.js';
+
+let server: PrivateRedis;
+let client: Redis;
+let probe: Redis;
+
+beforeAll(async () => {
+  server = await PrivateRedis.start();
+  client = await connectTest(server.url, 2000);
+  probe = await connectTest(server.url, 2000);
+});
+afterAll(async () => {
+  client.disconnect();
+  probe.disconnect();
+  await server.kill();
+});
+
+const plan = compileLimitPlan(
+  { requestsPerSec: 1, requestBurst: 3, messagesPerSec: 1000, messageBurst: 1000, parkedPolls: 10, maxPayloadBytes: 1024, maxBatch: 10 },
+  { messagesPerMonth: 0, ingressBytesPerMonth: 0 },
+);
+const cost = { messages: 0, ingressBytes: 0, parkedPoll: false };
+
+describe('RedisLimitStore batching', () => {
+  it('decides each of many same-turn admits on its own, one EVALSHA each, also right after a script flush', async () => {
+    const store = new RedisLimitStore(client, uniquePrefix());
+    await probe.script('FLUSH');
+    const now = Date.now();
+    const month = monthWindow(now);
+    const before = await commandCalls(probe);
+    // Five tenants, five admits each, all issued in one turn: burst 3 admits 3 per tenant.
+    const decisions = await Promise.all(
+      Array.from({ length: 25 }, (_, i) => store.admit(`t${i % 5}`, plan, cost, now, month, `s${i}`, 60000)),
+    );
+    const after = await commandCalls(probe);
+    const admitted = new Map<string, number>();
+    decisions.forEach((d, i) => {
+      if (d.refused === 0) admitted.set(`t${i % 5}`, (admitted.get(`t${i % 5}`) ?? 0) + 1);
+    });
+    expect([...admitted.values()]).toEqual([3, 3, 3, 3, 3]);
+    // The flushed script made every EVALSHA of the batch fail with NOSCRIPT; each fell back to EVAL once.
+    expect((after.get('evalsha') ?? 0) - (before.get('evalsha') ?? 0)).toBe(25);
+    expect((after.get('eval') ?? 0) - (before.get('eval') ?? 0)).toBe(25);
+    const again = await Promise.all(Array.from({ length: 4 }, (_, i) => store.admit('fresh', plan, cost, now, month, `f${i}`, 60000)));
+    expect(again.map((d) => d.refused === 0)).toEqual([true, true, true, false]);
+  });
+});
