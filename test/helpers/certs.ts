@@ -30,24 +30,8 @@ export async function makeCa(commonName = 'queen-edge test CA'): Promise<Pem> {
   return { cert: pems.cert, key: pems.private };
 }
 
-/** A server certificate for `names` (DNS names or IPs; the first is the CN), signed by `ca`. */
-export async function makeServerCert(ca: Pem, names: string[]): Promise<Pem> {
-  const pems = await generate([{ name: 'commonName', value: names[0]! }], {
-    keyType: 'ec',
-    algorithm: 'sha256',
-    ca,
-    extensions: [
-      { name: 'basicConstraints', cA: false },
-      { name: 'keyUsage', digitalSignature: true, critical: true },
-      { name: 'extKeyUsage', serverAuth: true },
-      { name: 'subjectAltName', altNames: names.map((n) => (isIP(n) ? { type: 7 as const, ip: n } : { type: 2 as const, value: n })) },
-    ],
-  });
-  return { cert: pems.cert, key: pems.private };
-}
-
-/** A client certificate with CN `commonName`, signed by `ca`. */
-export async function makeClientCert(ca: Pem, commonName: string): Promise<Pem> {
+/** An end-entity ECDSA certificate with CN `commonName` and the given usage, signed by `ca`. */
+async function signedCert(ca: Pem, commonName: string, usage: { serverAuth?: boolean; clientAuth?: boolean }, altNames?: string[]): Promise<Pem> {
   const pems = await generate([{ name: 'commonName', value: commonName }], {
     keyType: 'ec',
     algorithm: 'sha256',
@@ -55,10 +39,21 @@ export async function makeClientCert(ca: Pem, commonName: string): Promise<Pem> 
     extensions: [
       { name: 'basicConstraints', cA: false },
       { name: 'keyUsage', digitalSignature: true, critical: true },
-      { name: 'extKeyUsage', clientAuth: true },
+      { name: 'extKeyUsage', ...usage },
+      ...(altNames ? [{ name: 'subjectAltName' as const, altNames: altNames.map((n) => (isIP(n) ? { type: 7 as const, ip: n } : { type: 2 as const, value: n })) }] : []),
     ],
   });
   return { cert: pems.cert, key: pems.private };
+}
+
+/** A server certificate for `names` (DNS names or IPs; the first is the CN), signed by `ca`. */
+export function makeServerCert(ca: Pem, names: string[]): Promise<Pem> {
+  return signedCert(ca, names[0]!, { serverAuth: true }, names);
+}
+
+/** A client certificate with CN `commonName`, signed by `ca`. */
+export function makeClientCert(ca: Pem, commonName: string): Promise<Pem> {
+  return signedCert(ca, commonName, { clientAuth: true });
 }
 
 /** Replaces `path` the way certbot and cert-manager do: write a temporary file, then rename it over. */
