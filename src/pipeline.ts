@@ -21,7 +21,7 @@ import { normalizeTarget } from './routes/match.js';
 import type { RouteSpec } from './routes/table.js';
 import { ackFacts, pushFacts, readBody, transactionFacts, type BodyFacts } from './stages/body.js';
 import { parsePopQuery, type PopQuery } from './stages/pop-query.js';
-import { acceptableRequestId, upstreamHeaders } from './stages/upstream-headers.js';
+import { acceptableRequestId, upstreamHeaders } from './upstream/upstream-headers.js';
 import type { Tenant, TenantDirectory } from './tenants/model.js';
 import type { Clusters } from './upstream/clusters.js';
 import { clientGone, failureError, forwardOnce, type ForwardResult } from './upstream/forward.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { acceptableRequestId, upstreamHeaders } from '../../src/stages/upstream-headers.js';
+import { acceptableRequestId, upstreamHeaders } from '../../src/upstream/upstream-headers.js';
 
 const facts = { clientIp: '10.0.0.9', proto: 'https' as const, host: 'acme.queen.example.com', requestId: 'r1', trustProxy: false, authorization: 'Bearer t', tenantHeader: null, contentLength: 12 };
 
