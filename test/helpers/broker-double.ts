@@ -108,6 +108,8 @@ export interface BrokerDouble {
   restart(): Promise<void>;
   /** Clears queues, cursors, leases, dead letters and recorded requests. */
   reset(): void;
+  /** The broker's maintenance switches, as `/api/v1/system/maintenance[/pop]` set them. */
+  readonly maintenance: { push: boolean; pop: boolean };
 }
 
 /** The seed's name for the queue-mode consumer group. */
@@ -564,6 +566,7 @@ class QueenBrokerDouble implements BrokerDouble {
   #state: State = emptyState();
   #fault: { kind: BrokerFault; remaining: number } | null = null;
   #port: number;
+  readonly maintenance = { push: false, pop: false };
 
   constructor(options: BrokerDoubleOptions) {
     this.#options = { port: 0, pushStatus: 201, emptyPopMode: 'no-content', defaultTimeoutMs: 30000, cors: false, ...options };
@@ -648,6 +651,8 @@ class QueenBrokerDouble implements BrokerDouble {
   reset(): void {
     this.#state = emptyState();
     this.requests.length = 0;
+    this.maintenance.push = false;
+    this.maintenance.pop = false;
   }
 
   #onRequest(req: IncomingMessage, res: ServerResponse): void {
@@ -735,6 +740,10 @@ class QueenBrokerDouble implements BrokerDouble {
       return NOT_FOUND;
     }
     const [head, second, third, fourth, fifth] = route;
+    if (head === 'system' && second === 'maintenance' && (route.length === 2 || (route.length === 3 && third === 'pop'))) {
+      return this.#maintenance(rec, route.length === 3 ? 'pop' : 'push');
+    }
+    if (rec.method === 'GET' && route.length === 2 && head === 'resources' && second === 'queues') return this.#queues();
     if (rec.method === 'POST') {
       if (route.length === 1 && head === 'push') return this.#push(rec);
       if (route.length === 1 && head === 'configure') return this.#configure(rec);
@@ -754,6 +763,31 @@ class QueenBrokerDouble implements BrokerDouble {
       }
     }
     return NOT_FOUND;
+  }
+
+  /** The broker's shapes: GET reads both switches (pop only on `/pop`), POST `{enabled}` sets one. */
+  #maintenance(rec: RecordedRequest, which: 'push' | 'pop'): Reply {
+    if (rec.method === 'POST') {
+      const parsed = parseJson(rec.body);
+      const enabled = parsed.ok ? asRecord(parsed.value)?.enabled : undefined;
+      if (typeof enabled !== 'boolean') return { status: 400, body: { error: 'enabled (boolean) is required' } };
+      this.maintenance[which] = enabled;
+    } else if (rec.method !== 'GET') {
+      return NOT_FOUND;
+    }
+    const m = this.maintenance;
+    return { status: 200, body: which === 'pop' ? { popMaintenanceMode: m.pop } : { maintenanceMode: m.push, popMaintenanceMode: m.pop, bufferedMessages: 0, bufferHealthy: true } };
+  }
+
+  /** `GET /api/v1/resources/queues`: every queue with its partitions' names and depths. */
+  #queues(): Reply {
+    const queues = [...this.#state.queues.values()].map((q) => ({
+      name: q.name,
+      namespace: q.namespace,
+      task: q.task,
+      partitions: [...q.partitions.values()].map((p) => ({ id: p.id, name: p.name, messages: p.messages.length })),
+    }));
+    return { status: 200, body: { queues } };
   }
 
   #push(rec: RecordedRequest): Reply {
@@ -883,6 +917,8 @@ class QueenBrokerDouble implements BrokerDouble {
   }
 
   #pop(ex: Exchange, plan: PopPlan): void {
+    // The broker in pop maintenance answers every pop empty, with the stray-bytes 204.
+    if (this.maintenance.pop) return this.#sendEmpty(ex, 'no-content-with-body');
     const reply = plan.attempt();
     if (reply) return this.#sendJson(ex, reply);
     if (!plan.wait || plan.timeoutMs === 0) return this.#sendEmpty(ex);
@@ -920,10 +956,9 @@ class QueenBrokerDouble implements BrokerDouble {
     res.end(body);
   }
 
-  #sendEmpty(ex: Exchange): void {
+  #sendEmpty(ex: Exchange, mode = this.#options.emptyPopMode): void {
     if (ex.settled) return;
     this.#settle(ex);
-    const mode = this.#options.emptyPopMode;
     if (mode === 'json-200') return this.#write(ex.res, { status: 200, body: { messages: [], leaseId: null, success: true } });
     // Node sends neither Content-Length nor Transfer-Encoding on a 204: the seed's bodiless 204.
     ex.res.writeHead(204);
