@@ -20,6 +20,7 @@ import { connectRedis, whenReady } from './limits/redis-connection.js';
 import { createTenantStore } from './tenants/store.js';
 import { createClusters } from './upstream/clusters.js';
 import { createBrokerPools } from './upstream/pools.js';
+import { createUpstreamProxy } from './upstream/proxy.js';
 import { createAdminHandler } from './admin/api.js';
 import { tenantRecordReader } from './admin/records.js';
 
@@ -80,8 +81,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     storageBlocked: (id) => tenants.storageBlocked(id),
     verifier,
     limiter,
-    clusters,
-    pools,
+    proxy: createUpstreamProxy({ clusters, pools, log }),
     minter,
     usage: opts.usage ?? meter,
     metrics,

@@ -13,7 +13,7 @@ import { actualResponseHeaders, preflightVerdict } from './cors/policy.js';
 import { edgeError, isEdgeError, renderError, type EdgeError, type ErrorCode } from './errors.js';
 import type { Limiter } from './limits/limiter.js';
 import type { EdgeRequest, EdgeResponse, RequestHandler } from './listen/servers.js';
-import type { UsageRecorder } from './metering/recorder.js';
+import { MeteredExchange, type UsageRecorder } from './metering/recorder.js';
 import type { Logger } from './observability/log.js';
 import type { LimitOutcome, RequestMetrics } from './observability/metrics.js';
 import type { RouteMatcher } from './routes/match.js';
@@ -23,10 +23,9 @@ import { ackFacts, pushFacts, readBody, transactionFacts, type BodyFacts } from 
 import { parsePopQuery, type PopQuery } from './stages/pop-query.js';
 import { acceptableRequestId, upstreamHeaders } from './upstream/upstream-headers.js';
 import type { Tenant, TenantDirectory } from './tenants/model.js';
-import type { Clusters } from './upstream/clusters.js';
-import { clientGone, failureError, forwardOnce, type ForwardResult } from './upstream/forward.js';
+import { clientGone } from './upstream/forward.js';
 import { popNamespaceLaneKey, popQueueLaneKey, pushLaneKey } from './upstream/lane-key.js';
-import type { BrokerPools } from './upstream/pools.js';
+import type { Lane, ProxyExchange, UpstreamProxy } from './upstream/proxy.js';
 
 /** Everything the pipeline talks to; app.ts builds it. */
 export interface PipelineDeps {
@@ -37,8 +36,8 @@ export interface PipelineDeps {
   readonly storageBlocked: (tenantId: string) => boolean;
   readonly verifier: TokenVerifier;
   readonly limiter: Limiter;
-  readonly clusters: Clusters;
-  readonly pools: BrokerPools;
+  /** Broker choice, retry, passive health and lease learning. */
+  readonly proxy: UpstreamProxy;
   readonly minter: UpstreamMinter | null;
   readonly usage: UsageRecorder;
   readonly metrics: RequestMetrics;
@@ -47,35 +46,24 @@ export interface PipelineDeps {
 }
 
 /** Per-request state, every field present from the start (one stable shape). */
-class RequestContext {
-  tenant: Tenant | null = null;
-  route: RouteSpec | null = null;
+class RequestContext extends MeteredExchange<Tenant> implements ProxyExchange {
   identity: Identity | null = null;
   broker: string | null = null;
-  status = 0;
-  code: ErrorCode | null = null;
-  bytesIn = 0;
-  bytesOut = 0;
   /** Stopwatch start for the latency histograms (performance.now(): monotonic, sub-millisecond). */
   readonly startedAt = performance.now();
-  /** Time spent in forwardOnce (dispatch to last relayed byte), ms. */
+  /** Dispatch to last relayed byte, written by the proxy as it happens (ms). */
   upstreamMs = 0;
   /** The limiter's decision; null when it was not consulted. */
   limit: LimitOutcome = null;
-  /** Push items of the request body (metering counts a transaction's from here). */
-  requestMessages = 0;
-  /** Metering waits until the relayed body is parsed (settleUsage), as well as for finish. */
-  awaitBody = false;
-  /** The parsed relayed body, for metering. */
-  response: unknown = undefined;
-  recorded = false;
   done = false;
   /** Headers the edge adds to whatever answer goes out (X-Request-Id, CORS, RateLimit). */
   headers: Record<string, string>;
   constructor(
     readonly id: string,
     readonly startMs: number,
+    recorder: UsageRecorder,
   ) {
+    super(recorder);
     this.headers = { 'x-request-id': id };
   }
 }
@@ -101,7 +89,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
   };
 
   async function handle(req: EdgeRequest, res: EdgeResponse): Promise<void> {
-    const ctx = new RequestContext(acceptableRequestId(req.headers['x-request-id']) ?? randomUUID(), d.clock());
+    const ctx = new RequestContext(acceptableRequestId(req.headers['x-request-id']) ?? randomUUID(), d.clock(), d.usage);
     res.once('finish', () => finish(req, ctx));
     res.once('close', () => finish(req, ctx));
 
@@ -212,20 +200,17 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       release = admission.release;
     }
     // Metering and lease learning read the relayed body of pushes, pops and acks.
-    const capture = route.meter !== 'none' && route.meter !== 'transaction';
-    ctx.awaitBody = capture;
     const parked = pop?.wait === true;
     if (parked) d.metrics.parked(tenant.id, 1);
-    let result: ForwardResult | null = null;
     try {
       if (clientGone(res)) return;
       // 10-12. Pick a broker for the lane, forward, relay.
-      // Stay synchronous unless a token has to be minted (STYLE: no promise for a sync step).
+      // Stay synchronous unless a token has to be minted: no promise for a synchronous step.
       const auth = upstreamAuthorization(ctx.identity, tenant);
       const authorization = auth instanceof Promise ? await auth : auth;
       const path = pop ? (pop.forwardQuery === '' ? target.path : `${target.path}?${pop.forwardQuery}`) : target.query === '' ? target.path : `${target.path}?${target.query}`;
-      const timeout = pop?.wait ? pop.timeoutMs + lp.slackMs : upstreamCfg.requestTimeoutMs;
-      result = await forwardToCluster(res, ctx, tenant, laneOf(route, match.params, pop, facts), parked, {
+      const timeout = parked ? pop!.timeoutMs + lp.slackMs : upstreamCfg.requestTimeoutMs;
+      const refusal = await d.proxy.forward(res, ctx, tenant, {
         method: req.method as 'GET',
         path,
         headers: upstreamHeaders(req.headers, {
@@ -241,64 +226,16 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         body,
         headersTimeoutMs: timeout,
         bodyTimeoutMs: timeout,
-        capture,
+        capture: route.meter !== 'none' && route.meter !== 'transaction',
         responseHeaders: ctx.headers,
+        lane: laneOf(route, match.params, pop, facts),
+        parked,
+        learnsLease: route.lane === 'pop-queue' || route.lane === 'pop-ns',
       });
+      if (refusal !== null) refuse(res, ctx, refusal);
     } finally {
       release?.();
       if (parked) d.metrics.parked(tenant.id, -1);
-      if (result?.body) afterResponse(ctx, route, result);
-      else settleUsage(ctx, undefined);
-    }
-  }
-
-  /** Tries brokers of the lane in ring order while nothing was sent (DESIGN §1, never after). */
-  async function forwardToCluster(
-    res: EdgeResponse,
-    ctx: RequestContext,
-    tenant: Tenant,
-    lane: Lane,
-    parked: boolean,
-    fwd: Parameters<typeof forwardOnce>[1],
-  ): Promise<ForwardResult | null> {
-    let tried: Set<string> | null = null;
-    let broker = (lane.leaseId !== null ? d.clusters.brokerForLease(tenant, lane.leaseId) : undefined) ?? d.clusters.pick(tenant, lane.key, null);
-    for (;;) {
-      if (broker === undefined) {
-        // Every broker tried refused the connection and is now marked down: none is healthy.
-        refuse(res, ctx, edgeError('no_upstream', tried ? 'no broker accepted the connection' : undefined));
-        return null;
-      }
-      ctx.broker = broker;
-      d.clusters.begin(broker);
-      const sentAt = performance.now();
-      const result = await forwardOnce(d.pools.get(broker, parked), fwd, res);
-      ctx.upstreamMs += performance.now() - sentAt;
-      d.clusters.end(broker);
-      ctx.status = result.status;
-      ctx.bytesOut = result.bytesOut;
-      if (result.failure === null) {
-        if (result.status >= 500) d.clusters.reportFailure(broker, 'status5xx');
-        else d.clusters.reportSuccess(broker);
-        return result;
-      }
-      if (result.failure === 'client_aborted') {
-        ctx.code = null;
-        log.debug({ reqId: ctx.id, broker }, 'client went away; upstream request aborted');
-        return null;
-      }
-      // A parked pop that ran out of time is no sign of a sick broker (DESIGN §4 passive health).
-      if (!(result.failure === 'timeout' && fwd.headersTimeoutMs > upstreamCfg.requestTimeoutMs)) {
-        d.clusters.reportFailure(broker, result.failure === 'protocol' ? 'reset' : result.failure);
-      }
-      if (result.status !== 0) return null;
-      if (result.failure === 'connect' && !result.sent && !clientGone(res)) {
-        (tried ??= new Set()).add(broker);
-        broker = d.clusters.pick(tenant, lane.key, tried);
-        continue;
-      }
-      refuse(res, ctx, failureError(result.failure));
-      return null;
     }
   }
 
@@ -307,47 +244,6 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     if (identityMode === 'passthrough') return `Bearer ${identity.token}`;
     if (identityMode === 'mint' && d.minter) return d.minter.authorizationFor(identity, tenant.id);
     return null;
-  }
-
-  /** Lease learning and metering read the relayed body after it went out (never delaying it). */
-  function afterResponse(ctx: RequestContext, route: RouteSpec, result: ForwardResult): void {
-    const broker = ctx.broker;
-    setImmediate(() => {
-      let doc: unknown;
-      try {
-        doc = JSON.parse(result.body!.toString('utf8'));
-      } catch {
-        doc = undefined;
-      }
-      if (route.lane === 'pop-queue' || route.lane === 'pop-ns') {
-        const leaseId = (doc as { leaseId?: unknown } | null)?.leaseId;
-        if (typeof leaseId === 'string' && broker) d.clusters.learnLease(leaseId, broker);
-      }
-      settleUsage(ctx, doc);
-    });
-  }
-
-  /** The relayed body is parsed, or there is none: record now if the response already finished. */
-  function settleUsage(ctx: RequestContext, doc: unknown): void {
-    ctx.response = doc;
-    ctx.awaitBody = false;
-    if (ctx.done) recordUsage(ctx);
-  }
-
-  /** One metering record per request, once it finished and its relayed body (if any) was parsed. */
-  function recordUsage(ctx: RequestContext): void {
-    if (ctx.recorded || !ctx.tenant || !ctx.route) return;
-    ctx.recorded = true;
-    d.usage.record({
-      tenantId: ctx.tenant.id,
-      route: ctx.route,
-      status: ctx.status,
-      code: ctx.code,
-      bytesIn: ctx.bytesIn,
-      bytesOut: ctx.bytesOut,
-      requestMessages: ctx.requestMessages,
-      response: ctx.response,
-    });
   }
 
   function refuse(res: EdgeResponse, ctx: RequestContext, err: EdgeError): void {
@@ -361,7 +257,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     if (ctx.done) return;
     ctx.done = true;
     const durationMs = d.clock() - ctx.startMs;
-    if (!ctx.awaitBody) recordUsage(ctx);
+    ctx.ended();
     d.metrics.request(ctx.tenant?.id ?? null, ctx.route?.name ?? null, ctx.status, ctx.code, performance.now() - ctx.startedAt, ctx.upstreamMs, ctx.limit);
     if (!accessLog) return;
     const traceparent = ONE_OF(req.headers.traceparent);
@@ -381,12 +277,6 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       trace: traceparent && traceparent.length >= 55 ? traceparent.slice(3, 35) : null,
     }, 'request');
   }
-}
-
-/** The broker placement a request asks for (DESIGN §4): a ring key, or the broker of a lease. */
-interface Lane {
-  readonly key: string | null;
-  readonly leaseId: string | null;
 }
 
 function laneOf(

@@ -1,7 +1,7 @@
 /**
- * The seam between the pipeline and metering (DESIGN §7). The pipeline reports each finished
- * exchange once; the recorder counts in memory. Parsing of relayed bodies happens after the
- * response was sent, so counting never delays a client.
+ * The seam between the pipeline and metering. Each finished exchange is reported once; the
+ * recorder counts in memory. Relayed bodies are parsed after the response was sent, so counting
+ * never delays a client.
  */
 import type { ErrorCode } from '../errors.js';
 import type { RouteSpec } from '../routes/table.js';
@@ -28,3 +28,63 @@ export interface UsageRecorder {
 
 /** Counts nothing: switches metering off (tests, benchmarks). */
 export const NO_USAGE: UsageRecorder = Object.freeze({ record(): void {} });
+
+/**
+ * The usage side of one request: the facts metering counts, and the rule that decides when they
+ * are complete. An exchange is recorded once, when its response ended (finish or close) and, if
+ * its relayed answer is counted (pushes, pops, acks), once that answer was parsed, whichever of
+ * the two comes last. The pipeline's request context extends it, so this costs no allocation.
+ */
+export class MeteredExchange<T extends { readonly id: string } = { readonly id: string }> {
+  /** Null until the tenant is known; an exchange without one is not metered. */
+  tenant: T | null = null;
+  route: RouteSpec | null = null;
+  status = 0;
+  code: ErrorCode | null = null;
+  bytesIn = 0;
+  bytesOut = 0;
+  /** Push items of the request body (a transaction's pushes are counted from here). */
+  requestMessages = 0;
+  #awaitBody = false;
+  #ended = false;
+  #recorded = false;
+  #response: unknown = undefined;
+  readonly #recorder: UsageRecorder;
+
+  constructor(recorder: UsageRecorder) {
+    this.#recorder = recorder;
+  }
+
+  /** The relayed answer will be parsed and handed to relayed(): record only after that. */
+  expectBody(): void {
+    this.#awaitBody = true;
+  }
+
+  /** The relayed answer, parsed (undefined: none, or not JSON). */
+  relayed(doc: unknown): void {
+    this.#response = doc;
+    this.#awaitBody = false;
+    if (this.#ended) this.#record();
+  }
+
+  /** The response finished or the client left. */
+  ended(): void {
+    this.#ended = true;
+    if (!this.#awaitBody) this.#record();
+  }
+
+  #record(): void {
+    if (this.#recorded || this.tenant === null || this.route === null) return;
+    this.#recorded = true;
+    this.#recorder.record({
+      tenantId: this.tenant.id,
+      route: this.route,
+      status: this.status,
+      code: this.code,
+      bytesIn: this.bytesIn,
+      bytesOut: this.bytesOut,
+      requestMessages: this.requestMessages,
+      response: this.#response,
+    });
+  }
+}

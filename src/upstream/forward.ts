@@ -26,10 +26,23 @@ export interface ForwardRequest {
   readonly responseHeaders: Readonly<Record<string, string>> | null;
 }
 
+/**
+ * Facts of the exchange, written where they happen (status as the head goes out, bytes as they are
+ * relayed, upstream time before the response ends), so whatever reads them on the response's
+ * finish or close sees them, whichever event loses the race with the forwarding promise.
+ */
+export interface RelayRecord {
+  /** Status relayed to the client; 0 while no response started. */
+  status: number;
+  /** Body bytes relayed to the client. */
+  bytesOut: number;
+  /** Time from dispatch to the last relayed byte, summed over attempts (ms). */
+  upstreamMs: number;
+}
+
 export interface ForwardResult {
   /** Status relayed to the client; 0 when the response never started. */
   status: number;
-  bytesOut: number;
   /** A byte of the request reached a socket: retrying elsewhere could duplicate it. */
   sent: boolean;
   failure: UpstreamFailure | null;
@@ -87,10 +100,11 @@ class ClientAbort extends Error {
  * Sends `req` on `pool` and streams the answer into `res`. Resolves once the exchange is over,
  * never rejects. When the response has not started and the result has a failure, `res` is
  * untouched so the caller can retry or render an error; once it started, a failure destroys `res`.
+ * Status, bytes and upstream time also go into `rec` as they happen.
  */
-export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResponse): Promise<ForwardResult> {
+export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResponse, rec: RelayRecord): Promise<ForwardResult> {
   return new Promise<ForwardResult>((resolve) => {
-    const result: ForwardResult = { status: 0, bytesOut: 0, sent: false, failure: null, body: null };
+    const result: ForwardResult = { status: 0, sent: false, failure: null, body: null };
     // A client that left before this point already emitted 'close': nothing to send upstream.
     if (clientGone(res)) {
       result.failure = 'client_aborted';
@@ -101,10 +115,13 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
     let finished = false;
     let chunks: Buffer[] | null = null;
     let clientLeft = false;
+    const sentAt = performance.now();
 
+    // Runs before the response ends, so the upstream time is in `rec` before finish/close fire.
     const finish = () => {
       if (finished) return;
       finished = true;
+      rec.upstreamMs += performance.now() - sentAt;
       res.removeListener('close', onClientClose);
       if (chunks) result.body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
       resolve(result);
@@ -154,13 +171,13 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
             headers[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [prev, value];
           }
           if (req.responseHeaders) Object.assign(headers, req.responseHeaders);
-          result.status = statusCode;
+          result.status = rec.status = statusCode;
           if (statusCode === 204) {
             // Seed: an empty pop is a bodiless 204. Relay exactly that, whatever the broker sent,
             // and if it announced a body, drop its connection so stray bytes cannot poison it.
+            finish();
             res.writeHead(204, headers);
             res.end();
-            finish();
             // Returning true keeps the parser running so the exchange completes and the connection
             // goes back to the pool (onData/onComplete ignore it, as finished is set).
             if (announcedBody) abortUpstream?.(new Error('204 with a body'));
@@ -173,21 +190,21 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
         },
         onData(chunk: Buffer): boolean {
           if (finished) return false;
-          result.bytesOut += chunk.length;
+          rec.bytesOut += chunk.length;
           if (chunks) chunks.push(chunk);
           return (res as NodeJS.WritableStream).write(chunk);
         },
         onComplete() {
           if (finished) return;
-          res.end();
           finish();
+          res.end();
         },
         onError(err: Error) {
           if (finished) return;
           result.failure = clientLeft ? 'client_aborted' : classifyUpstreamError(err);
+          finish();
           // Once the head went out, a client can only learn of a broken body by a broken stream.
           if (result.status !== 0 && !res.writableEnded) res.destroy();
-          finish();
         },
       },
     );

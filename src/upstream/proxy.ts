@@ -1,0 +1,127 @@
+/**
+ * The upstream proxy: the one entry point the pipeline calls to send a request to a tenant's
+ * brokers. It owns broker choice (lease affinity, then the tenant's ring with health and bounded
+ * loads), the retry on a refused connection, passive health reporting, and lease learning from
+ * relayed pop answers. Caddy's reverseproxy has the same split: selection, the retry loop and
+ * failure counting live inside the proxy; the caller only renders what it returns.
+ */
+import { edgeError, type EdgeError } from '../errors.js';
+import type { EdgeResponse } from '../listen/servers.js';
+import type { Logger } from '../observability/log.js';
+import type { Tenant } from '../tenants/model.js';
+import type { Clusters } from './clusters.js';
+import { clientGone, failureError, forwardOnce, type ForwardRequest, type RelayRecord } from './forward.js';
+import type { BrokerPools } from './pools.js';
+
+/** The broker placement a request asks for (docs/clusters.md): a ring key, or the broker of a lease. */
+export interface Lane {
+  /** Ring key; null: any healthy broker, round robin. */
+  readonly key: string | null;
+  /** The lease the request acts on; its broker is preferred when known. */
+  readonly leaseId: string | null;
+}
+
+/** One request for the proxy: what to send, where it belongs, and how it may wait. */
+export interface ProxyRequest extends ForwardRequest {
+  readonly lane: Lane;
+  /**
+   * A `wait=true` pop: it takes the uncapped parked pool, and running out of time is its normal
+   * ending, never evidence against the broker, whatever its timeout.
+   */
+  readonly parked: boolean;
+  /** A pop: the relayed answer's leaseId is remembered for the acks that follow. */
+  readonly learnsLease: boolean;
+}
+
+/** The exchange as the proxy fills it in; the pipeline's request context implements it. */
+export interface ProxyExchange extends RelayRecord {
+  /** The broker of the last attempt. */
+  broker: string | null;
+  /** The relayed answer will be handed to relayed(): hold metering until then. */
+  expectBody(): void;
+  /** The relayed answer, parsed (undefined when there was none or it was not JSON). */
+  relayed(doc: unknown): void;
+}
+
+/** Sends requests to brokers. */
+export interface UpstreamProxy {
+  /**
+   * Forwards `req` and relays the answer into `res`. Resolves with the refusal the caller must
+   * render when no response started (no broker, connect failure, timeout), or null when the
+   * answer was relayed or the client left. Never rejects. When `req.capture` is set, the exchange
+   * gets relayed() exactly once, after the response went out.
+   */
+  forward(res: EdgeResponse, x: ProxyExchange, tenant: Tenant, req: ProxyRequest): Promise<EdgeError | null>;
+}
+
+export interface ProxyDeps {
+  readonly clusters: Clusters;
+  readonly pools: BrokerPools;
+  readonly log: Logger;
+}
+
+export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
+  const { clusters, pools, log } = d;
+
+  /** Lease learning and metering read the relayed body after it went out (never delaying it). */
+  function afterResponse(x: ProxyExchange, broker: string, body: Buffer, learnsLease: boolean): void {
+    setImmediate(() => {
+      let doc: unknown;
+      try {
+        doc = JSON.parse(body.toString('utf8'));
+      } catch {
+        doc = undefined;
+      }
+      if (learnsLease) {
+        const leaseId = (doc as { leaseId?: unknown } | null)?.leaseId;
+        if (typeof leaseId === 'string') clusters.learnLease(leaseId, broker);
+      }
+      x.relayed(doc);
+    });
+  }
+
+  async function forward(res: EdgeResponse, x: ProxyExchange, tenant: Tenant, req: ProxyRequest): Promise<EdgeError | null> {
+    if (req.capture) x.expectBody();
+    let body: Buffer | null = null;
+    try {
+      const lane = req.lane;
+      let tried: Set<string> | null = null;
+      let broker = (lane.leaseId !== null ? clusters.brokerForLease(tenant, lane.leaseId) : undefined) ?? clusters.pick(tenant, lane.key, null);
+      // Tries brokers of the lane in ring order while nothing was sent, never after.
+      for (;;) {
+        if (broker === undefined) {
+          // Every broker tried refused the connection and is now marked down: none is healthy.
+          return edgeError('no_upstream', tried ? 'no broker accepted the connection' : undefined);
+        }
+        x.broker = broker;
+        clusters.begin(broker);
+        const result = await forwardOnce(pools.get(broker, req.parked), req, res, x);
+        clusters.end(broker);
+        if (result.failure === null) {
+          if (result.status >= 500) clusters.reportFailure(broker, 'status5xx');
+          else clusters.reportSuccess(broker);
+          body = result.body;
+          if (body !== null) afterResponse(x, broker, body, req.learnsLease);
+          return null;
+        }
+        if (result.failure === 'client_aborted') {
+          log.debug({ reqId: req.headers['x-request-id'], broker }, 'client went away; upstream request aborted');
+          return null;
+        }
+        // A parked poll that ran out of time ended the way parked polls end.
+        if (!(result.failure === 'timeout' && req.parked)) clusters.reportFailure(broker, result.failure === 'protocol' ? 'reset' : result.failure);
+        if (result.status !== 0) return null;
+        if (result.failure === 'connect' && !result.sent && !clientGone(res)) {
+          (tried ??= new Set()).add(broker);
+          broker = clusters.pick(tenant, lane.key, tried);
+          continue;
+        }
+        return failureError(result.failure);
+      }
+    } finally {
+      if (req.capture && body === null) x.relayed(undefined);
+    }
+  }
+
+  return { forward };
+}
