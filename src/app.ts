@@ -59,6 +59,8 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   const limiter = createLimiter(config.redis, { log, clock, parkedSlotTtlMs: lp.maxTimeoutMs + 2 * lp.slackMs, ...(redis ? { redis } : {}) });
   const clusters = createClusters(config.upstream, { log, clock });
   const pools = createBrokerPools(config.upstream);
+  // Tenant changes reach the upstream through proxy.sync(tenants.all()).
+  const proxy = createUpstreamProxy({ clusters, pools, log });
   const meter = new Meter({ store: createUsageStore(redis, config.redis.keyPrefix), log, clock, ...(opts.usageFlushMs ? { flushMs: opts.usageFlushMs } : {}) });
   const metrics = createMetrics({
     limiterMode: () => limiter.mode(),
@@ -81,7 +83,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     storageBlocked: (id) => tenants.storageBlocked(id),
     verifier,
     limiter,
-    proxy: createUpstreamProxy({ clusters, pools, log }),
+    proxy,
     minter,
     usage: opts.usage ?? meter,
     metrics,

@@ -73,7 +73,12 @@ export interface Clusters {
   reportSuccess(url: string): void;
   /** The rings and health of the given tenants. */
   snapshot(tenants: Iterable<Tenant>): ClusterSnapshot[];
-  /** Tracks the brokers of the current tenants and stops checking brokers no tenant lists. */
+  /**
+   * Makes `tenants` the current set: tracks their brokers, and for brokers none of them lists any
+   * more stops the health checks, drops the live counters and the rings no current tenant uses.
+   * The tenant directory calls it on every change. A tenant object from before the change (held
+   * by a request in flight) does not bring a dropped broker back: to it, that broker is down.
+   */
   sync(tenants: Iterable<Tenant>): void;
   /** sync(tenants), then starts the active health checks. */
   start(tenants: Iterable<Tenant>): void;
@@ -120,6 +125,10 @@ class RingClusters implements Clusters {
   readonly #unsubscribe: () => void;
   readonly #ringHash: RingHash;
   #generation = 0;
+  /** Brokers the last sync() dropped; only a later sync() that lists them again tracks them. */
+  #dropped: ReadonlySet<string> = new Set();
+  /** The tenant objects the last sync() was given. */
+  #current: WeakSet<Tenant> = new WeakSet();
   // The candidate filter of the pick in progress. pick() is synchronous, so one reusable
   // predicate reading these fields replaces a closure per request.
   #cand: readonly BrokerState[] = NO_STATES;
@@ -239,17 +248,23 @@ class RingClusters implements Clusters {
     this.#generation++;
     const urls = new Set<string>();
     const lists = new Set<string>();
+    const current = new WeakSet<Tenant>();
     for (const t of tenants) {
+      current.add(t);
       for (const b of t.brokers) urls.add(b);
       lists.add(ringKey(t.brokers));
-      this.#entry(t);
     }
+    this.#current = current;
+    const dropped = new Set<string>();
     for (const url of this.#states.keys()) {
       if (urls.has(url)) continue;
+      dropped.add(url);
       this.#health.untrack(url);
       this.#states.delete(url);
     }
+    this.#dropped = dropped;
     for (const key of this.#rings.keys()) if (!lists.has(key)) this.#rings.delete(key);
+    for (const t of tenants) this.#entry(t);
   }
 
   start(tenants: Iterable<Tenant>): void {
@@ -278,12 +293,14 @@ class RingClusters implements Clusters {
   /**
    * The tenant's entry, built on first sight of this tenant object (a reload makes a new one) and
    * re-linked to live broker states after a sync(), which costs the hot path one integer compare.
+   * A tenant object the last sync() left out gets no new tracking for brokers that sync dropped.
    */
   #entry(tenant: Tenant): TenantEntry {
     const e = this.#tenants.get(tenant);
     if (e !== undefined && e.generation === this.#generation) return e;
-    this.#health.track(tenant.brokers);
-    const states = Object.freeze(tenant.brokers.map((url) => this.#state(url)));
+    const stale = this.#dropped.size > 0 && !this.#current.has(tenant) && tenant.brokers.some((url) => this.#dropped.has(url));
+    const states = Object.freeze(tenant.brokers.map((url) => (stale && this.#dropped.has(url) ? droppedState(url) : this.#state(url))));
+    if (!stale) this.#health.track(tenant.brokers);
     if (e !== undefined) {
       e.states = states;
       e.generation = this.#generation;
@@ -294,7 +311,8 @@ class RingClusters implements Clusters {
     if (built === undefined) {
       const ring = buildRing(tenant.brokers, this.#ringHash);
       built = Object.freeze({ ring, shares: Object.freeze(ringShares(ring)) });
-      this.#rings.set(key, built);
+      // A stale tenant's ring is not kept: no current tenant uses it.
+      if (!stale) this.#rings.set(key, built);
     }
     const created: TenantEntry = { built, states, generation: this.#generation, cursor: 0 };
     this.#tenants.set(tenant, created);
@@ -309,6 +327,11 @@ class RingClusters implements Clusters {
     }
     return s;
   }
+}
+
+/** A broker a sync() dropped, as a tenant object from before it sees it: down, untracked. */
+function droppedState(url: string): BrokerState {
+  return { url, healthy: false, inflight: 0, picks: 0 };
 }
 
 /** Cache key of a broker list; a newline cannot occur in a validated URL. */

@@ -13,6 +13,8 @@ import type { RawConfig } from '../config/schema.js';
 export interface BrokerPools {
   /** The pool for `url`; `parked` selects the uncapped pool for `wait=true` pops. */
   get(url: string, parked: boolean): Pool;
+  /** Closes, once their requests in flight end, the pools of brokers not in `urls`. */
+  retain(urls: ReadonlySet<string>): void;
   close(): Promise<void>;
 }
 
@@ -37,6 +39,15 @@ export function createBrokerPools(cfg: RawConfig['upstream']): BrokerPools {
         map.set(url, pool);
       }
       return pool;
+    },
+    retain(urls: ReadonlySet<string>): void {
+      for (const map of [requests, parkedPools]) {
+        for (const [url, pool] of map) {
+          if (urls.has(url)) continue;
+          map.delete(url);
+          void pool.close().catch(() => pool.destroy());
+        }
+      }
     },
     async close(): Promise<void> {
       const all = [...requests.values(), ...parkedPools.values()];

@@ -52,6 +52,11 @@ export interface UpstreamProxy {
    * gets relayed() exactly once, after the response went out.
    */
   forward(res: EdgeResponse, x: ProxyExchange, tenant: Tenant, req: ProxyRequest): Promise<EdgeError | null>;
+  /**
+   * The tenants changed (the directory calls this on every change): brokers no tenant lists any
+   * more are no longer probed, picked or kept connected (see Clusters.sync).
+   */
+  sync(tenants: Iterable<Tenant>): void;
 }
 
 export interface ProxyDeps {
@@ -123,5 +128,11 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
     }
   }
 
-  return { forward };
+  function sync(tenants: Iterable<Tenant>): void {
+    const list = [...tenants];
+    clusters.sync(list);
+    pools.retain(new Set(list.flatMap((t) => t.brokers)));
+  }
+
+  return { forward, sync };
 }

@@ -264,14 +264,28 @@ describe('clusters: lifecycle and snapshot', () => {
     await vi.waitFor(() => expect(probed).toContain('http://10.0.0.9:6632'), { timeout: 3000 });
   });
 
-  it('keeps health in step for a tenant object picked again after a sync that left it out', () => {
-    const { c } = clusters();
-    const t1 = tenant('t1');
-    c.pick(t1, null);
-    c.sync([]);
-    // Its brokers were untracked; picking the tenant again tracks them and follows their health.
-    expect(c.pick(t1, null, new Set([B[1]!, B[2]!]))).toBe(B[0]);
+  it('a broker removed from a tenant is no longer probed nor picked, even by a request holding the tenant from before', async () => {
+    const { c, probed } = clusters();
+    const before = tenant('t1', [B[0]!, B[1]!]);
+    c.start([before]);
+    c.pick(before, 'k');
+    await vi.waitFor(() => expect(new Set(probed)).toEqual(new Set([B[0], B[1]])), { timeout: 3000 });
+    // The admin API removes B[1]: the directory builds a new tenant object and syncs.
+    const after = tenant('t1', [B[0]!]);
+    c.sync([after]);
+    // A request still holding the old object picks B[0] only, and does not re-track B[1].
+    for (const key of lanesOf(1, 20)) expect(c.pick(before, key)).toBe(B[0]);
+    expect(c.snapshot([before])[0]!.brokers.map((b) => [b.url, b.healthy])).toEqual([[B[0], true], [B[1], false]]);
+    const from = probed.length;
+    await vi.waitFor(() => expect(probed.slice(from).filter((u) => u === B[0]).length).toBeGreaterThanOrEqual(3), { timeout: 3000 });
+    expect(probed.slice(from)).not.toContain(B[1]);
+    expect(c.snapshot([after])).toEqual([expect.objectContaining({ brokers: [expect.objectContaining({ url: B[0], healthy: true, keyShare: 1 })] })]);
+    // The old object still follows the health of the broker it shares with the current one.
     c.reportFailure(B[0]!, 'connect');
-    expect(c.pick(t1, null, new Set([B[1]!, B[2]!]))).toBeUndefined();
+    expect(c.pick(before, 'k')).toBeUndefined();
+    // A later sync that lists B[1] again tracks it again.
+    c.sync([tenant('t1', [B[0]!, B[1]!])]);
+    const again = probed.length;
+    await vi.waitFor(() => expect(probed.slice(again)).toContain(B[1]), { timeout: 3000 });
   });
 });
