@@ -3,7 +3,9 @@
  * routes` writes it; a test fails when the file and the code disagree.
  */
 import { ERROR_CATALOGUE } from '../errors.js';
-import type { RouteSpec } from './table.js';
+import type { BrokerSupport, RouteSpec } from './table.js';
+
+const BROKER_CELL: Record<BrokerSupport, string> = { '0.15.1': '0.15.1+', later: 'after 0.15.1', none: 'none up to 0.15.1' };
 
 function displayPath(p: string): string {
   return p.endsWith('/*') ? `${p.slice(0, -2)}/**` : p;
@@ -25,8 +27,13 @@ export function renderReference(routes: readonly RouteSpec[]): string {
     '',
     'A token passes when any of its roles is in the access set. `admin` is not a superset.',
     '',
-    '| Method | Path | Name | Access set | Feature | Lane | Metering |',
-    '|---|---|---|---|---|---|---|',
+    'Broker: which Queen broker versions answer the route. `0.15.1+`: broker 0.15.1 and later;',
+    '`after 0.15.1`: brokers newer than 0.15.1 only; `none up to 0.15.1`: named by the broker contract',
+    'but answered by no broker up to 0.15.1. The edge checks and forwards these routes all the same;',
+    'a broker without the route answers `404`. Operator-only and blocked routes are never forwarded.',
+    '',
+    '| Method | Path | Name | Access set | Feature | Lane | Metering | Broker |',
+    '|---|---|---|---|---|---|---|---|',
   ];
   // `/x/**` is registered twice (the prefix and below it): list it once, as `/x/**`.
   const subtrees = new Set(routes.filter((r) => r.path.endsWith('/*')).map((r) => `${r.name} ${r.path.slice(0, -2)}`));
@@ -34,7 +41,7 @@ export function renderReference(routes: readonly RouteSpec[]): string {
     if (subtrees.has(`${r.name} ${r.path}`)) continue;
     const path = displayPath(r.path);
     const methods = r.exposure === 'tenant' ? r.methods.join(', ') : 'any';
-    lines.push(`| ${methods} | \`${path}\` | ${r.name} | ${accessCell(r)} | ${r.feature ?? ''} | ${r.lane === 'none' ? '' : r.lane} | ${r.meter === 'none' ? '' : r.meter} |`);
+    lines.push(`| ${methods} | \`${path}\` | ${r.name} | ${accessCell(r)} | ${r.feature ?? ''} | ${r.lane === 'none' ? '' : r.lane} | ${r.meter === 'none' ? '' : r.meter} | ${BROKER_CELL[r.broker]} |`);
   }
   lines.push('', '## Error codes', '', 'Every refusal is `{"error":"<message>","code":"<code>"}`.', '', '| Status | Code | Default message |', '|---|---|---|');
   for (const [code, { status, message }] of Object.entries(ERROR_CATALOGUE)) lines.push(`| ${status} | \`${code}\` | ${message} |`);

@@ -14,6 +14,12 @@ export type MeterKind = 'push' | 'pop' | 'ack' | 'transaction' | 'none';
 export type BodyKind = 'push' | 'transaction' | 'ack' | 'stream';
 /** tenant: forwarded; operator: a broker route tenants never see; blocked: broker-internal. */
 export type Exposure = 'tenant' | 'operator' | 'blocked';
+/**
+ * Which brokers answer a route: `0.15.1` and later; only brokers `later` than 0.15.1; or `none` up
+ * to 0.15.1 (a route the broker contract names that no broker release answered yet: the edge still
+ * checks and forwards it, and a broker without it answers 404).
+ */
+export type BrokerSupport = '0.15.1' | 'later' | 'none';
 
 export interface RouteSpec {
   /** Stable name for logs and metrics (never the raw path). */
@@ -32,6 +38,7 @@ export interface RouteSpec {
   readonly writes: boolean;
   /** A pop that may park with `wait=true`. */
   readonly longPoll: boolean;
+  readonly broker: BrokerSupport;
 }
 
 const RO_RW_ADMIN: readonly Role[] = ['read-only', 'read-write', 'admin'];
@@ -54,6 +61,7 @@ function route(spec: Spec): RouteSpec {
     body: 'stream',
     writes: false,
     longPoll: false,
+    broker: '0.15.1',
     ...spec,
   } satisfies RouteSpec);
 }
@@ -68,7 +76,8 @@ function hidden(name: string, path: string, exposure: Exposure): RouteSpec[] {
   return path.endsWith('/*') ? [route(base), route({ ...base, path: path.slice(0, -2) })] : [route(base)];
 }
 
-const ANALYTICS_TENANT = ['queue-lag', 'queue-ops', 'retention', 'dlq-signatures', 'partition-liveness', 'workload'];
+const ANALYTICS_TENANT = ['queue-lag', 'queue-ops', 'queue-parked-replicas', 'retention'];
+const ANALYTICS_UNRELEASED = ['dlq-signatures', 'partition-liveness', 'workload'];
 const ANALYTICS_OPERATOR = ['system-metrics', 'worker-metrics', 'postgres-stats'];
 
 /** The default route table, in the order of DESIGN §3. */
@@ -85,41 +94,45 @@ export const ROUTES: readonly RouteSpec[] = Object.freeze([
   // Management writes.
   route({ name: 'configure', methods: ['POST'], path: '/api/v1/configure', access: RW_ADMIN }),
   route({ name: 'consumer-groups.subscription', methods: ['POST'], path: '/api/v1/consumer-groups/:group/subscription', access: RW_ADMIN }),
-  route({ name: 'consumer-groups.seek', methods: ['POST'], path: '/api/v1/consumer-groups/:group/seek', access: RW_ADMIN }),
+  route({ name: 'consumer-groups.seek', methods: ['POST'], path: '/api/v1/consumer-groups/:group/queues/:queue/seek', access: RW_ADMIN }),
+  route({ name: 'consumer-groups.seek', methods: ['POST'], path: '/api/v1/consumer-groups/:group/queues/:queue/partitions/:partition/seek', access: RW_ADMIN }),
   route({ name: 'messages.delete', methods: ['DELETE'], path: '/api/v1/messages/:partitionId/:transactionId', access: RW_ADMIN }),
-  route({ name: 'messages.retry', methods: ['POST'], path: '/api/v1/messages/:partitionId/:transactionId/retry', access: RW_ADMIN }),
-  route({ name: 'dlq.replay', methods: ['POST'], path: '/api/v1/dlq/:id/replay', access: RW_ADMIN }),
+  route({ name: 'messages.retry', methods: ['POST'], path: '/api/v1/messages/:partitionId/:transactionId/retry', access: RW_ADMIN, broker: 'none' }),
+  route({ name: 'dlq.replay', methods: ['POST'], path: '/api/v1/dlq/:id/replay', access: RW_ADMIN, broker: 'none' }),
   // Reads.
   ...subtree({ name: 'resources.read', methods: ['GET'], path: '/api/v1/resources', access: RO_RW_ADMIN }),
-  ...subtree({ name: 'messages.read', methods: ['GET'], path: '/api/v1/messages', access: RO_RW_ADMIN }),
-  route({ name: 'dlq.read', methods: ['GET'], path: '/api/v1/dlq', access: RO_RW_ADMIN }),
+  ...subtree({ name: 'messages.read', methods: ['GET'], path: '/api/v1/messages', access: RO_RW_ADMIN, broker: 'later' }),
+  route({ name: 'dlq.read', methods: ['GET'], path: '/api/v1/dlq', access: RO_RW_ADMIN, broker: 'later' }),
   ...subtree({ name: 'consumer-groups.read', methods: ['GET'], path: '/api/v1/consumer-groups', access: RO_RW_ADMIN }),
   ...subtree({ name: 'status.queues', methods: ['GET'], path: '/api/v1/status/queues', access: RO_RW_ADMIN }),
   route({ name: 'status.analytics', methods: ['GET'], path: '/api/v1/status/analytics', access: RO_RW_ADMIN }),
   ...ANALYTICS_TENANT.map((a) =>
     route({ name: `analytics.${a}`, methods: ['GET'], path: `/api/v1/analytics/${a}`, access: RO_RW_ADMIN, feature: 'analytics' }),
   ),
+  ...ANALYTICS_UNRELEASED.map((a) =>
+    route({ name: `analytics.${a}`, methods: ['GET'], path: `/api/v1/analytics/${a}`, access: RO_RW_ADMIN, feature: 'analytics', broker: 'none' }),
+  ),
   ...subtree({ name: 'traces.read', methods: ['GET'], path: '/api/v1/traces', access: RO_RW_ADMIN, feature: 'traces' }),
   route({ name: 'traces.write', methods: ['POST'], path: '/api/v1/traces', access: RW, feature: 'traces' }),
   // Admin-only deletes.
   route({ name: 'queues.delete', methods: ['DELETE'], path: '/api/v1/resources/queues/:queue', access: ADMIN }),
   ...subtree({ name: 'consumer-groups.delete', methods: ['DELETE'], path: '/api/v1/consumer-groups', access: ADMIN }),
-  route({ name: 'dlq.delete', methods: ['DELETE'], path: '/api/v1/dlq', access: ADMIN }),
+  route({ name: 'dlq.delete', methods: ['DELETE'], path: '/api/v1/dlq', access: ADMIN, broker: 'none' }),
   // Streams.
   route({ name: 'streams.queries', methods: ['POST'], path: '/streams/v1/queries', access: RW, feature: 'streams' }),
   route({ name: 'streams.cycle', methods: ['POST'], path: '/streams/v1/cycle', access: RW, feature: 'streams' }),
   route({ name: 'streams.state', methods: ['POST'], path: '/streams/v1/state/get', access: RO_RW, feature: 'streams' }),
   // Key-value, timers, ephemeral: reads read-only/read-write, writes read-write; producers may
-  // create timers and push ephemeral messages (as the broker does).
-  ...subtree({ name: 'kv.read', methods: ['GET'], path: '/api/v1/kv', access: RO_RW, feature: 'kv' }),
-  ...subtree({ name: 'kv.write', methods: WRITE_METHODS, path: '/api/v1/kv', access: RW, feature: 'kv' }),
-  route({ name: 'timers.create', methods: ['POST'], path: '/api/v1/timers', access: WO_RW, feature: 'timers' }),
-  ...subtree({ name: 'timers.read', methods: ['GET'], path: '/api/v1/timers', access: RO_RW, feature: 'timers' }),
-  ...subtree({ name: 'timers.write', methods: ['PUT', 'DELETE', 'PATCH'], path: '/api/v1/timers', access: RW, feature: 'timers' }),
-  route({ name: 'timers.write', methods: ['POST'], path: '/api/v1/timers/*', access: RW, feature: 'timers' }),
-  route({ name: 'ephemeral.push', methods: ['POST'], path: '/api/v1/ephemeral/push', access: WO_RW, feature: 'ephemeral' }),
-  ...subtree({ name: 'ephemeral.read', methods: ['GET'], path: '/api/v1/ephemeral', access: RO_RW, feature: 'ephemeral' }),
-  ...subtree({ name: 'ephemeral.write', methods: WRITE_METHODS, path: '/api/v1/ephemeral', access: RW, feature: 'ephemeral' }),
+  // create timers and push ephemeral messages. No broker up to 0.15.1 answers these.
+  ...subtree({ name: 'kv.read', methods: ['GET'], path: '/api/v1/kv', access: RO_RW, feature: 'kv', broker: 'none' }),
+  ...subtree({ name: 'kv.write', methods: WRITE_METHODS, path: '/api/v1/kv', access: RW, feature: 'kv', broker: 'none' }),
+  route({ name: 'timers.create', methods: ['POST'], path: '/api/v1/timers', access: WO_RW, feature: 'timers', broker: 'none' }),
+  ...subtree({ name: 'timers.read', methods: ['GET'], path: '/api/v1/timers', access: RO_RW, feature: 'timers', broker: 'none' }),
+  ...subtree({ name: 'timers.write', methods: ['PUT', 'DELETE', 'PATCH'], path: '/api/v1/timers', access: RW, feature: 'timers', broker: 'none' }),
+  route({ name: 'timers.write', methods: ['POST'], path: '/api/v1/timers/*', access: RW, feature: 'timers', broker: 'none' }),
+  route({ name: 'ephemeral.push', methods: ['POST'], path: '/api/v1/ephemeral/push', access: WO_RW, feature: 'ephemeral', broker: 'none' }),
+  ...subtree({ name: 'ephemeral.read', methods: ['GET'], path: '/api/v1/ephemeral', access: RO_RW, feature: 'ephemeral', broker: 'none' }),
+  ...subtree({ name: 'ephemeral.write', methods: WRITE_METHODS, path: '/api/v1/ephemeral', access: RW, feature: 'ephemeral', broker: 'none' }),
   // Public.
   route({ name: 'health', methods: ['GET'], path: '/health', access: 'public' }),
   // Operator only: exist on brokers, never exposed to tenants.
