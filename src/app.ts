@@ -21,6 +21,7 @@ import { createTenantStore } from './tenants/store.js';
 import { createClusters } from './upstream/clusters.js';
 import { createBrokerPools } from './upstream/pools.js';
 import { createUpstreamProxy } from './upstream/proxy.js';
+import { createBrokerMaintenance } from './upstream/maintenance.js';
 import { createAdminHandler } from './admin/api.js';
 import { tenantRecordReader } from './admin/records.js';
 
@@ -96,6 +97,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     tenantRecord: tenantRecordReader(config, redis),
     usage: (id, from, to) => meter.usage(id, from, to),
     brokers: () => clusters.snapshot(tenants.all()),
+    maintenance: createBrokerMaintenance({ minter, timeoutMs: config.upstream.requestTimeoutMs }),
     readiness: {
       // Redis down makes an instance unready only in failMode closed: in open/local it still serves,
       // and taking every instance out of the load balancer would turn degraded into down.

@@ -21,6 +21,7 @@ import { readBody } from '../stages/body.js';
 import type { Plan, Tenant } from '../tenants/model.js';
 import type { TenantStore, WriteResult } from '../tenants/store.js';
 import type { ClusterSnapshot } from '../upstream/clusters.js';
+import type { BrokerMaintenance, BrokerMaintenanceState, MaintenanceSwitch } from '../upstream/maintenance.js';
 import { answerProbe, type Readiness } from './probes.js';
 import { isEdgeError } from '../errors.js';
 
@@ -33,6 +34,8 @@ export interface AdminDeps {
   readonly tenantRecord: (id: string) => Promise<RawTenant | null>;
   readonly usage: (tenantId: string, fromMs: number, toMs: number) => Promise<Map<number, UsageCounts>>;
   readonly brokers: () => ClusterSnapshot[];
+  /** Reads and switches the brokers' maintenance modes. */
+  readonly maintenance: BrokerMaintenance;
   readonly readiness: Readiness;
   /** Prometheus exposition text; a multi-worker supervisor passes an aggregating one. */
   readonly metricsText: () => Promise<string>;
@@ -249,6 +252,39 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
   });
 
   on('GET', '/admin/v1/brokers', async () => ({ status: 200, body: { clusters: d.brokers() } }));
+
+  // Broker maintenance, for all of a tenant's brokers or the one named by `broker`; 502 when a
+  // broker could not be read or switched (the body still lists every broker's outcome).
+  const maintenanceTargets = (t: Tenant, broker: unknown): string[] | AdminError => {
+    if (broker === undefined || broker === null) return [...t.brokers];
+    return typeof broker === 'string' && t.brokers.includes(broker) ? [broker] : new AdminError('invalid_request', `broker: not a broker of tenant "${t.id}"`);
+  };
+  const maintenanceReply = (t: Tenant, brokers: BrokerMaintenanceState[]): Reply => {
+    const failed = brokers.some((b) => 'error' in b);
+    return { status: failed ? 502 : 200, body: { tenant: t.id, brokers, ...(failed ? { error: 'a broker did not answer', code: 'bad_gateway' } : {}) } };
+  };
+  on('GET', '/admin/v1/tenants/:id/maintenance', async (c) => {
+    const t = existing(c.params.id!);
+    if (t instanceof AdminError) return t;
+    const targets = maintenanceTargets(t, c.query.get('broker') ?? undefined);
+    if (targets instanceof AdminError) return targets;
+    return maintenanceReply(t, await Promise.all(targets.map((url) => d.maintenance.read(url, t.id))));
+  });
+  on('PUT', '/admin/v1/tenants/:id/maintenance', async (c) => {
+    const t = existing(c.params.id!);
+    if (t instanceof AdminError) return t;
+    const body = (await jsonBody(c.req)) as { mode?: unknown; enabled?: unknown; broker?: unknown } | AdminError;
+    if (body instanceof AdminError) return body;
+    const mode = body?.mode ?? 'push';
+    if ((mode !== 'push' && mode !== 'pop') || typeof body?.enabled !== 'boolean') {
+      return new AdminError('invalid_request', 'expected {"mode":"push"|"pop","enabled":true|false,"broker"?:URL}', ['mode: push or pop', 'enabled: boolean']);
+    }
+    const targets = maintenanceTargets(t, body.broker);
+    if (targets instanceof AdminError) return targets;
+    const enabled = body.enabled;
+    logChange(c, 'broker.maintenance', t.id, { mode, enabled, brokers: targets });
+    return maintenanceReply(t, await Promise.all(targets.map((url) => d.maintenance.set(url, t.id, mode as MaintenanceSwitch, enabled))));
+  });
 
   const authorized = (req: EdgeRequest): boolean => {
     const header = req.headers.authorization;

@@ -20,6 +20,7 @@ const USAGE = `usage:
   queen-edge tenants suspend ID
   queen-edge tenants resume ID
   queen-edge usage TENANT [--month YYYY-MM]
+  queen-edge maintenance TENANT [on|off] [--pop] [--broker URL]
 options: --url URL (default $QUEEN_EDGE_ADMIN_URL or http://127.0.0.1:9090)
          --token TOKEN (default $QUEEN_EDGE_ADMIN_TOKEN)  --json
 `;
@@ -31,8 +32,8 @@ interface Parsed {
   flags: Map<string, string | true>;
 }
 
-const VALUE_FLAGS = new Set(['url', 'token', 'file', 'month']);
-const BOOL_FLAGS = new Set(['json']);
+const VALUE_FLAGS = new Set(['url', 'token', 'file', 'month', 'broker']);
+const BOOL_FLAGS = new Set(['json', 'pop']);
 
 function parseArgs(argv: readonly string[]): Parsed {
   const positional: string[] = [];
@@ -159,6 +160,17 @@ export async function runAdminCli(argv: string[], io: CliIo): Promise<number> {
       ];
       human = () =>
         table(['DAY', 'REQUESTS', 'PUSHED', 'DELIVERED', 'ACKS', 'INGRESS_B', 'EGRESS_B', 'REFUSALS'], [...doc.buckets.map((b: Json) => row(b.start.slice(0, 10), b)), row('total', doc.total)]);
+    } else if (command === 'maintenance') {
+      // Reads the tenant's brokers (or --broker); `on`/`off` switches maintenance, or pop maintenance with --pop.
+      const tenant = id(1, 'tenant id');
+      const broker = args.flags.get('broker');
+      const to = args.positional[2];
+      if (to !== undefined && to !== 'on' && to !== 'off') throw new UsageError('maintenance: expected on or off');
+      doc = to === undefined
+        ? await api('GET', `/admin/v1/tenants/${tenant}/maintenance${typeof broker === 'string' ? `?broker=${encodeURIComponent(broker)}` : ''}`)
+        : await api('PUT', `/admin/v1/tenants/${tenant}/maintenance`, JSON.stringify({ mode: args.flags.has('pop') ? 'pop' : 'push', enabled: to === 'on', ...(typeof broker === 'string' ? { broker } : {}) }));
+      const mode = (on: boolean) => (on ? 'on' : 'off');
+      human = () => table(['BROKER', 'MAINTENANCE', 'POP_MAINTENANCE'], doc.brokers.map((b: Json) => [b.url, mode(b.maintenance), mode(b.popMaintenance)]));
     } else {
       throw new UsageError(command ? `unknown command: ${args.positional.join(' ')}` : 'missing command');
     }
