@@ -4,9 +4,9 @@
  * A release that fails (connection dropped, Redis still holding the slot) is kept and sent
  * again by retryReleases(), so a blip does not hold a tenant's slots until they expire.
  */
-import { instancesKey, limiterKeys, parkedKey } from '../tenants/keys.js';
+import { instancesKey, limiterKeys, parkedKey } from '../redis/keys.js';
 import { Cluster } from 'ioredis';
-import type { RedisClient } from './redis-connection.js';
+import type { RedisClient } from '../redis/connection.js';
 import { ADMIT_LUA, HEARTBEAT_LUA, scriptSha } from './script.js';
 import type { Decision, LimitCost, LimitPlan } from './verdict.js';
 

@@ -1,14 +1,12 @@
 /**
- * Where flushed usage lives (DESIGN §7): Redis, shared by every instance, or memory when no Redis
- * is configured (one instance). Redis layout (all under one hash tag, so one script call can
- * write a whole batch on Redis Cluster too):
- *   <p>{usage}:d:<tenant>:<yyyymmdd>   HASH `<hh>:<field>` → count (fields in counts.ts), kept RETENTION_DAYS
- *   <p>{usage}:seq:<instance>          last batch sequence number applied for an instance
+ * Where flushed usage lives: Redis, shared by every instance, or memory when no Redis is
+ * configured (one instance). Redis layout in src/redis/keys.ts; day hashes are kept RETENTION_DAYS.
  * A batch is applied by one Lua script only when its sequence number is above the instance's
  * last one, so a retry of a batch whose reply was lost (timeout, connection cut) counts once.
  */
 import { Cluster, type Redis } from 'ioredis';
-import type { RedisClient } from '../limits/redis-connection.js';
+import type { RedisClient } from '../redis/connection.js';
+import { usageDayKey, usageSeqKey } from '../redis/keys.js';
 import { HOUR_MS, UsageCounts, dayId, hourFields, parseDayHash } from './counts.js';
 
 /** Counts of one flush: tenant → hour start (ms) → counts. */
@@ -71,21 +69,17 @@ class RedisUsageStore implements UsageStore {
     this.#prefix = prefix;
   }
 
-  #dayKey(tenantId: string, day: string): string {
-    return `${this.#prefix}{usage}:d:${tenantId}:${day}`;
-  }
-
   async apply(instanceId: string, seq: number, batch: UsageBatch): Promise<void> {
     const days = new Map<string, Array<[string, number]>>();
     for (const [tenantId, hours] of batch) {
       for (const [hour, counts] of hours) {
-        const key = this.#dayKey(tenantId, dayId(hour));
+        const key = usageDayKey(this.#prefix, tenantId, dayId(hour));
         let fields = days.get(key);
         if (!fields) days.set(key, (fields = []));
         fields.push(...hourFields(new Date(hour).getUTCHours(), counts));
       }
     }
-    const keys = [`${this.#prefix}{usage}:seq:${instanceId}`, ...days.keys()];
+    const keys = [usageSeqKey(this.#prefix, instanceId), ...days.keys()];
     const args: Array<string | number> = [seq, RETENTION_DAYS * 24 * 3600, SEQ_TTL_SEC];
     for (const fields of days.values()) {
       args.push(fields.length);
@@ -98,7 +92,7 @@ class RedisUsageStore implements UsageStore {
     const starts: number[] = [];
     for (let day = fromMs - (fromMs % DAY_MS); day < toMs; day += DAY_MS) starts.push(day);
     const pipe = this.#redis.pipeline();
-    for (const day of starts) pipe.hgetall(this.#dayKey(tenantId, dayId(day)));
+    for (const day of starts) pipe.hgetall(usageDayKey(this.#prefix, tenantId, dayId(day)));
     const replies = (await pipe.exec()) ?? [];
     const out = new Map<number, UsageCounts>();
     replies.forEach(([err, hash], i) => {

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RawConfig } from '../../src/config/schema.js';
 import { createLimiter, type Admission, type AdmitInput, type EdgeLimiter } from '../../src/limits/limiter.js';
 import { silentLogger } from '../../src/observability/log.js';
-import { limiterKeys, parkedKey } from '../../src/tenants/keys.js';
+import { limiterKeys, parkedKey } from '../../src/redis/keys.js';
 import { compilePlan, compileTenant, type Limits, type Tenant } from '../../src/tenants/model.js';
 import { commandCalls, connectTest, flushPrefix, PrivateRedis, SHARED_REDIS_URL, uniquePrefix } from '../helpers/redis.js';
 

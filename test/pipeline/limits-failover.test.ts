@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RawConfig } from '../../src/config/schema.js';
 import { ADMIT_LUA, HEARTBEAT_LUA, scriptSha } from '../../src/limits/script.js';
 import { NO_USAGE } from '../../src/metering/recorder.js';
-import { parkedKey } from '../../src/tenants/keys.js';
+import { parkedKey } from '../../src/redis/keys.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness, type Reply } from '../helpers/edge.js';
 import { commandCalls, connectTest, PrivateRedis, uniquePrefix, waitFor } from '../helpers/redis.js';

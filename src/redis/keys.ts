@@ -18,6 +18,10 @@
  *   <p>{dir}:status           HASH id → active | suspended (overrides any record's status)
  *   <p>{dir}:storage          HASH id → storage bytes used, from the control plane
  *   <p>changes                pub/sub channel; a message means "reload the directory"
+ *
+ * Usage (one hash tag, so one script call writes a whole flush, sequence guard included):
+ *   <p>{usage}:d:<tenant>:<yyyymmdd>   HASH `<hh>:<field>` → count (fields in metering/counts.ts)
+ *   <p>{usage}:seq:<instance>          last flush sequence number applied for an instance
  */
 
 /** Keys of one tenant's limiter state for the month `monthId` (yyyymm). */
@@ -76,4 +80,14 @@ export function directoryKeys(prefix: string): DirectoryKeys {
     storage: `${base}storage`,
     changes: `${prefix}changes`,
   };
+}
+
+/** A tenant's usage hash for one UTC day (`yyyymmdd`). */
+export function usageDayKey(prefix: string, tenantId: string, day: string): string {
+  return `${prefix}{usage}:d:${tenantId}:${day}`;
+}
+
+/** The last flush sequence number applied for an instance. */
+export function usageSeqKey(prefix: string, instanceId: string): string {
+  return `${prefix}{usage}:seq:${instanceId}`;
 }
