@@ -33,7 +33,9 @@ export function connectRedis(cfg: RedisTarget): RedisClient | null {
   };
   let client: RedisClient;
   if (cfg.cluster.length > 0) {
-    client = new Cluster([...cfg.cluster], { enableOfflineQueue: false, clusterRetryStrategy: reconnectDelay, redisOptions: common });
+    // The slot map is refreshed every second, so after a failover admits find the promoted replica
+    // quickly even when no MOVED reply tells them (docs/redis.md).
+    client = new Cluster([...cfg.cluster], { enableOfflineQueue: false, clusterRetryStrategy: reconnectDelay, slotsRefreshInterval: 1000, redisOptions: common });
   } else if (cfg.url) {
     client = new Redis(cfg.url, { ...common, enableOfflineQueue: false, retryStrategy: reconnectDelay });
   } else {
