@@ -1,12 +1,15 @@
 /**
  * The Redis key layout of queen-edge, in one place. Every key starts with `redis.keyPrefix`.
  *
- * Limiter (one hash tag per tenant, so one EVALSHA can touch all of them on Redis Cluster):
+ * Per tenant (one hash tag, so one EVALSHA can touch all of them on Redis Cluster, and a
+ * Cluster spreads tenants, not kinds of key, over its masters):
  *   <p>{t:<id>}:rq            request bucket TAT (ms, string), PX until the bucket is full
  *   <p>{t:<id>}:rm            message bucket TAT, likewise
  *   <p>{t:<id>}:pp            parked-poll slots: ZSET slot id → expiry ms
  *   <p>{t:<id>}:qm:<yyyymm>   messages pushed this UTC month (INCRBY), expires a day after the month ends
  *   <p>{t:<id>}:qb:<yyyymm>   ingress bytes this UTC month, likewise
+ *   <p>{t:<id>}:ud:<yyyymmdd>   usage: HASH `<hh>:<field>` → count (fields in metering/counts.ts)
+ *   <p>{t:<id>}:us:<instance>   usage: last flush sequence number of an instance applied here
  *   <p>instances              live proxy instances: ZSET instance id → last heartbeat ms
  *
  * Directory (one hash tag, so a refresh pipelines in one slot on Redis Cluster):
@@ -18,10 +21,6 @@
  *   <p>{dir}:status           HASH id → active | suspended (overrides any record's status)
  *   <p>{dir}:storage          HASH id → storage bytes used, from the control plane
  *   <p>changes                pub/sub channel; a message means "reload the directory"
- *
- * Usage (one hash tag, so one script call writes a whole flush, sequence guard included):
- *   <p>{usage}:d:<tenant>:<yyyymmdd>   HASH `<hh>:<field>` → count (fields in metering/counts.ts)
- *   <p>{usage}:seq:<instance>          last flush sequence number applied for an instance
  */
 
 /** Keys of one tenant's limiter state for the month `monthId` (yyyymm). */
@@ -84,10 +83,10 @@ export function directoryKeys(prefix: string): DirectoryKeys {
 
 /** A tenant's usage hash for one UTC day (`yyyymmdd`). */
 export function usageDayKey(prefix: string, tenantId: string, day: string): string {
-  return `${prefix}{usage}:d:${tenantId}:${day}`;
+  return `${prefix}{t:${tenantId}}:ud:${day}`;
 }
 
-/** The last flush sequence number applied for an instance. */
-export function usageSeqKey(prefix: string, instanceId: string): string {
-  return `${prefix}{usage}:seq:${instanceId}`;
+/** The last flush sequence number of an instance applied to a tenant's usage. */
+export function usageSeqKey(prefix: string, tenantId: string, instanceId: string): string {
+  return `${prefix}{t:${tenantId}}:us:${instanceId}`;
 }
