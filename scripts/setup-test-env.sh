@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Prepares a fresh machine for `npm test`: npm dependencies, a redis-server answering on
-# 127.0.0.1:6379, and Debian's chromium for the browser test. Safe to run again.
+# 127.0.0.1:6379, redis-cli (the Redis Cluster tests start their own cluster of six redis-server
+# children and join them with `redis-cli --cluster create`: test/helpers/redis-cluster.ts), and
+# Debian's chromium for the browser test. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +17,7 @@ apt_install() {
 }
 
 command -v redis-server >/dev/null 2>&1 || apt_install redis-server
+command -v redis-cli >/dev/null 2>&1 || apt_install redis-tools
 
 redis_answers() { (exec 3<>/dev/tcp/127.0.0.1/6379 && printf 'PING\r\n' >&3 && timeout 2 head -c 5 <&3 | grep -q PONG) 2>/dev/null; }
 if ! redis_answers; then

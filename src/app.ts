@@ -16,7 +16,7 @@ import { createLogger, type Logger } from './observability/log.js';
 import { createMetrics } from './observability/metrics.js';
 import { compileRoutes } from './routes/match.js';
 import { createPipeline } from './pipeline.js';
-import { connectRedis, whenReady } from './limits/redis-connection.js';
+import { connectRedis, whenReady } from './redis/connection.js';
 import { createTenantStore } from './tenants/store.js';
 import { createClusters } from './upstream/clusters.js';
 import { createBrokerPools } from './upstream/pools.js';

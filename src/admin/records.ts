@@ -3,8 +3,8 @@
  * GET: the compiled Tenant no longer holds CORS origins or which limits were overridden.
  */
 import { tenantSchema, type RawConfig, type RawTenant } from '../config/schema.js';
-import type { RedisClient } from '../limits/redis-connection.js';
-import { directoryKeys } from '../tenants/keys.js';
+import type { RedisClient } from '../redis/connection.js';
+import { directoryKeys } from '../redis/keys.js';
 
 /** Reads a tenant's record the way the tenant store resolves it (an invalid Redis record loses to the file). */
 export function tenantRecordReader(config: RawConfig, redis: RedisClient | null): (id: string) => Promise<RawTenant | null> {

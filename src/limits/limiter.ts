@@ -26,7 +26,7 @@ import { Breaker } from './breaker.js';
 import { DenyCache } from './deny-cache.js';
 import { rateLimitHeaders, rateLimitPolicy } from './headers.js';
 import { MemoryLimitStore } from './memory-store.js';
-import { connectRedis, whenReady, type RedisClient } from './redis-connection.js';
+import { connectRedis, whenReady, type RedisClient } from '../redis/connection.js';
 import { RedisLimitStore } from './redis-store.js';
 import { classifyRefusal, compileLimitPlan, monthWindow, type Decision, type LimitPlan, type RefusalClass } from './verdict.js';
 

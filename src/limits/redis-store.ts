@@ -4,9 +4,10 @@
  * A release that fails (connection dropped, Redis still holding the slot) is kept and sent
  * again by retryReleases(), so a blip does not hold a tenant's slots until they expire.
  */
-import { instancesKey, limiterKeys, parkedKey } from '../tenants/keys.js';
+import calculateSlot from 'cluster-key-slot';
 import { Cluster } from 'ioredis';
-import type { RedisClient } from './redis-connection.js';
+import type { RedisClient } from '../redis/connection.js';
+import { instancesKey, limiterKeys, parkedKey } from '../redis/keys.js';
 import { ADMIT_LUA, HEARTBEAT_LUA, scriptSha } from './script.js';
 import type { Decision, LimitCost, LimitPlan } from './verdict.js';
 
@@ -14,6 +15,14 @@ const ADMIT_SHA = scriptSha(ADMIT_LUA);
 const HEARTBEAT_SHA = scriptSha(HEARTBEAT_LUA);
 /** Failed releases kept for a retry; beyond this the oldest are left to expire by score. */
 const MAX_PENDING_RELEASES = 10_000;
+
+/** One admit waiting for its turn's write. */
+interface QueuedAdmit {
+  readonly keys: string[];
+  readonly args: (string | number)[];
+  resolve(v: unknown): void;
+  reject(e: unknown): void;
+}
 
 /** Limiter state in Redis; every method may reject (timeout, connection down). */
 export class RedisLimitStore {
@@ -24,7 +33,7 @@ export class RedisLimitStore {
   /** Slot id → tenant id of releases that did not reach Redis, oldest first. */
   readonly #pending = new Map<string, string>();
   /** Admits waiting for this turn's write; null when none is queued. */
-  #batch: { keys: string[]; args: (string | number)[]; resolve: (v: unknown) => void; reject: (e: unknown) => void }[] | null = null;
+  #batch: QueuedAdmit[] | null = null;
 
   constructor(redis: RedisClient, prefix: string) {
     this.#redis = redis;
@@ -32,11 +41,11 @@ export class RedisLimitStore {
   }
 
   /**
-   * Decides and takes atomically in one round trip; see ADMIT_LUA for the arguments. On a single
-   * Redis, the admits of one event-loop turn leave in one socket write (a pipeline flushed by
+   * Decides and takes atomically in one round trip; see ADMIT_LUA for the arguments. The admits
+   * of one event-loop turn leave in one socket write per Redis node (a pipeline flushed by
    * setImmediate): still one EVALSHA and one round trip each, but one write(2) for many (the
-   * bench profile had the per-admit write at 12% of the pipeline's CPU). A Cluster routes by
-   * slot, so there each admit is sent on its own.
+   * bench profile had the per-admit write at 12% of the pipeline's CPU). On a Cluster the turn's
+   * admits are grouped by the master that serves their tenant's slot, one pipeline per master.
    */
   async admit(tenantId: string, plan: LimitPlan, cost: LimitCost, now: number, month: { id: string; endMs: number }, slot: string, slotTtlMs: number): Promise<Decision> {
     const keys = this.#keysFor(tenantId, month.id);
@@ -66,9 +75,10 @@ export class RedisLimitStore {
     };
   }
 
-  /** Loads the admit script, so even the first admit is a single EVALSHA (on Cluster: one node; others learn it via the EVAL fallback). */
+  /** Loads the admit script on every master, so even the first admit is a single EVALSHA (a node that lacks it later, e.g. a promoted replica, learns it via the EVAL fallback). */
   async preload(): Promise<void> {
-    await this.#redis.script('LOAD', ADMIT_LUA);
+    const nodes = this.#redis instanceof Cluster ? this.#redis.nodes('master') : [this.#redis];
+    await Promise.all(nodes.map((n) => n.script('LOAD', ADMIT_LUA)));
   }
 
   /** Gives a parked slot back, off the request path; a failure is kept for retryReleases(). */
@@ -120,7 +130,6 @@ export class RedisLimitStore {
   }
 
   #admitCall(keys: string[], args: (string | number)[]): Promise<unknown> {
-    if (this.#redis instanceof Cluster) return this.#run(ADMIT_SHA, ADMIT_LUA, keys, args);
     return new Promise((resolve, reject) => {
       if (this.#batch === null) {
         this.#batch = [];
@@ -133,6 +142,33 @@ export class RedisLimitStore {
   #flush(): void {
     const batch = this.#batch!;
     this.#batch = null;
+    for (const group of this.#byNode(batch)) this.#send(group);
+  }
+
+  /**
+   * The turn's admits by the node that will run them: one group on a single Redis; on a Cluster
+   * one per master, since a pipeline goes to one node. An admit whose slot owner is not known yet
+   * (slot map still loading) goes alone and lets the client route and redirect it.
+   */
+  #byNode(batch: QueuedAdmit[]): Iterable<QueuedAdmit[]> {
+    const redis = this.#redis;
+    if (!(redis instanceof Cluster) || batch.length === 1) return [batch];
+    const groups = new Map<string, QueuedAdmit[]>();
+    const alone: QueuedAdmit[][] = [];
+    for (const b of batch) {
+      const node = redis.slots[calculateSlot(b.keys[0]!)]?.[0];
+      if (node === undefined) {
+        alone.push([b]);
+        continue;
+      }
+      const group = groups.get(node);
+      if (group) group.push(b);
+      else groups.set(node, [b]);
+    }
+    return [...groups.values(), ...alone];
+  }
+
+  #send(batch: QueuedAdmit[]): void {
     if (batch.length === 1) {
       const only = batch[0]!;
       this.#run(ADMIT_SHA, ADMIT_LUA, only.keys, only.args).then(only.resolve, only.reject);

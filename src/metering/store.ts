@@ -1,14 +1,18 @@
 /**
- * Where flushed usage lives (DESIGN §7): Redis, shared by every instance, or memory when no Redis
- * is configured (one instance). Redis layout (all under one hash tag, so one script call can
- * write a whole batch on Redis Cluster too):
- *   <p>{usage}:d:<tenant>:<yyyymmdd>   HASH `<hh>:<field>` → count (fields in counts.ts), kept RETENTION_DAYS
- *   <p>{usage}:seq:<instance>          last batch sequence number applied for an instance
- * A batch is applied by one Lua script only when its sequence number is above the instance's
- * last one, so a retry of a batch whose reply was lost (timeout, connection cut) counts once.
+ * Where flushed usage lives: Redis, shared by every instance, or memory when no Redis is
+ * configured (one instance). Redis layout in src/redis/keys.ts: each tenant's usage sits in its
+ * own hash slot, so on a Redis Cluster a flush that spans tenants spans slots. A flush is applied
+ * as one Lua call per slot (all tenants of a batch that share a slot go together), concurrently.
+ *
+ * Exactly once: each tenant keeps, per instance, the last batch sequence number applied to it,
+ * and the script skips a tenant whose number is not above it. A batch is retried whole, with the
+ * same number, until every slot acknowledged it; the slots that had applied it skip the retry,
+ * so a reply lost to a timeout or a failover neither loses nor doubles a count.
  */
+import calculateSlot from 'cluster-key-slot';
 import { Cluster, type Redis } from 'ioredis';
-import type { RedisClient } from '../limits/redis-connection.js';
+import type { RedisClient } from '../redis/connection.js';
+import { usageDayKey, usageSeqKey } from '../redis/keys.js';
 import { HOUR_MS, UsageCounts, dayId, hourFields, parseDayHash } from './counts.js';
 
 /** Counts of one flush: tenant → hour start (ms) → counts. */
@@ -32,24 +36,39 @@ const SEQ_TTL_SEC = 7 * 24 * 3600;
 /** A flush carries at most a second of counts; reads may pipeline a year of days. */
 const COMMAND_TIMEOUT_MS = 2000;
 
-/** KEYS: seq key, then day keys. ARGV: seq, ttl, seq ttl, then per day key: n, n × (field, incr). */
+/**
+ * KEYS: per tenant, its seq key then its day keys. ARGV: seq, ttl, seq ttl, then per tenant: the
+ * number of its day keys, then per day key: n, n × (field, incr). Returns how many tenants it applied.
+ */
 const APPLY_LUA = `
 local seq = tonumber(ARGV[1])
-local last = tonumber(redis.call('GET', KEYS[1]) or '0')
-if seq <= last then return 0 end
 local ttl = tonumber(ARGV[2])
 local a = 4
-for k = 2, #KEYS do
-  local n = tonumber(ARGV[a])
+local k = 1
+local applied = 0
+while k <= #KEYS do
+  local seqKey = KEYS[k]
+  local days = tonumber(ARGV[a])
   a = a + 1
-  for i = 1, n do
-    redis.call('HINCRBY', KEYS[k], ARGV[a], ARGV[a + 1])
-    a = a + 2
+  local fresh = seq > tonumber(redis.call('GET', seqKey) or '0')
+  for d = 1, days do
+    local n = tonumber(ARGV[a])
+    a = a + 1
+    if fresh then
+      for i = 1, n do
+        redis.call('HINCRBY', KEYS[k + d], ARGV[a + 2 * i - 2], ARGV[a + 2 * i - 1])
+      end
+      redis.call('EXPIRE', KEYS[k + d], ttl)
+    end
+    a = a + 2 * n
   end
-  redis.call('EXPIRE', KEYS[k], ttl)
+  if fresh then
+    redis.call('SET', seqKey, seq, 'EX', tonumber(ARGV[3]))
+    applied = applied + 1
+  end
+  k = k + 1 + days
 end
-redis.call('SET', KEYS[1], seq, 'EX', tonumber(ARGV[3]))
-return 1
+return applied
 `;
 
 type ApplyCommand = (numKeys: number, ...args: Array<string | number>) => Promise<number>;
@@ -71,34 +90,40 @@ class RedisUsageStore implements UsageStore {
     this.#prefix = prefix;
   }
 
-  #dayKey(tenantId: string, day: string): string {
-    return `${this.#prefix}{usage}:d:${tenantId}:${day}`;
-  }
-
   async apply(instanceId: string, seq: number, batch: UsageBatch): Promise<void> {
-    const days = new Map<string, Array<[string, number]>>();
+    // Slot → the script call's keys and arguments; on a single Redis the slots only group calls.
+    const calls = new Map<number, { keys: string[]; args: Array<string | number> }>();
     for (const [tenantId, hours] of batch) {
+      const seqKey = usageSeqKey(this.#prefix, tenantId, instanceId);
+      const slot = calculateSlot(seqKey);
+      let call = calls.get(slot);
+      if (!call) calls.set(slot, (call = { keys: [], args: [seq, RETENTION_DAYS * 24 * 3600, SEQ_TTL_SEC] }));
+      const days = new Map<string, Array<[string, number]>>();
       for (const [hour, counts] of hours) {
-        const key = this.#dayKey(tenantId, dayId(hour));
+        const key = usageDayKey(this.#prefix, tenantId, dayId(hour));
         let fields = days.get(key);
         if (!fields) days.set(key, (fields = []));
         fields.push(...hourFields(new Date(hour).getUTCHours(), counts));
       }
+      call.keys.push(seqKey, ...days.keys());
+      call.args.push(days.size);
+      for (const fields of days.values()) {
+        call.args.push(fields.length);
+        for (const [f, n] of fields) call.args.push(f, n);
+      }
     }
-    const keys = [`${this.#prefix}{usage}:seq:${instanceId}`, ...days.keys()];
-    const args: Array<string | number> = [seq, RETENTION_DAYS * 24 * 3600, SEQ_TTL_SEC];
-    for (const fields of days.values()) {
-      args.push(fields.length);
-      for (const [f, n] of fields) args.push(f, n);
-    }
-    await (this.#redis as unknown as { qeUsageApply: ApplyCommand }).qeUsageApply(keys.length, ...keys, ...args);
+    const apply = (this.#redis as unknown as { qeUsageApply: ApplyCommand }).qeUsageApply.bind(this.#redis);
+    // Every slot is tried even when one fails, so a retry finds as much as possible already applied.
+    const results = await Promise.allSettled([...calls.values()].map((c) => apply(c.keys.length, ...c.keys, ...c.args)));
+    const failed = results.find((r) => r.status === 'rejected');
+    if (failed) throw failed.reason;
   }
 
   async read(tenantId: string, fromMs: number, toMs: number): Promise<Map<number, UsageCounts>> {
     const starts: number[] = [];
     for (let day = fromMs - (fromMs % DAY_MS); day < toMs; day += DAY_MS) starts.push(day);
     const pipe = this.#redis.pipeline();
-    for (const day of starts) pipe.hgetall(this.#dayKey(tenantId, dayId(day)));
+    for (const day of starts) pipe.hgetall(usageDayKey(this.#prefix, tenantId, dayId(day)));
     const replies = (await pipe.exec()) ?? [];
     const out = new Map<number, UsageCounts>();
     replies.forEach(([err, hash], i) => {

@@ -1,6 +1,6 @@
 /**
  * The tenant directory with Redis overrides (DESIGN §2, §8). The config file's plans and tenants
- * are the base; Redis records (layout in keys.ts) override them, tombstones hide them, and a
+ * are the base; Redis records (layout in src/redis/keys.ts) override them, tombstones hide them, and a
  * status hash suspends or resumes either. Lookups read an in-memory snapshot that is rebuilt and
  * swapped whole, so they stay sync and O(1) while a reload runs. A change reaches every
  * instance within a second through pub/sub on `<prefix>changes` (separate subscriber
@@ -10,10 +10,10 @@
 import { Cluster } from 'ioredis';
 import type { z } from 'zod';
 import { planSchema, tenantSchema, type RawConfig, type RawPlan, type RawTenant } from '../config/schema.js';
-import { connectRedis, whenReady, type RedisClient } from '../limits/redis-connection.js';
-import { storageVerdict } from '../limits/storage.js';
+import { connectRedis, whenReady, type RedisClient } from '../redis/connection.js';
+import { storageVerdict } from './storage.js';
 import type { Logger } from '../observability/log.js';
-import { directoryKeys, type DirectoryKeys } from './keys.js';
+import { directoryKeys, type DirectoryKeys } from '../redis/keys.js';
 import { compilePlan, compileTenant, type Plan, type Tenant, type TenantDirectory } from './model.js';
 
 /** The outcome of a write: validation problems are values, listed by path. */
@@ -21,7 +21,7 @@ export type WriteResult = { readonly ok: true } | { readonly ok: false; readonly
 
 /** The directory plus the storage gate, a plan lookup and the writer API for the admin API. */
 export interface TenantStore extends TenantDirectory {
-  /** Storage gate with hysteresis (see limits/storage.ts), as of the last snapshot. */
+  /** Storage gate with hysteresis (see storage.ts), as of the last snapshot. */
   storageBlocked(tenantId: string): boolean;
   /** The plan in force under an id (file or Redis record). */
   planById(id: string): Plan | undefined;

@@ -155,7 +155,7 @@ describe('queen-edge with two workers', () => {
     expect(edge.lines.filter((l) => l.msg === 'worker exited').map((l) => l.code)).toEqual([0, 0]);
     // A client of its own: other suites may CLIENT KILL connections on the shared Redis.
     const reader = await connectTest(SHARED_REDIS_URL, 2000);
-    const [, keys] = await reader.scan('0', 'MATCH', `${prefix}{usage}:d:beta:*`, 'COUNT', 1000);
+    const [, keys] = await reader.scan('0', 'MATCH', `${prefix}{t:beta}:ud:*`, 'COUNT', 1000);
     const total = { requests: 0, pushed: 0 };
     for (const key of keys) {
       for (const [field, n] of Object.entries(await reader.hgetall(key))) {

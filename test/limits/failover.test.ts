@@ -4,7 +4,7 @@ import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { RawConfig } from '../../src/config/schema.js';
 import { createLimiter, type Admission, type AdmitInput, type EdgeLimiter } from '../../src/limits/limiter.js';
-import { limiterKeys } from '../../src/tenants/keys.js';
+import { limiterKeys } from '../../src/redis/keys.js';
 import { compilePlan, compileTenant, type Limits, type Tenant } from '../../src/tenants/model.js';
 import { connectTest, PrivateRedis, waitFor } from '../helpers/redis.js';
 

@@ -1,12 +1,13 @@
-/** One behavioural suite, run against the memory store and against real Redis. */
-import { Redis } from 'ioredis';
+/** One behavioural suite, run against the memory store, a real Redis and a real Redis Cluster. */
+import type { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RawConfig } from '../../src/config/schema.js';
 import { createLimiter, type Admission, type AdmitInput, type EdgeLimiter } from '../../src/limits/limiter.js';
 import { silentLogger } from '../../src/observability/log.js';
-import { limiterKeys, parkedKey } from '../../src/tenants/keys.js';
+import { limiterKeys, parkedKey } from '../../src/redis/keys.js';
 import { compilePlan, compileTenant, type Limits, type Tenant } from '../../src/tenants/model.js';
 import { commandCalls, connectTest, flushPrefix, PrivateRedis, SHARED_REDIS_URL, uniquePrefix } from '../helpers/redis.js';
+import { RedisCluster } from '../helpers/redis-cluster.js';
 
 const BASE_LIMITS: Limits = { requestsPerSec: 0.5, requestBurst: 3, messagesPerSec: 100, messageBurst: 1000, parkedPolls: 2, maxPayloadBytes: 1 << 20, maxBatch: 1000 };
 let seq = 0;
@@ -30,16 +31,23 @@ function virtualClock(start: string) {
 
 const input = (t: Tenant, more: Partial<AdmitInput> = {}): AdmitInput => ({ tenant: t, messages: 0, ingressBytes: 0, parkedPoll: false, ...more });
 
-describe.each(['memory', 'redis'] as const)('limiter (%s store)', (kind) => {
+describe.each(['memory', 'redis', 'cluster'] as const)('limiter (%s store)', (kind) => {
   const prefix = uniquePrefix();
-  let client: Redis | undefined;
+  let client: Redis | Cluster | undefined;
+  let cluster: RedisCluster | undefined;
 
   beforeAll(async () => {
     if (kind === 'redis') client = await connectTest(SHARED_REDIS_URL);
+    if (kind === 'cluster') {
+      cluster = await RedisCluster.start();
+      client = await cluster.client();
+    }
   });
   afterAll(async () => {
-    if (client) {
-      await flushPrefix(client, prefix);
+    // The cluster is private and goes whole; the shared Redis loses only this file's keys.
+    if (cluster) await cluster.stop();
+    else if (client) {
+      await flushPrefix(client as Redis, prefix);
       client.disconnect();
     }
   });
@@ -53,7 +61,7 @@ describe.each(['memory', 'redis'] as const)('limiter (%s store)', (kind) => {
 
   it('reports its mode', async () => {
     const l = await make(Date.now);
-    expect(l.mode()).toBe(kind);
+    expect(l.mode()).toBe(kind === 'memory' ? 'memory' : 'redis');
     await l.close();
   });
 

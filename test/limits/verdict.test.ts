@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { Breaker } from '../../src/limits/breaker.js';
 import { rateLimitField, rateLimitPolicy } from '../../src/limits/headers.js';
-import { storageVerdict } from '../../src/limits/storage.js';
+import { storageVerdict } from '../../src/tenants/storage.js';
 import {
   classifyRefusal,
   compileLimitPlan,

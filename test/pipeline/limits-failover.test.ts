@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RawConfig } from '../../src/config/schema.js';
 import { ADMIT_LUA, HEARTBEAT_LUA, scriptSha } from '../../src/limits/script.js';
 import { NO_USAGE } from '../../src/metering/recorder.js';
-import { parkedKey } from '../../src/tenants/keys.js';
+import { parkedKey } from '../../src/redis/keys.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness, type Reply } from '../helpers/edge.js';
 import { commandCalls, connectTest, PrivateRedis, uniquePrefix, waitFor } from '../helpers/redis.js';
@@ -94,7 +94,7 @@ describe('Redis commands per limited request', () => {
       // Background work of the instance, per period and not per request: the heartbeat, the
       // directory's safety-net reload, and the metering flush (one batch a second).
       const heartbeats = seen.filter((a) => a[0]!.toLowerCase() === 'evalsha' && a[1] === heartbeatSha);
-      const background = seen.filter((a) => heartbeats.includes(a) || a.some((x) => x.includes('{dir}') || x.includes('{usage}')));
+      const background = seen.filter((a) => heartbeats.includes(a) || a.some((x) => x.includes('{dir}') || x.includes(':ud:') || x.includes(':us:')));
       const other = seen.filter((a) => !admits.includes(a) && !background.includes(a));
       expect(admits.length).toBe(N);
       expect(other).toEqual([]);

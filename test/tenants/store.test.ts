@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/load.js';
 import type { RawConfig } from '../../src/config/schema.js';
 import { silentLogger } from '../../src/observability/log.js';
-import { directoryKeys } from '../../src/tenants/keys.js';
+import { directoryKeys } from '../../src/redis/keys.js';
 import { createTenantStore, type TenantStore } from '../../src/tenants/store.js';
 import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix, waitFor } from '../helpers/redis.js';
 

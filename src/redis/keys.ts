@@ -1,12 +1,15 @@
 /**
  * The Redis key layout of queen-edge, in one place. Every key starts with `redis.keyPrefix`.
  *
- * Limiter (one hash tag per tenant, so one EVALSHA can touch all of them on Redis Cluster):
+ * Per tenant (one hash tag, so one EVALSHA can touch all of them on Redis Cluster, and a
+ * Cluster spreads tenants, not kinds of key, over its masters):
  *   <p>{t:<id>}:rq            request bucket TAT (ms, string), PX until the bucket is full
  *   <p>{t:<id>}:rm            message bucket TAT, likewise
  *   <p>{t:<id>}:pp            parked-poll slots: ZSET slot id → expiry ms
  *   <p>{t:<id>}:qm:<yyyymm>   messages pushed this UTC month (INCRBY), expires a day after the month ends
  *   <p>{t:<id>}:qb:<yyyymm>   ingress bytes this UTC month, likewise
+ *   <p>{t:<id>}:ud:<yyyymmdd>   usage: HASH `<hh>:<field>` → count (fields in metering/counts.ts)
+ *   <p>{t:<id>}:us:<instance>   usage: last flush sequence number of an instance applied here
  *   <p>instances              live proxy instances: ZSET instance id → last heartbeat ms
  *
  * Directory (one hash tag, so a refresh pipelines in one slot on Redis Cluster):
@@ -76,4 +79,14 @@ export function directoryKeys(prefix: string): DirectoryKeys {
     storage: `${base}storage`,
     changes: `${prefix}changes`,
   };
+}
+
+/** A tenant's usage hash for one UTC day (`yyyymmdd`). */
+export function usageDayKey(prefix: string, tenantId: string, day: string): string {
+  return `${prefix}{t:${tenantId}}:ud:${day}`;
+}
+
+/** The last flush sequence number of an instance applied to a tenant's usage. */
+export function usageSeqKey(prefix: string, tenantId: string, instanceId: string): string {
+  return `${prefix}{t:${tenantId}}:us:${instanceId}`;
 }

@@ -1,10 +1,11 @@
 /**
- * The Redis connection both the limiter and the tenant store use, configured to fail fast
- * (STACK.md): no offline queue, a short command timeout, no per-request retries, no
+ * The Redis connection the limiter, the tenant directory and the meter share, configured to fail
+ * fast: a Redis that is slow or gone must cost a request at most `timeoutMs`, never a queue of
+ * waiting requests. So: no offline queue, a short command timeout, no per-request retries, no
  * auto-pipelining (it halved throughput here). Reconnects keep trying in the background.
+ * A Redis Cluster is reached through its seed nodes (docs/redis.md).
  */
 import { Cluster, Redis } from 'ioredis';
-import type { RawConfig } from '../config/schema.js';
 
 /** Either client; both route a script by its first key's slot. */
 export type RedisClient = Redis | Cluster;
@@ -14,8 +15,16 @@ function reconnectDelay(times: number): number {
   return Math.min(times * 100, 1000);
 }
 
+/** Where Redis is (the `redis` section of the configuration, or a part of it). */
+export interface RedisTarget {
+  readonly url: string | null;
+  /** Seed nodes (`host:port`) of a Redis Cluster; non-empty means Cluster mode. */
+  readonly cluster: readonly string[];
+  readonly timeoutMs: number;
+}
+
 /** Opens the configured Redis (cluster seeds win over url); null when none is configured. */
-export function connectRedis(cfg: RawConfig['redis']): RedisClient | null {
+export function connectRedis(cfg: RedisTarget): RedisClient | null {
   const common = {
     commandTimeout: cfg.timeoutMs,
     maxRetriesPerRequest: 0,
@@ -24,7 +33,9 @@ export function connectRedis(cfg: RawConfig['redis']): RedisClient | null {
   };
   let client: RedisClient;
   if (cfg.cluster.length > 0) {
-    client = new Cluster(cfg.cluster, { enableOfflineQueue: false, clusterRetryStrategy: reconnectDelay, redisOptions: common });
+    // The slot map is refreshed every second, so after a failover admits find the promoted replica
+    // quickly even when no MOVED reply tells them (docs/redis.md).
+    client = new Cluster([...cfg.cluster], { enableOfflineQueue: false, clusterRetryStrategy: reconnectDelay, slotsRefreshInterval: 1000, redisOptions: common });
   } else if (cfg.url) {
     client = new Redis(cfg.url, { ...common, enableOfflineQueue: false, retryStrategy: reconnectDelay });
   } else {

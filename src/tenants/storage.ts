@@ -1,5 +1,5 @@
 /**
- * The storage gate (DESIGN §1.8, §5), pure: a tenant at or over its plan's storage is blocked
+ * The storage gate, pure: a tenant at or over its plan's storage is blocked
  * from writes, and released only once usage drops below 90%, so a tenant hovering at the line
  * does not flap between 403 and 200 on every control-plane update.
  */
