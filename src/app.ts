@@ -5,7 +5,7 @@
 import type { Registry } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
 import { compileTables } from './config/compile.js';
-import { createTokenVerifier } from './auth/jwt.js';
+import { createTenantVerifiers } from './auth/verifiers.js';
 import { createMinter } from './auth/mint.js';
 import { createLimiter } from './limits/limiter.js';
 import { createListeners, type BoundAddresses } from './listen/servers.js';
@@ -21,7 +21,6 @@ import { createTenantStore } from './tenants/store.js';
 import { createClusters } from './upstream/clusters.js';
 import { createBrokerPools } from './upstream/pools.js';
 import { createAdminHandler } from './admin/api.js';
-import { tenantRecordReader } from './admin/records.js';
 
 export interface AppOptions {
   log?: Logger;
@@ -52,7 +51,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   if (redis) await whenReady(redis, 2000);
   else log.info('no redis configured: limits, tenants and usage are in memory (one instance only)');
   const tenants = await createTenantStore(config, { log, ...(redis ? { redis } : {}) });
-  const verifier = createTokenVerifier(config.auth, { log, clock });
+  const verifiers = createTenantVerifiers(config.auth, { log, clock });
   const minter = config.upstreamIdentity.mode === 'mint' ? await createMinter(config.upstreamIdentity.mint, { clock }) : null;
   const lp = config.server.longPoll;
   const limiter = createLimiter(config.redis, { log, clock, parkedSlotTtlMs: lp.maxTimeoutMs + 2 * lp.slackMs, ...(redis ? { redis } : {}) });
@@ -78,7 +77,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     routes: compileRoutes(tables.routes),
     tenants,
     storageBlocked: (id) => tenants.storageBlocked(id),
-    verifier,
+    verifiers,
     limiter,
     clusters,
     pools,
@@ -91,7 +90,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   const admin = createAdminHandler({
     token: config.server.admin.token,
     tenants,
-    tenantRecord: tenantRecordReader(config, redis),
+    tenantRecord: async (id) => tenants.recordOf(id) ?? null,
     usage: (id, from, to) => meter.usage(id, from, to),
     brokers: () => clusters.snapshot(tenants.all()),
     readiness: {
@@ -116,8 +115,14 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   }
   const listeners = await createListeners(config.server, { edge, admin }, { log });
 
-  await Promise.all([verifier.start(), limiter.start()]);
+  await Promise.all([verifiers.start(), limiter.start()]);
   clusters.start(tenants.all());
+  // Brokers and tenant keys follow the directory: removed brokers stop being probed, and the
+  // verifiers and JWKS sets of removed or re-keyed tenants are dropped.
+  tenants.onChange(() => {
+    clusters.sync(tenants.all());
+    verifiers.sync(tenants.all());
+  });
   meter.start();
   const addresses = await listeners.listen();
   log.info({ https: addresses.https, http: addresses.http, admin: addresses.admin }, 'queen-edge listening');
@@ -132,7 +137,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
       // Exchanges that finished last may still wait for their relayed body's parse (setImmediate).
       await new Promise((r) => setImmediate(r));
       await meter.close();
-      verifier.close();
+      verifiers.close();
       await clusters.close();
       await Promise.all([limiter.close(), pools.close(), tenants.close()]);
       if (redis) await redis.quit().catch(() => redis.disconnect());
