@@ -17,7 +17,7 @@ import { createMetrics } from './observability/metrics.js';
 import { compileRoutes } from './routes/match.js';
 import { createPipeline } from './pipeline.js';
 import { connectRedis, whenReady } from './limits/redis-connection.js';
-import { createTenantStore } from './tenants/store.js';
+import { createTenantStore, type TenantStore } from './tenants/store.js';
 import { createClusters } from './upstream/clusters.js';
 import { createBrokerPools } from './upstream/pools.js';
 import { createAdminHandler } from './admin/api.js';
@@ -38,6 +38,8 @@ export interface App {
   readonly log: Logger;
   /** This process's metrics registry (for cluster aggregation: AggregatorRegistry.setRegistries([registry])). */
   readonly metrics: Registry;
+  /** The tenant directory: `generation` and `onChange` tell when a change arrived; `reloadFile` swaps the file's tenants. */
+  readonly tenants: TenantStore;
   /** Stops accepting, lets in-flight requests finish (up to drainMs), flushes usage, then releases everything. */
   close(drainMs?: number): Promise<void>;
 }
@@ -131,6 +133,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     addresses,
     log,
     metrics: metrics.registry,
+    tenants,
     async close(drainMs = config.server.drainTimeoutMs): Promise<void> {
       draining = true;
       await listeners.close(drainMs);
