@@ -1,11 +1,13 @@
 /**
- * The tenant directory with Redis overrides (DESIGN §2, §8). The config file's plans and tenants
- * are the base; Redis records (layout in keys.ts) override them, tombstones hide them, and a
- * status hash suspends or resumes either. Lookups read an in-memory snapshot that is rebuilt and
- * swapped whole, so they stay sync and O(1) while a reload runs. A change reaches every
- * instance within a second through pub/sub on `<prefix>changes` (separate subscriber
- * connection); a full reload every few seconds covers lost messages and reconnects, and a failed
- * reload is retried shortly, so a slow moment of Redis does not delay a change to the next period.
+ * The tenant directory with Redis overrides. The config file's plans and tenants are the base;
+ * Redis records (layout in keys.ts) override them, tombstones hide them, and a status hash
+ * suspends or resumes either; snapshot.ts's buildSnapshot turns those inputs into one validated
+ * snapshot, and judges admin writes the same way. Lookups read that snapshot, rebuilt and swapped
+ * whole, so they stay sync and O(1) while a reload runs; onChange subscribers (broker health,
+ * tenant verifiers) hear of every swap that changed something. A change reaches every instance
+ * within a second through pub/sub on `<prefix>changes` (separate subscriber connection); a full
+ * reload every few seconds covers lost messages and reconnects, and a failed reload is retried
+ * shortly, so a slow moment of Redis does not delay a change to the next period.
  */
 import { Cluster } from 'ioredis';
 import { planSchema, tenantSchema, type RawConfig, type RawTenant } from '../config/schema.js';

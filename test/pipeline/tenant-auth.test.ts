@@ -93,3 +93,16 @@ describe('tenants with their own identity providers', () => {
     expect(r.json).toEqual({ error: expect.any(String), code: 'forbidden' });
   });
 });
+
+describe('defaultTenant, the single-tenant convenience', () => {
+  it('a token without a claim acts for the default tenant only, on its host or a host no tenant lists', async () => {
+    const single = await startEdge(testConfig([broker.url], { auth: { defaultTenant: 'acme' }, tenants: { globex: { plan: 'test', hosts: ['globex.localhost'], brokers: [broker.url] } } }));
+    try {
+      const claimless = await token({ roles: ['read-write'] });
+      const status = async (host: string) => (await call(single, 'GET', '/api/v1/pop/queue/q', { token: claimless, host })).status;
+      expect([await status('acme.localhost'), await status('127.0.0.1'), await status('globex.localhost')]).toEqual([204, 204, 403]);
+    } finally {
+      await single.close();
+    }
+  });
+});
