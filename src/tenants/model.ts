@@ -8,7 +8,7 @@ import { compileCorsPolicy, type CorsPolicy } from '../cors/policy.js';
 /** Tenant and plan ids: usable inside a Redis hash tag and a URL path segment. */
 export const ID_PATTERN = /^[A-Za-z0-9._-]{1,128}$/;
 
-/** Per-tenant limits (DESIGN §5); a plan's limits merged with the tenant's overrides. */
+/** Per-tenant limits (docs/limits.md); a plan's limits merged with the tenant's overrides. */
 export interface Limits {
   readonly requestsPerSec: number;
   readonly requestBurst: number;

@@ -73,7 +73,7 @@ export interface TenantStoreDeps {
 const RETRY_MS = 250;
 
 /** The problems of the file's own entries in a build; empty when the file is acceptable. */
-export function fileProblems(built: Built): string[] {
+function fileProblems(built: Built): string[] {
   return built.rejected.filter((r) => r.source === 'file').flatMap((r) => r.problems);
 }
 
