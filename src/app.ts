@@ -5,7 +5,7 @@
 import type { Registry } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
 import { compileTables } from './config/compile.js';
-import { createTokenVerifier } from './auth/jwt.js';
+import { createTenantVerifiers } from './auth/verifiers.js';
 import { createMinter } from './auth/mint.js';
 import { createLimiter } from './limits/limiter.js';
 import { createListeners, type BoundAddresses } from './listen/servers.js';
@@ -17,13 +17,12 @@ import { createMetrics } from './observability/metrics.js';
 import { compileRoutes } from './routes/match.js';
 import { createPipeline } from './pipeline.js';
 import { connectRedis, whenReady } from './redis/connection.js';
-import { createTenantStore } from './tenants/store.js';
+import { createTenantStore, type TenantStore } from './tenants/store.js';
 import { createClusters } from './upstream/clusters.js';
 import { createBrokerPools } from './upstream/pools.js';
 import { createUpstreamProxy } from './upstream/proxy.js';
 import { createBrokerMaintenance } from './upstream/maintenance.js';
 import { createAdminHandler } from './admin/api.js';
-import { tenantRecordReader } from './admin/records.js';
 
 export interface AppOptions {
   log?: Logger;
@@ -41,6 +40,8 @@ export interface App {
   readonly log: Logger;
   /** This process's metrics registry (for cluster aggregation: AggregatorRegistry.setRegistries([registry])). */
   readonly metrics: Registry;
+  /** The tenant directory: `generation` and `onChange` tell when a change arrived; `reloadFile` swaps the file's tenants. */
+  readonly tenants: TenantStore;
   /** Stops accepting, lets in-flight requests finish (up to drainMs), flushes usage, then releases everything. */
   close(drainMs?: number): Promise<void>;
 }
@@ -54,13 +55,12 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   if (redis) await whenReady(redis, 2000);
   else log.info('no redis configured: limits, tenants and usage are in memory (one instance only)');
   const tenants = await createTenantStore(config, { log, ...(redis ? { redis } : {}) });
-  const verifier = createTokenVerifier(config.auth, { log, clock });
+  const verifiers = createTenantVerifiers(config.auth, { log, clock });
   const minter = config.upstreamIdentity.mode === 'mint' ? await createMinter(config.upstreamIdentity.mint, { clock }) : null;
   const lp = config.server.longPoll;
   const limiter = createLimiter(config.redis, { log, clock, parkedSlotTtlMs: lp.maxTimeoutMs + 2 * lp.slackMs, ...(redis ? { redis } : {}) });
   const clusters = createClusters(config.upstream, { log, clock });
   const pools = createBrokerPools(config.upstream);
-  // Tenant changes reach the upstream through proxy.sync(tenants.all()).
   const proxy = createUpstreamProxy({ clusters, pools, log });
   const meter = new Meter({ store: createUsageStore(redis, config.redis.keyPrefix), log, clock, ...(opts.usageFlushMs ? { flushMs: opts.usageFlushMs } : {}) });
   const metrics = createMetrics({
@@ -82,7 +82,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     routes: compileRoutes(tables.routes),
     tenants,
     storageBlocked: (id) => tenants.storageBlocked(id),
-    verifier,
+    verifiers,
     limiter,
     proxy,
     minter,
@@ -94,7 +94,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   const admin = createAdminHandler({
     token: config.server.admin.token,
     tenants,
-    tenantRecord: tenantRecordReader(config, redis),
+    tenantRecord: async (id) => tenants.recordOf(id) ?? null,
     usage: (id, from, to) => meter.usage(id, from, to),
     brokers: () => clusters.snapshot(tenants.all()),
     maintenance: createBrokerMaintenance({ minter, timeoutMs: config.upstream.requestTimeoutMs }),
@@ -120,8 +120,14 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   }
   const listeners = await createListeners(config.server, { edge, admin }, { log });
 
-  await Promise.all([verifier.start(), limiter.start()]);
+  await Promise.all([verifiers.start(), limiter.start()]);
   clusters.start(tenants.all());
+  // Brokers and tenant keys follow the directory: removed brokers stop being probed and lose their
+  // pools, and the verifiers and JWKS sets of removed or re-keyed tenants are dropped.
+  tenants.onChange(() => {
+    proxy.sync(tenants.all());
+    verifiers.sync(tenants.all());
+  });
   meter.start();
   const addresses = await listeners.listen();
   log.info({ https: addresses.https, http: addresses.http, admin: addresses.admin }, 'queen-edge listening');
@@ -130,13 +136,14 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     addresses,
     log,
     metrics: metrics.registry,
+    tenants,
     async close(drainMs = config.server.drainTimeoutMs): Promise<void> {
       draining = true;
       await listeners.close(drainMs);
       // Exchanges that finished last may still wait for their relayed body's parse (setImmediate).
       await new Promise((r) => setImmediate(r));
       await meter.close();
-      verifier.close();
+      verifiers.close();
       await clusters.close();
       await Promise.all([limiter.close(), pools.close(), tenants.close()]);
       if (redis) await redis.quit().catch(() => redis.disconnect());

@@ -6,7 +6,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import { isAllowed } from './auth/access.js';
-import { extractToken, type Identity, type TokenVerifier } from './auth/jwt.js';
+import { extractToken, type Identity } from './auth/jwt.js';
+import { unverifiedTenantClaim, type TenantVerifiers } from './auth/verifiers.js';
 import type { UpstreamMinter } from './auth/mint.js';
 import type { RawConfig } from './config/schema.js';
 import { actualResponseHeaders, preflightVerdict } from './cors/policy.js';
@@ -23,6 +24,7 @@ import { ackFacts, pushFacts, readBody, transactionFacts, type BodyFacts } from 
 import { parsePopQuery, type PopQuery } from './stages/pop-query.js';
 import { acceptableRequestId, upstreamHeaders } from './upstream/upstream-headers.js';
 import type { Tenant, TenantDirectory } from './tenants/model.js';
+import { candidateTenant, tokenFits } from './tenants/resolve.js';
 import { clientGone } from './upstream/forward.js';
 import { popNamespaceLaneKey, popQueueLaneKey, pushLaneKey } from './upstream/lane-key.js';
 import type { Lane, ProxyExchange, UpstreamProxy } from './upstream/proxy.js';
@@ -34,7 +36,8 @@ export interface PipelineDeps {
   readonly tenants: TenantDirectory;
   /** Storage gate (DESIGN §5): true while the tenant is over its plan's storage. */
   readonly storageBlocked: (tenantId: string) => boolean;
-  readonly verifier: TokenVerifier;
+  /** The global verifier and each tenant's own (tenants with their own identity provider). */
+  readonly verifiers: TenantVerifiers;
   readonly limiter: Limiter;
   /** Broker choice, retry, passive health and lease learning. */
   readonly proxy: UpstreamProxy;
@@ -78,6 +81,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
   const accessLog = config.log.accessLog;
   const defaultTenantId = config.auth.defaultTenant;
   const tenantClaimName = config.auth.tenantClaim;
+  const tenantById = (id: string): Tenant | undefined => d.tenants.byId(id);
 
   return (req, res) => {
     handle(req, res).catch((err: unknown) => {
@@ -135,18 +139,17 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       const token = extractToken(req.headers.authorization);
       if (token === undefined) return refuse(res, ctx, edgeError('unauthorized', 'missing bearer token'));
       if (isEdgeError(token)) return refuse(res, ctx, token);
-      const verified = d.verifier.cached(token) ?? (await d.verifier.verify(token));
+      // The host picks whose keys verify the token; the token must then name that tenant, unless
+      // the tenant's own keys accepted it (docs/tenancy.md).
+      const candidate = candidateTenant(hostTenant, hostTenant ? null : unverifiedTenantClaim(token, tenantClaimName), defaultTenantId ? tenantById(defaultTenantId) : undefined, tenantById);
+      const verifier = isEdgeError(candidate) ? d.verifiers.global : d.verifiers.forTenant(candidate);
+      const verified = verifier.cached(token) ?? (await verifier.verify(token));
       if (isEdgeError(verified)) return refuse(res, ctx, verified);
       ctx.identity = verified;
-      const claimed = verified.tenant;
-      if (claimed !== null) {
-        if (hostTenant && hostTenant.id !== claimed) return refuse(res, ctx, edgeError('forbidden', 'token tenant does not match host'));
-        tenant = d.tenants.byId(claimed);
-        if (!tenant) return refuse(res, ctx, edgeError('forbidden', `unknown tenant in claim "${tenantClaimName}"`));
-      } else {
-        tenant = hostTenant ?? (defaultTenantId ? d.tenants.byId(defaultTenantId) : undefined);
-        if (!tenant) return refuse(res, ctx, edgeError('forbidden', 'no tenant for this request'));
-      }
+      if (isEdgeError(candidate)) return refuse(res, ctx, candidate);
+      const unfit = tokenFits(candidate, verified.tenant, defaultTenantId);
+      if (unfit) return refuse(res, ctx, unfit);
+      tenant = candidate;
       ctx.tenant = tenant; // refusals from here on are metered for the tenant
       // 7. Authorize: role set against access set.
       if (!isAllowed(verified.roles, route.access)) return refuse(res, ctx, edgeError('forbidden', 'role not allowed on this route'));

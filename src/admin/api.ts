@@ -18,7 +18,7 @@ import type { EdgeRequest, EdgeResponse, RequestHandler } from '../listen/server
 import { rollUp, UsageCounts, type Granularity } from '../metering/counts.js';
 import type { Logger } from '../observability/log.js';
 import { readBody } from '../stages/body.js';
-import type { Plan, Tenant } from '../tenants/model.js';
+import { ID_PATTERN, type Plan, type Tenant } from '../tenants/model.js';
 import type { TenantStore, WriteResult } from '../tenants/store.js';
 import type { ClusterSnapshot } from '../upstream/clusters.js';
 import type { BrokerMaintenance, BrokerMaintenanceState, MaintenanceSwitch } from '../upstream/maintenance.js';
@@ -49,6 +49,7 @@ const ADMIN_ERRORS = {
   unauthorized: 401,
   not_found: 404,
   read_only: 409,
+  conflict: 409,
   unavailable: 503,
 } as const;
 type AdminCode = keyof typeof ADMIN_ERRORS;
@@ -64,7 +65,6 @@ class AdminError {
 const BODY_LIMIT = 1024 * 1024;
 const MAX_USAGE_RANGE_MS = 366 * 24 * 3600 * 1000;
 const GRANULARITIES: readonly Granularity[] = ['hour', 'day', 'month'];
-const ID_RE = /^[A-Za-z0-9._-]{1,128}$/;
 
 interface Call {
   readonly req: EdgeRequest;
@@ -125,7 +125,13 @@ function countsView(c: UsageCounts): Record<string, unknown> {
 }
 
 function writeRefusal(r: WriteResult, what: string): AdminError | null {
-  return r.ok ? null : new AdminError('invalid_request', `invalid ${what}: ${r.problems.join('; ')}`, r.problems);
+  if (r.ok) return null;
+  return new AdminError(r.conflict ? 'conflict' : 'invalid_request', `${r.conflict ? 'conflicting' : 'invalid'} ${what}: ${r.problems.join('; ')}`, r.problems);
+}
+
+/** A tenant's own auth settings as shown and logged: a shared secret never leaves the store. */
+function authView(auth: RawTenant['auth'] | undefined): unknown {
+  return auth ? { ...auth, secret: auth.secret === null ? null : '(set)' } : null;
 }
 
 /** Builds the admin listener's request handler. */
@@ -142,7 +148,7 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
   /** Guards every write: the store refuses them without Redis; ids must fit keys and URLs. */
   const writable = (id: string): AdminError | null => {
     if (d.tenants.backing !== 'redis') return new AdminError('read_only', 'no Redis configured: tenants and plans come from the config file only');
-    if (!ID_RE.test(id)) return new AdminError('invalid_request', `id: must match ${ID_RE.source}`);
+    if (!ID_PATTERN.test(id)) return new AdminError('invalid_request', `id: must match ${ID_PATTERN.source}`);
     return null;
   };
 
@@ -153,6 +159,7 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
       cors: { origins: record?.cors.origins ?? [] },
       limits: record?.limits ?? {},
       boundedLoadFactor: t.boundedLoadFactor,
+      auth: authView(record?.auth),
       effectiveLimits: t.limits,
     };
   };
@@ -172,7 +179,7 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
     if (body instanceof AdminError) return body;
     const refused = writable(id) ?? writeRefusal(await d.tenants.putTenant(id, body), 'tenant');
     if (refused) return refused;
-    logChange(c, 'tenant.put', id, body);
+    logChange(c, 'tenant.put', id, { ...(body as object), auth: authView(d.tenants.recordOf(id)?.auth) });
     return { status: 200, body: await tenantDetail(d.tenants.byId(id)!) };
   });
 
@@ -231,7 +238,7 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
 
   on('GET', '/admin/v1/tenants/:id/usage', async (c) => {
     const id = c.params.id!;
-    if (!ID_RE.test(id) && !d.tenants.byId(id)) return new AdminError('invalid_request', `id: must match ${ID_RE.source}`);
+    if (!ID_PATTERN.test(id) && !d.tenants.byId(id)) return new AdminError('invalid_request', `id: must match ${ID_PATTERN.source}`);
     const range = usageRange(c.query, d.clock());
     if (range instanceof AdminError) return range;
     // Deleted tenants stay readable: their last period still has to be billed.

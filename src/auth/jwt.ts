@@ -97,9 +97,29 @@ export interface TokenVerifier {
   close(): void;
 }
 
-/** Builds the verifier for the `auth:` section. */
-export function createTokenVerifier(cfg: AuthConfig, deps: { log: Logger; clock?: () => number }): TokenVerifier {
-  return new Verifier(cfg, deps.log, deps.clock ?? Date.now);
+/**
+ * What verifiers of several tenants share (see verifiers.ts): one token cache, whose entries are
+ * keyed by `scope` so a token verified under one tenant's keys is never a hit for another, and
+ * one JWKS set per URL.
+ */
+export interface KeyContext {
+  readonly cache: TokenCache;
+  /** '' for the global settings; unique per tenant verifier otherwise. */
+  readonly scope: string;
+  jwks(url: string): JwksKeys;
+}
+
+/** Builds the verifier for the `auth:` section; alone (own cache and JWKS) unless given a KeyContext. */
+export function createTokenVerifier(cfg: AuthConfig, deps: { log: Logger; clock?: () => number; keys?: KeyContext }): TokenVerifier {
+  const clock = deps.clock ?? Date.now;
+  if (deps.keys) return new Verifier(cfg, deps.log, clock, deps.keys, false);
+  const own = new Map<string, JwksKeys>();
+  const keys: KeyContext = {
+    cache: new TokenCache(cfg.cacheSize),
+    scope: '',
+    jwks: (url) => own.get(url) ?? own.set(url, new JwksKeys(url, deps.log, clock)).get(url)!,
+  };
+  return new Verifier(cfg, deps.log, clock, keys, true);
 }
 
 function deny(reason: string): EdgeError {
@@ -116,24 +136,33 @@ class Verifier implements TokenVerifier {
   readonly #secret: Uint8Array | null;
   readonly #pemPath: string | null;
   readonly #jwks: JwksKeys | null;
+  readonly #ownsJwks: boolean;
+  readonly #scope: string;
   readonly #anyKey: boolean;
   #pem: Promise<KeyObject> | null = null;
 
-  constructor(cfg: AuthConfig, log: Logger, clock: () => number) {
+  constructor(cfg: AuthConfig, log: Logger, clock: () => number, keys: KeyContext, ownsJwks: boolean) {
     this.#cfg = cfg;
     this.#log = log;
     this.#clock = clock;
-    this.#cache = new TokenCache(cfg.cacheSize);
+    this.#cache = keys.cache;
+    this.#scope = keys.scope;
+    this.#ownsJwks = ownsJwks;
     this.#algorithms = new Set(cfg.algorithms);
     this.#toleranceMs = cfg.clockToleranceSec * 1000;
     this.#secret = cfg.secret ? new TextEncoder().encode(cfg.secret) : null;
     this.#pemPath = cfg.publicKey;
-    this.#jwks = cfg.jwksUrl ? new JwksKeys(cfg.jwksUrl, log, clock) : null;
+    this.#jwks = cfg.jwksUrl ? keys.jwks(cfg.jwksUrl) : null;
     this.#anyKey = this.#secret !== null || this.#pemPath !== null || this.#jwks !== null;
   }
 
   cached(token: string): Identity | undefined {
-    return this.#cache.get(token, this.#clock());
+    return this.#cache.get(this.#scoped(token), this.#clock());
+  }
+
+  /** The cache key: a space never occurs in a token (B64TOKEN), so scopes cannot collide. */
+  #scoped(token: string): string {
+    return this.#scope === '' ? token : `${this.#scope} ${token}`;
   }
 
   async verify(token: string): Promise<Identity | EdgeError> {
@@ -156,7 +185,7 @@ class Verifier implements TokenVerifier {
   }
 
   close(): void {
-    this.#jwks?.close();
+    if (this.#ownsJwks) this.#jwks?.close();
   }
 
   async #verifyUncached(token: string): Promise<Identity | EdgeError> {
@@ -186,7 +215,7 @@ class Verifier implements TokenVerifier {
     const identity = identityFrom(token, payload, this.#cfg);
     if (identity instanceof EdgeError) return identity;
     const validUntil = identity.expMs === null ? this.#clock() + NO_EXP_CACHE_MS : identity.expMs + this.#toleranceMs;
-    this.#cache.set(token, identity, validUntil);
+    this.#cache.set(this.#scoped(token), identity, validUntil);
     return identity;
   }
 
@@ -297,8 +326,8 @@ interface CacheEntry {
   readonly validUntilMs: number;
 }
 
-/** Bounded LRU by exact token string; a Map's insertion order is the recency order. */
-class TokenCache {
+/** Bounded LRU by exact (scoped) token string; a Map's insertion order is the recency order. */
+export class TokenCache {
   readonly #max: number;
   readonly #entries = new Map<string, CacheEntry>();
 
@@ -330,7 +359,7 @@ class TokenCache {
 type JwksLookup = (header: ProtectedHeaderParameters) => Promise<CryptoKey>;
 
 /** The JWKS as last fetched, with the refetch policy described at the top of this file. */
-class JwksKeys {
+export class JwksKeys {
   readonly #url: string;
   readonly #log: Logger;
   readonly #clock: () => number;

@@ -1,32 +1,23 @@
 /**
- * Compiles the validated file into frozen runtime tables (STYLE: decide once, at load time).
+ * Compiles the validated file into frozen runtime tables, refusing at load time what the schema
+ * alone cannot see: tenant ids, plans and hosts are judged by the tenant directory's one build.
  */
 import { ConfigError } from './load.js';
 import type { RawConfig } from './schema.js';
-import { compilePlan, compileTenant, type Plan, type Tenant } from '../tenants/model.js';
+import type { Tenant } from '../tenants/model.js';
+import { buildSnapshot, NO_RECORDS } from '../tenants/snapshot.js';
 import { applyRouteOverrides, ROUTES, type RouteSpec } from '../routes/table.js';
 
 export interface CompiledTables {
-  readonly plans: ReadonlyMap<string, Plan>;
   readonly tenants: readonly Tenant[];
   readonly routes: readonly RouteSpec[];
 }
 
 export function compileTables(cfg: RawConfig): CompiledTables {
-  const plans = new Map<string, Plan>();
-  for (const [id, raw] of Object.entries(cfg.plans)) plans.set(id, compilePlan(id, raw));
-  const tenants = Object.entries(cfg.tenants).map(([id, raw]) => compileTenant(id, raw, plans.get(raw.plan)!));
-  const problems: string[] = [];
-  const seenHosts = new Map<string, string>();
-  for (const t of tenants) {
-    for (const h of t.hosts) {
-      const other = seenHosts.get(h);
-      if (other !== undefined) problems.push(`tenants.${t.id}.hosts: host "${h}" is already listed by tenant "${other}"`);
-      seenHosts.set(h, t.id);
-    }
-  }
+  const built = buildSnapshot({ plans: cfg.plans, tenants: cfg.tenants }, NO_RECORDS);
+  const problems = built.rejected.flatMap((r) => r.problems);
   const { routes, problems: routeProblems } = applyRouteOverrides(ROUTES, cfg.routes);
   problems.push(...routeProblems);
   if (problems.length > 0) throw new ConfigError(problems);
-  return { plans, tenants, routes };
+  return { tenants: [...built.snapshot.byId.values()], routes };
 }

@@ -41,6 +41,27 @@ export const planSchema = z.strictObject({
   storageBytes: nonNeg,
 });
 
+const ALGORITHMS = ['HS256', 'HS384', 'HS512', 'RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA'] as const;
+const algorithms = z.array(z.enum(ALGORITHMS)).min(1);
+const claimValue = z.union([z.string(), z.array(z.string())]).nullable();
+
+/**
+ * added: a tenant's own token settings (docs/tenancy.md). When present they replace the global
+ * key, issuer and audience for this tenant alone: nothing is inherited but the algorithm
+ * allowlist and the roles claim name, so the global key never verifies this tenant's tokens.
+ */
+export const tenantAuthSchema = z
+  .strictObject({
+    algorithms: algorithms.optional(),
+    secret: z.string().min(1).nullable().default(null),
+    publicKey: z.string().min(1).nullable().default(null),
+    jwksUrl: url.nullable().default(null),
+    issuer: claimValue.default(null),
+    audience: claimValue.default(null),
+    rolesClaim: z.string().min(1).optional(),
+  })
+  .refine((a) => a.secret !== null || a.publicKey !== null || a.jwksUrl !== null, { message: 'needs secret, publicKey or jwksUrl' });
+
 export const tenantSchema = z.strictObject({
   status: z.enum(['active', 'suspended']).default('active'),
   plan: z.string().min(1),
@@ -51,6 +72,8 @@ export const tenantSchema = z.strictObject({
   limits: limits.partial().optional(),
   /** added: bounded-load factor for this tenant's ring (DESIGN §4); null = off. */
   boundedLoadFactor: z.number().gt(1).nullable().default(null),
+  /** added: this tenant's own identity provider; null = the global `auth` keys with the tenant claim. */
+  auth: tenantAuthSchema.nullable().default(null),
 });
 
 export const configSchema = z.strictObject({
@@ -102,12 +125,12 @@ export const configSchema = z.strictObject({
     failMode: z.enum(['open', 'closed', 'local']).default('local'),
   }).prefault({}),
   auth: z.strictObject({
-    algorithms: z.array(z.enum(['HS256', 'HS384', 'HS512', 'RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA'])).min(1).default(['HS256', 'RS256', 'ES256', 'EdDSA']),
+    algorithms: algorithms.default(['HS256', 'RS256', 'ES256', 'EdDSA']),
     secret: z.string().nullable().default(null),
     publicKey: z.string().min(1).nullable().default(null),
     jwksUrl: url.nullable().default(null),
-    issuer: z.union([z.string(), z.array(z.string())]).nullable().default(null),
-    audience: z.union([z.string(), z.array(z.string())]).nullable().default(null),
+    issuer: claimValue.default(null),
+    audience: claimValue.default(null),
     clockToleranceSec: z.number().int().min(0).default(30),
     rolesClaim: z.string().min(1).default('roles'),
     tenantClaim: z.string().min(1).default('tenant'),
@@ -168,6 +191,7 @@ export const configSchema = z.strictObject({
 export type RawConfig = z.output<typeof configSchema>;
 export type RawPlan = z.output<typeof planSchema>;
 export type RawTenant = z.output<typeof tenantSchema>;
+export type RawTenantAuth = z.output<typeof tenantAuthSchema>;
 export type Role = (typeof ROLE_NAMES)[number];
 export type Feature = (typeof FEATURES)[number];
 export type AuthConfig = RawConfig['auth'];

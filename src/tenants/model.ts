@@ -2,10 +2,13 @@
  * Runtime shapes of plans and tenants: compiled once from the config file (and later from Redis
  * records), frozen, and read by the pipeline without re-parsing.
  */
-import type { Feature, RawPlan, RawTenant } from '../config/schema.js';
+import type { Feature, RawPlan, RawTenant, RawTenantAuth } from '../config/schema.js';
 import { compileCorsPolicy, type CorsPolicy } from '../cors/policy.js';
 
-/** Per-tenant limits (DESIGN §5); a plan's limits merged with the tenant's overrides. */
+/** Tenant and plan ids: usable inside a Redis hash tag and a URL path segment. */
+export const ID_PATTERN = /^[A-Za-z0-9._-]{1,128}$/;
+
+/** Per-tenant limits (docs/limits.md); a plan's limits merged with the tenant's overrides. */
 export interface Limits {
   readonly requestsPerSec: number;
   readonly requestBurst: number;
@@ -40,6 +43,8 @@ export interface Tenant {
   readonly brokers: readonly string[];
   readonly cors: CorsPolicy;
   readonly boundedLoadFactor: number | null;
+  /** The tenant's own token settings (docs/tenancy.md); null = global keys plus the tenant claim. */
+  readonly auth: Readonly<RawTenantAuth> | null;
 }
 
 export function compilePlan(id: string, raw: RawPlan): Plan {
@@ -52,7 +57,8 @@ export function compilePlan(id: string, raw: RawPlan): Plan {
   });
 }
 
-export function compileTenant(id: string, raw: RawTenant, plan: Plan): Tenant {
+/** `auth` may be left out: a tenant without its own identity provider. */
+export function compileTenant(id: string, raw: Omit<RawTenant, 'auth'> & { readonly auth?: RawTenantAuth | null }, plan: Plan): Tenant {
   return Object.freeze({
     id,
     status: raw.status,
@@ -62,10 +68,11 @@ export function compileTenant(id: string, raw: RawTenant, plan: Plan): Tenant {
     brokers: Object.freeze(raw.brokers.map((b) => b.replace(/\/+$/, ''))),
     cors: compileCorsPolicy(raw.cors.origins),
     boundedLoadFactor: raw.boundedLoadFactor,
+    auth: raw.auth ? Object.freeze({ ...raw.auth }) : null,
   });
 }
 
-/** Read access to the current tenants; the Redis-backed store (issue 3) implements it too. */
+/** Read access to the current tenants (the pipeline's view of the tenant store). */
 export interface TenantDirectory {
   byId(id: string): Tenant | undefined;
   /** Host header value, lower-cased, without port. */
@@ -73,33 +80,4 @@ export interface TenantDirectory {
   /** Storage bytes used as last recorded by the control plane (undefined: unknown). */
   storageUsed(id: string): number | undefined;
   all(): Iterable<Tenant>;
-}
-
-/** The file-only directory: the static base used when no Redis is configured. */
-export class StaticTenantDirectory implements TenantDirectory {
-  readonly #byId = new Map<string, Tenant>();
-  readonly #byHost = new Map<string, Tenant>();
-
-  constructor(tenants: Iterable<Tenant>) {
-    for (const t of tenants) {
-      this.#byId.set(t.id, t);
-      for (const h of t.hosts) this.#byHost.set(h, t);
-    }
-  }
-
-  byId(id: string): Tenant | undefined {
-    return this.#byId.get(id);
-  }
-
-  byHost(host: string): Tenant | undefined {
-    return this.#byHost.get(host);
-  }
-
-  storageUsed(): number | undefined {
-    return undefined;
-  }
-
-  all(): Iterable<Tenant> {
-    return this.#byId.values();
-  }
 }

@@ -1,23 +1,27 @@
 /**
- * The tenant directory with Redis overrides (DESIGN §2, §8). The config file's plans and tenants
- * are the base; Redis records (layout in src/redis/keys.ts) override them, tombstones hide them, and a
- * status hash suspends or resumes either. Lookups read an in-memory snapshot that is rebuilt and
- * swapped whole, so they stay sync and O(1) while a reload runs. A change reaches every
- * instance within a second through pub/sub on `<prefix>changes` (separate subscriber
- * connection); a full reload every few seconds covers lost messages and reconnects, and a failed
- * reload is retried shortly, so a slow moment of Redis does not delay a change to the next period.
+ * The tenant directory with Redis overrides. The config file's plans and tenants are the base;
+ * Redis records (layout in src/redis/keys.ts) override them, tombstones hide them, and a status hash
+ * suspends or resumes either; snapshot.ts's buildSnapshot turns those inputs into one validated
+ * snapshot, and judges admin writes the same way. Lookups read that snapshot, rebuilt and swapped
+ * whole, so they stay sync and O(1) while a reload runs; onChange subscribers (broker health,
+ * tenant verifiers) hear of every swap that changed something. A change reaches every instance
+ * within a second through pub/sub on `<prefix>changes` (separate subscriber connection); a full
+ * reload every few seconds covers lost messages and reconnects, and a failed reload is retried
+ * shortly, so a slow moment of Redis does not delay a change to the next period.
  */
 import { Cluster } from 'ioredis';
-import type { z } from 'zod';
-import { planSchema, tenantSchema, type RawConfig, type RawPlan, type RawTenant } from '../config/schema.js';
+import { planSchema, tenantSchema, type RawConfig, type RawTenant } from '../config/schema.js';
 import { connectRedis, whenReady, type RedisClient } from '../redis/connection.js';
-import { storageVerdict } from './storage.js';
 import type { Logger } from '../observability/log.js';
 import { directoryKeys, type DirectoryKeys } from '../redis/keys.js';
-import { compilePlan, compileTenant, type Plan, type Tenant, type TenantDirectory } from './model.js';
+import { ID_PATTERN, type Plan, type Tenant, type TenantDirectory } from './model.js';
+import { buildSnapshot, NO_RECORDS, problemsOf, snapshotChanged, type Built, type FileDirectory, type RedisRecords, type Snapshot } from './snapshot.js';
 
-/** The outcome of a write: validation problems are values, listed by path. */
-export type WriteResult = { readonly ok: true } | { readonly ok: false; readonly problems: readonly string[] };
+/**
+ * The outcome of a write: validation problems are values, listed by path. `conflict`: the
+ * record is well-formed but clashes with another tenant (a host it already lists).
+ */
+export type WriteResult = { readonly ok: true } | { readonly ok: false; readonly problems: readonly string[]; readonly conflict?: boolean };
 
 /** The directory plus the storage gate, a plan lookup and the writer API for the admin API. */
 export interface TenantStore extends TenantDirectory {
@@ -25,6 +29,8 @@ export interface TenantStore extends TenantDirectory {
   storageBlocked(tenantId: string): boolean;
   /** The plan in force under an id (file or Redis record). */
   planById(id: string): Plan | undefined;
+  /** The tenant record in force (Redis record or file entry, before a status override), for the admin view. */
+  recordOf(id: string): RawTenant | undefined;
   /** Creates or replaces a tenant record (tenantSchema); clears a status override and a tombstone. */
   putTenant(id: string, raw: unknown): Promise<WriteResult>;
   /** Removes a tenant (Redis record and, via a tombstone, the file's); false when it did not exist. */
@@ -37,6 +43,18 @@ export interface TenantStore extends TenantDirectory {
   setStorageUsed(id: string, bytes: number): Promise<WriteResult>;
   /** Reloads from Redis now; resolves when a snapshot taken after the call is in place. */
   refresh(): Promise<void>;
+  /**
+   * Replaces the config file's plans and tenants (a configuration reload). Nothing changes when
+   * the new file's tenants are refused (bad id, unknown plan, a host listed twice).
+   */
+  reloadFile(file: FileDirectory): WriteResult;
+  /**
+   * Calls `listener` after every snapshot that changed something a reader can see (tenants,
+   * plans, storage); returns the unsubscribe function.
+   */
+  onChange(listener: () => void): () => void;
+  /** Counts the snapshots that changed something; tests and callers wait on it after a write. */
+  readonly generation: number;
   /** 'redis' when backed by Redis, 'static' for the file alone. */
   readonly backing: 'redis' | 'static';
   close(): Promise<void>;
@@ -54,30 +72,9 @@ export interface TenantStoreDeps {
 /** Delay before a failed reload is tried again. */
 const RETRY_MS = 250;
 
-/** Ids usable inside a Redis hash tag and a URL segment. */
-const ID_RE = /^[A-Za-z0-9._-]{1,128}$/;
-
-interface Snapshot {
-  readonly byId: ReadonlyMap<string, Tenant>;
-  readonly byHost: ReadonlyMap<string, Tenant>;
-  readonly plans: ReadonlyMap<string, Plan>;
-  readonly storage: ReadonlyMap<string, number>;
-  readonly blocked: ReadonlySet<string>;
-}
-
-/** What one reload reads from Redis. */
-interface RedisRecords {
-  readonly tenants: ReadonlyMap<string, string>;
-  readonly plans: ReadonlyMap<string, string>;
-  readonly deleted: ReadonlySet<string>;
-  readonly status: Readonly<Record<string, string>>;
-  readonly storage: Readonly<Record<string, string>>;
-}
-
-const NO_RECORDS: RedisRecords = { tenants: new Map(), plans: new Map(), deleted: new Set(), status: {}, storage: {} };
-
-function problemsOf(error: z.ZodError): string[] {
-  return error.issues.map((i) => `${i.path.map(String).join('.') || '(root)'}: ${i.message}`);
+/** The problems of the file's own entries in a build; empty when the file is acceptable. */
+function fileProblems(built: Built): string[] {
+  return built.rejected.filter((r) => r.source === 'file').flatMap((r) => r.problems);
 }
 
 class Directory implements TenantStore {
@@ -87,12 +84,14 @@ class Directory implements TenantStore {
   readonly #redis: RedisClient | null;
   readonly #owned: boolean;
   readonly #keys: DirectoryKeys;
+  #file: FileDirectory;
+  /** The Redis records the snapshot was built from (an admin write is checked against them). */
+  #records: RedisRecords = NO_RECORDS;
   #snap: Snapshot;
-  /** Compiled objects by signature, reused so unchanged tenants keep their identity (limiter caches). */
-  #compiledPlans = new Map<string, { sig: string; plan: Plan }>();
-  #compiledTenants = new Map<string, { sig: string; tenant: Tenant }>();
-  /** Invalid Redis records already logged (key → raw text), so a bad record is logged once. */
-  #reported = new Map<string, string>();
+  #generation = 0;
+  readonly #listeners = new Set<() => void>();
+  /** Rejected Redis records already logged, so a bad record is logged once while it stays bad. */
+  #reported = new Set<string>();
   #subscriber: RedisClient | null = null;
   #timer: NodeJS.Timeout | null = null;
   #retry: NodeJS.Timeout | null = null;
@@ -108,7 +107,30 @@ class Directory implements TenantStore {
     this.#owned = owned;
     this.backing = redis ? 'redis' : 'static';
     this.#keys = directoryKeys(cfg.redis.keyPrefix);
-    this.#snap = this.#build(NO_RECORDS, new Set());
+    this.#file = { plans: cfg.plans, tenants: cfg.tenants };
+    this.#snap = buildSnapshot(this.#file, NO_RECORDS).snapshot;
+  }
+
+  get generation(): number {
+    return this.#generation;
+  }
+
+  onChange(listener: () => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  recordOf(id: string): RawTenant | undefined {
+    return this.#snap.records.get(id);
+  }
+
+  reloadFile(file: FileDirectory): WriteResult {
+    const built = buildSnapshot(file, this.#records, this.#snap);
+    const problems = fileProblems(built);
+    if (problems.length > 0) return { ok: false, problems };
+    this.#file = file;
+    this.#install(built);
+    return { ok: true };
   }
 
   byId(id: string): Tenant | undefined {
@@ -188,9 +210,18 @@ class Directory implements TenantStore {
     const redis = this.#redis!;
     const parsed = tenantSchema.safeParse(raw);
     if (!parsed.success) return { ok: false, problems: problemsOf(parsed.error) };
-    if (!this.#snap.plans.has(parsed.data.plan)) return { ok: false, problems: [`plan: unknown plan "${parsed.data.plan}"`] };
+    // The record is judged by the same build every reload runs, against the records in force.
+    const text = JSON.stringify(parsed.data);
+    const r = this.#records;
+    const deleted = new Set(r.deleted);
+    deleted.delete(id);
+    const status = { ...r.status };
+    delete status[id];
+    const trial = buildSnapshot(this.#file, { ...r, tenants: new Map(r.tenants).set(id, text), deleted, status }, this.#snap);
+    const refused = trial.rejected.find((x) => x.kind === 'tenant' && x.id === id && x.source === 'redis');
+    if (refused) return refused.conflict ? { ok: false, problems: refused.problems, conflict: true } : { ok: false, problems: refused.problems };
     const k = this.#keys;
-    await redis.multi().set(k.tenant(id), JSON.stringify(parsed.data)).sadd(k.tenants, id).srem(k.deleted, id).hdel(k.status, id).exec();
+    await redis.multi().set(k.tenant(id), text).sadd(k.tenants, id).srem(k.deleted, id).hdel(k.status, id).exec();
     await this.#announce(`tenant:${id}`);
     return { ok: true };
   }
@@ -239,7 +270,7 @@ class Directory implements TenantStore {
   /** The refusal when writing is impossible (no Redis) or the id unusable; null to go ahead. */
   #cannotWrite(id: string): WriteResult | null {
     if (!this.#redis) return { ok: false, problems: ['no Redis configured: tenants and plans come from the config file only'] };
-    if (!ID_RE.test(id)) return { ok: false, problems: [`id: must match ${ID_RE.source}`] };
+    if (!ID_PATTERN.test(id)) return { ok: false, problems: [`id: must match ${ID_PATTERN.source}`] };
     return null;
   }
 
@@ -290,96 +321,32 @@ class Directory implements TenantStore {
       });
       return m;
     };
-    const records: RedisRecords = { tenants: zip(tenantIds, 0), plans: zip(planIds, tenantIds.length), deleted: new Set(deleted), status, storage };
-    this.#snap = this.#build(records, this.#snap.blocked);
+    this.#records = { tenants: zip(tenantIds, 0), plans: zip(planIds, tenantIds.length), deleted: new Set(deleted), status, storage };
+    this.#install(buildSnapshot(this.#file, this.#records, this.#snap));
   }
 
-  /** Parses one Redis record; an invalid one is logged (once per distinct text) and ignored. */
-  #parse<T>(key: string, text: string, schema: z.ZodType<T>): T | null {
-    let value: unknown;
-    try {
-      value = JSON.parse(text);
-    } catch (err) {
-      this.#report(key, text, [`not JSON: ${(err as Error).message}`]);
-      return null;
+  /** Swaps the snapshot in, logs rejected records once, and tells subscribers when something changed. */
+  #install(built: Built): void {
+    const reported = new Set<string>();
+    for (const r of built.rejected) {
+      if (r.source !== 'redis') continue;
+      const key = r.kind === 'tenant' ? this.#keys.tenant(r.id) : this.#keys.plan(r.id);
+      const line = `${key}\n${r.problems.join('\n')}`;
+      reported.add(line);
+      if (!this.#reported.has(line)) this.#log.warn({ key, problems: r.problems }, 'tenant store: invalid record in Redis ignored; the previous version stays');
     }
-    const parsed = schema.safeParse(value);
-    if (!parsed.success) {
-      this.#report(key, text, problemsOf(parsed.error));
-      return null;
-    }
-    return parsed.data;
-  }
-
-  #report(key: string, text: string, problems: string[]): void {
-    if (this.#reported.get(key) === text) return;
-    this.#reported.set(key, text);
-    this.#log.warn({ key, problems }, 'tenant store: invalid record in Redis ignored; the config file version stays');
-  }
-
-  #build(records: RedisRecords, blockedBefore: ReadonlySet<string>): Snapshot {
-    const rawPlans = new Map<string, RawPlan>(Object.entries(this.#cfg.plans));
-    for (const [id, text] of records.plans) {
-      const key = this.#keys.plan(id);
-      const p = this.#parse(key, text, planSchema);
-      if (!p) continue;
-      rawPlans.set(id, p);
-      this.#reported.delete(key);
-    }
-    const plans = new Map<string, Plan>();
-    const planSigs = new Map<string, string>();
-    const compiledPlans = new Map<string, { sig: string; plan: Plan }>();
-    for (const [id, raw] of rawPlans) {
-      const sig = JSON.stringify(raw);
-      const prev = this.#compiledPlans.get(id);
-      const plan = prev?.sig === sig ? prev.plan : compilePlan(id, raw);
-      plans.set(id, plan);
-      planSigs.set(id, sig);
-      compiledPlans.set(id, { sig, plan });
-    }
-
-    const rawTenants = new Map<string, RawTenant>(Object.entries(this.#cfg.tenants));
-    for (const [id, text] of records.tenants) {
-      const key = this.#keys.tenant(id);
-      const t = this.#parse(key, text, tenantSchema);
-      if (!t) continue;
-      if (!plans.has(t.plan)) {
-        this.#report(key, text, [`plan: unknown plan "${t.plan}"`]);
-        continue;
+    this.#reported = reported;
+    const before = this.#snap;
+    this.#snap = built.snapshot;
+    if (!snapshotChanged(before, built.snapshot)) return;
+    this.#generation++;
+    for (const listener of this.#listeners) {
+      try {
+        listener();
+      } catch (err) {
+        this.#log.error({ err }, 'tenant store: change listener failed');
       }
-      rawTenants.set(id, t);
-      this.#reported.delete(key);
     }
-    for (const id of records.deleted) rawTenants.delete(id);
-
-    const byId = new Map<string, Tenant>();
-    const byHost = new Map<string, Tenant>();
-    const compiledTenants = new Map<string, { sig: string; tenant: Tenant }>();
-    for (const [id, base] of rawTenants) {
-      const override = records.status[id];
-      const status = override === 'active' || override === 'suspended' ? override : null;
-      const raw: RawTenant = status ? { ...base, status } : base;
-      // Present: file tenants are schema-checked against file plans (records only add plans), Redis ones above.
-      const plan = plans.get(raw.plan)!;
-      const sig = `${JSON.stringify(raw)}|${planSigs.get(raw.plan)}`;
-      const prev = this.#compiledTenants.get(id);
-      const tenant = prev?.sig === sig ? prev.tenant : compileTenant(id, raw, plan);
-      byId.set(id, tenant);
-      for (const h of tenant.hosts) byHost.set(h, tenant);
-      compiledTenants.set(id, { sig, tenant });
-    }
-    this.#compiledPlans = compiledPlans;
-    this.#compiledTenants = compiledTenants;
-
-    const storage = new Map<string, number>();
-    const blocked = new Set<string>();
-    for (const [id, tenant] of byId) {
-      const text = records.storage[id];
-      const used = text === undefined ? undefined : Number(text);
-      if (used !== undefined && Number.isFinite(used)) storage.set(id, used);
-      if (storageVerdict(storage.get(id), tenant.plan.storageBytes, blockedBefore.has(id))) blocked.add(id);
-    }
-    return { byId, byHost, plans, storage, blocked };
   }
 }
 

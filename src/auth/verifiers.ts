@@ -1,0 +1,146 @@
+/**
+ * One token verifier per trust domain: the global `auth` settings, and each tenant that brings
+ * its own identity provider (`tenants.<id>.auth`, docs/tenancy.md). A tenant verifier knows only
+ * that tenant's key, issuer and audience, so one tenant's keys never verify a token for another.
+ *
+ * Shared: one bounded token cache (entries scoped per verifier, see KeyContext) and one JWKS set
+ * per distinct URL, with jwt.ts's single-flight and stale-on-error policy. sync() drops the
+ * verifiers and JWKS sets that no current tenant (nor the global settings) uses, so their number
+ * is bounded by the directory.
+ */
+import { decodeJwt } from 'jose';
+import type { AuthConfig, RawTenantAuth } from '../config/schema.js';
+import type { Logger } from '../observability/log.js';
+import { createTokenVerifier, JwksKeys, TokenCache, type KeyContext, type TokenVerifier } from './jwt.js';
+
+/** The part of a tenant the verifiers read. */
+export interface AuthScope {
+  readonly id: string;
+  readonly auth: Readonly<RawTenantAuth> | null;
+}
+
+export interface TenantVerifiers {
+  /** The global settings' verifier (tenants without their own `auth`). */
+  readonly global: TokenVerifier;
+  /** The verifier for tokens presented to `tenant`: its own settings when it has them, else the global ones. */
+  forTenant(tenant: AuthScope): TokenVerifier;
+  /** Forgets the verifiers and JWKS sets of tenants that are gone or changed their settings. */
+  sync(tenants: Iterable<AuthScope>): void;
+  /** Starts the global verifier (tenant verifiers load their keys on first use). */
+  start(): Promise<void>;
+  close(): void;
+}
+
+export function createTenantVerifiers(cfg: AuthConfig, deps: { log: Logger; clock?: () => number }): TenantVerifiers {
+  return new Verifiers(cfg, deps.log, deps.clock ?? Date.now);
+}
+
+/** The global settings with a tenant's own in place of the keys, issuer and audience: nothing else is inherited. */
+export function tenantAuthConfig(global: AuthConfig, own: Readonly<RawTenantAuth>): AuthConfig {
+  return {
+    ...global,
+    algorithms: own.algorithms ?? global.algorithms,
+    rolesClaim: own.rolesClaim ?? global.rolesClaim,
+    secret: own.secret,
+    publicKey: own.publicKey,
+    jwksUrl: own.jwksUrl,
+    issuer: own.issuer,
+    audience: own.audience,
+  };
+}
+
+/**
+ * The tenant a token names, read WITHOUT verifying it: only to choose whose keys verify it when
+ * the host names no tenant. The verified claim is checked again afterwards.
+ */
+export function unverifiedTenantClaim(token: string, claim: string): string | null {
+  try {
+    const value = decodeJwt(token)[claim];
+    return typeof value === 'string' && value !== '' ? value : null;
+  } catch {
+    return null;
+  }
+}
+
+interface Own {
+  readonly sig: string;
+  auth: Readonly<RawTenantAuth>;
+  readonly verifier: TokenVerifier;
+}
+
+class Verifiers implements TenantVerifiers {
+  readonly global: TokenVerifier;
+  readonly #cfg: AuthConfig;
+  readonly #log: Logger;
+  readonly #clock: () => number;
+  readonly #cache: TokenCache;
+  readonly #jwks = new Map<string, JwksKeys>();
+  readonly #own = new Map<string, Own>();
+  /** Makes every tenant verifier's cache scope unique, so changed settings never reuse old entries. */
+  #seq = 0;
+
+  constructor(cfg: AuthConfig, log: Logger, clock: () => number) {
+    this.#cfg = cfg;
+    this.#log = log;
+    this.#clock = clock;
+    this.#cache = new TokenCache(cfg.cacheSize);
+    this.global = createTokenVerifier(cfg, { log, clock, keys: this.#context('') });
+  }
+
+  forTenant(tenant: AuthScope): TokenVerifier {
+    const auth = tenant.auth;
+    if (auth === null) return this.global;
+    const known = this.#own.get(tenant.id);
+    if (known !== undefined) {
+      // Unchanged tenants keep their compiled object, so this is the common case.
+      if (known.auth === auth) return known.verifier;
+      if (known.sig === JSON.stringify(auth)) {
+        known.auth = auth;
+        return known.verifier;
+      }
+    }
+    const verifier = createTokenVerifier(tenantAuthConfig(this.#cfg, auth), { log: this.#log, clock: this.#clock, keys: this.#context(`${tenant.id}#${++this.#seq}`) });
+    this.#own.set(tenant.id, { sig: JSON.stringify(auth), auth, verifier });
+    return verifier;
+  }
+
+  sync(tenants: Iterable<AuthScope>): void {
+    const live = new Map<string, string>();
+    const urls = new Set<string>();
+    if (this.#cfg.jwksUrl) urls.add(this.#cfg.jwksUrl);
+    for (const t of tenants) {
+      if (t.auth === null) continue;
+      live.set(t.id, JSON.stringify(t.auth));
+      if (t.auth.jwksUrl) urls.add(t.auth.jwksUrl);
+    }
+    for (const [id, own] of this.#own) if (live.get(id) !== own.sig) this.#own.delete(id);
+    for (const [url, keys] of this.#jwks) {
+      if (urls.has(url)) continue;
+      keys.close();
+      this.#jwks.delete(url);
+    }
+  }
+
+  start(): Promise<void> {
+    return this.global.start();
+  }
+
+  close(): void {
+    for (const keys of this.#jwks.values()) keys.close();
+    this.#jwks.clear();
+    this.#own.clear();
+  }
+
+  #context(scope: string): KeyContext {
+    return { cache: this.#cache, scope, jwks: (url) => this.#jwksFor(url) };
+  }
+
+  #jwksFor(url: string): JwksKeys {
+    let keys = this.#jwks.get(url);
+    if (keys === undefined) {
+      keys = new JwksKeys(url, this.#log, this.#clock);
+      this.#jwks.set(url, keys);
+    }
+    return keys;
+  }
+}
