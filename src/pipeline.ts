@@ -193,7 +193,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       if (isEdgeError(parsed)) return refuse(res, ctx, parsed);
       facts = parsed;
       if (facts) ctx.requestMessages = facts.messages;
-      if (facts && route.body === 'push' && facts.messages > tenant.limits.maxBatch) {
+      if (facts && route.body !== 'ack' && facts.messages > tenant.limits.maxBatch) {
         return refuse(res, ctx, edgeError('invalid_request', `push of ${facts.messages} items exceeds the plan's maximum of ${tenant.limits.maxBatch}`));
       }
     }
