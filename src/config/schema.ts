@@ -114,6 +114,10 @@ export const configSchema = z.strictObject({
     defaultTenant: z.string().min(1).nullable().default(null),
     /** added: verified tokens kept in the cache. */
     cacheSize: z.number().int().min(0).default(10000),
+    /** added: refuse tokens without `exp` (they would never expire). */
+    requireExp: z.boolean().default(true),
+    /** added: refuse tokens whose `iat` is older than this (and tokens without `iat`); null = no age limit. */
+    maxTokenAgeSec: z.number().int().positive().nullable().default(null),
   }).prefault({}),
   upstreamIdentity: z.strictObject({
     mode: z.enum(['passthrough', 'mint', 'none']).default('passthrough'),

@@ -146,6 +146,8 @@ describe('createMinter with a private key', () => {
         tenantClaim: 'tenant',
         defaultTenant: null,
         cacheSize: 10,
+        requireExp: true,
+        maxTokenAgeSec: null,
       },
       { log: silentLogger(), clock: clock.now },
     );
