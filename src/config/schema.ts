@@ -19,14 +19,22 @@ const sniEntry = z.strictObject({
   key: z.string().min(1),
 });
 
+/**
+ * Plan limits within ranges the limiter's arithmetic handles exactly (every interval × burst stays
+ * below 2^53 ms in Lua doubles, every TTL a valid PEXPIRE): a rate of 1e-300 would make the admit
+ * script fail for the tenant on every request.
+ */
+const RATE_MIN = 0.001;
+const RATE_MAX = 1e9;
+const BURST_MAX = 1e9;
 const limits = z.strictObject({
-  requestsPerSec: z.number().positive(),
-  requestBurst: z.number().int().positive(),
-  messagesPerSec: z.number().positive(),
-  messageBurst: z.number().int().positive(),
-  parkedPolls: z.number().int().positive(),
-  maxPayloadBytes: z.number().int().positive(),
-  maxBatch: z.number().int().positive(),
+  requestsPerSec: z.number().min(RATE_MIN).max(RATE_MAX),
+  requestBurst: z.number().int().min(1).max(BURST_MAX),
+  messagesPerSec: z.number().min(RATE_MIN).max(RATE_MAX),
+  messageBurst: z.number().int().min(1).max(BURST_MAX),
+  parkedPolls: z.number().int().min(1).max(1_000_000),
+  maxPayloadBytes: z.number().int().min(1).max(1024 * 1024 * 1024),
+  maxBatch: z.number().int().min(1).max(1_000_000),
 });
 
 const quotas = z.strictObject({
