@@ -11,6 +11,7 @@ import type { UpstreamMinter } from './auth/mint.js';
 import type { RawConfig } from './config/schema.js';
 import { actualResponseHeaders, preflightVerdict } from './cors/policy.js';
 import { edgeError, isEdgeError, renderError, type EdgeError, type ErrorCode } from './errors.js';
+import { clientKey, type ClientLimits } from './limits/client-limits.js';
 import type { Limiter } from './limits/limiter.js';
 import type { EdgeRequest, EdgeResponse, RequestHandler } from './listen/servers.js';
 import type { UsageRecorder } from './metering/recorder.js';
@@ -37,6 +38,8 @@ export interface PipelineDeps {
   readonly storageBlocked: (tenantId: string) => boolean;
   readonly verifier: TokenVerifier;
   readonly limiter: Limiter;
+  /** Per-client-IP limits on failed authentication and anonymous routes. */
+  readonly clientLimits: ClientLimits;
   readonly clusters: Clusters;
   readonly pools: BrokerPools;
   readonly minter: UpstreamMinter | null;
@@ -143,11 +146,12 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     if (route.access === 'public') {
       tenant = hostTenant ?? (defaultTenantId ? d.tenants.byId(defaultTenantId) : undefined);
       if (!tenant) return refuse(res, ctx, edgeError('route_not_found'));
+      return answerPublic(req, res, ctx, tenant);
     } else {
       const token = extractToken(req.headers.authorization);
       if (token === undefined) return refuse(res, ctx, edgeError('unauthorized', 'missing bearer token'));
       if (isEdgeError(token)) return refuse(res, ctx, token);
-      const verified = d.verifier.cached(token) ?? (await d.verifier.verify(token));
+      const verified = d.verifier.cached(token) ?? (await verifyThrottled(req, token));
       if (isEdgeError(verified)) return refuse(res, ctx, verified);
       ctx.identity = verified;
       const claimed = verified.tenant;
@@ -202,15 +206,12 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     }
 
     // 9. Limits and quotas: one decision, at most one Redis round trip.
-    let release: (() => void) | null = null;
-    if (route.access !== 'public') {
-      const admitted = d.limiter.admit({ tenant, messages: facts?.messages ?? 0, ingressBytes: ctx.bytesIn, parkedPoll: pop?.wait ?? false });
-      const admission = admitted instanceof Promise ? await admitted : admitted;
-      if (admission.headers) Object.assign(ctx.headers, admission.headers);
-      ctx.limit = admission.refusal ? admission.refusal.code : 'admitted';
-      if (admission.refusal) return refuse(res, ctx, admission.refusal);
-      release = admission.release;
-    }
+    const admitted = d.limiter.admit({ tenant, messages: facts?.messages ?? 0, ingressBytes: ctx.bytesIn, parkedPoll: pop?.wait ?? false });
+    const admission = admitted instanceof Promise ? await admitted : admitted;
+    if (admission.headers) Object.assign(ctx.headers, admission.headers);
+    ctx.limit = admission.refusal ? admission.refusal.code : 'admitted';
+    if (admission.refusal) return refuse(res, ctx, admission.refusal);
+    const release = admission.release;
     // Metering and lease learning read the relayed body of pushes, pops and acks.
     const capture = route.meter !== 'none' && route.meter !== 'transaction';
     ctx.awaitBody = capture;
@@ -300,6 +301,37 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       refuse(res, ctx, failureError(result.failure));
       return null;
     }
+  }
+
+  /**
+   * Signature checks behind a per-client-IP limit on failures: an address that keeps sending bad
+   * tokens gets 429 without costing a verification. A cache hit never gets here.
+   */
+  async function verifyThrottled(req: EdgeRequest, token: string): Promise<Identity | EdgeError> {
+    const client = clientKey(req.socket?.remoteAddress, req.headers['x-forwarded-for'], config.server.trustProxy);
+    const blocked = await d.clientLimits.authBlocked(client);
+    if (blocked) return blocked;
+    const verified = await d.verifier.verify(token);
+    if (isEdgeError(verified)) d.clientLimits.authFailed(client);
+    return verified;
+  }
+
+  /**
+   * Public routes (the health check) are answered by the edge: no body, limited per client IP, not
+   * billed to a tenant, and only `status`, from the active health checks of the tenant's brokers
+   * (their own /health is never relayed to anonymous callers).
+   */
+  async function answerPublic(req: EdgeRequest, res: EdgeResponse, ctx: RequestContext, tenant: Tenant): Promise<void> {
+    const limited = await d.clientLimits.publicRequest(clientKey(req.socket?.remoteAddress, req.headers['x-forwarded-for'], config.server.trustProxy));
+    if (limited) return refuse(res, ctx, limited);
+    if (hasBody(req)) {
+      closeAfterResponse(req, res);
+      return refuse(res, ctx, edgeError('invalid_request', 'this route takes no body'));
+    }
+    if (d.clusters.pick(tenant, null, null) === undefined) return refuse(res, ctx, edgeError('no_upstream'));
+    ctx.status = 200;
+    res.writeHead(200, { ...ctx.headers, 'content-type': 'application/json', 'content-length': String(HEALTHY.length), 'cache-control': 'no-store' });
+    res.end(HEALTHY);
   }
 
   function upstreamAuthorization(identity: Identity | null, tenant: Tenant): string | null | Promise<string> {
@@ -429,6 +461,8 @@ function duplicatedSingleton(raw: readonly string[]): 'authorization' | 'host' |
   }
   return null;
 }
+
+const HEALTHY = Buffer.from('{"status":"healthy"}');
 
 function hasBody(req: EdgeRequest): boolean {
   const cl = req.headers['content-length'];

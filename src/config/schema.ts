@@ -96,6 +96,11 @@ export const configSchema = z.strictObject({
     workers: z.number().int().min(0).default(0),
     /** added: on SIGTERM, how long in-flight requests (parked long polls included) may run before their connections are closed. */
     drainTimeoutMs: z.number().int().min(0).default(30000),
+    /** added: anonymous (public) route requests per client IP per window, per process; 0 = unlimited. */
+    publicRateLimit: z.strictObject({
+      requests: z.number().int().min(0).default(120),
+      windowSec: z.number().int().positive().default(60),
+    }).prefault({}),
   }).prefault({}),
   /** added: logging. */
   log: z.strictObject({
@@ -126,6 +131,11 @@ export const configSchema = z.strictObject({
     requireExp: z.boolean().default(true),
     /** added: refuse tokens whose `iat` is older than this (and tokens without `iat`); null = no age limit. */
     maxTokenAgeSec: z.number().int().positive().nullable().default(null),
+    /** added: failed authentications per client IP per window, per process, before 429; 0 = unlimited. */
+    failedAuth: z.strictObject({
+      attempts: z.number().int().min(0).default(60),
+      windowSec: z.number().int().positive().default(60),
+    }).prefault({}),
   }).prefault({}),
   upstreamIdentity: z.strictObject({
     mode: z.enum(['passthrough', 'mint', 'none']).default('passthrough'),

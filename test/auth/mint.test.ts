@@ -148,6 +148,7 @@ describe('createMinter with a private key', () => {
         cacheSize: 10,
         requireExp: true,
         maxTokenAgeSec: null,
+        failedAuth: { attempts: 60, windowSec: 60 },
       },
       { log: silentLogger(), clock: clock.now },
     );

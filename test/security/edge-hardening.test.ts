@@ -67,3 +67,54 @@ describe('accounting', () => {
     expect(forwarded(broker).length).toBe(before);
   });
 });
+
+describe('public routes', () => {
+  it('answer status only, from the edge: the broker\'s own /health is never relayed', async () => {
+    const before = forwarded(broker).length;
+    const r = await call(edge, 'GET', '/health');
+    expect(r.status).toBe(200);
+    expect(r.json).toEqual({ status: 'healthy' });
+    expect(forwarded(broker).length).toBe(before);
+  });
+
+  it('take no body: 400, nothing buffered or forwarded', async () => {
+    const before = forwarded(broker).length;
+    const r = await call(edge, 'GET', '/health', { body: { items: items(50) } });
+    expect(r.status).toBe(400);
+    expect(r.json).toMatchObject({ code: 'invalid_request' });
+    expect(forwarded(broker).length).toBe(before);
+  });
+});
+
+describe('per-client-IP limits', () => {
+  let limited: EdgeHarness;
+  beforeAll(async () => {
+    limited = await startEdge(testConfig([broker.url], { auth: { failedAuth: { attempts: 3, windowSec: 60 } }, server: { publicRateLimit: { requests: 3, windowSec: 60 } } }));
+  });
+  afterAll(async () => {
+    await limited.close();
+  });
+
+  it('failed authentication: 429 rate_limited with Retry-After once an address failed too often; a verified token still passes', async () => {
+    const good = await token({ roles: ['read-write'], tenant: 'acme', sub: 'cached' });
+    expect((await call(limited, 'GET', '/api/v1/pop/queue/q', { token: good })).status).toBe(204);
+    const bad = await token({ roles: ['read-write'], tenant: 'acme' }, 'not-the-secret');
+    for (let i = 0; i < 3; i++) expect((await call(limited, 'GET', '/api/v1/pop/queue/q', { token: bad })).status).toBe(401);
+    const r = await call(limited, 'GET', '/api/v1/pop/queue/q', { token: bad });
+    expect(r.status).toBe(429);
+    expect(r.json).toMatchObject({ code: 'rate_limited' });
+    expect(Number(r.headers['retry-after'])).toBeGreaterThan(0);
+    // A new token from this address is refused before verification too; a cached one is not.
+    const fresh = await token({ roles: ['read-write'], tenant: 'acme', sub: 'fresh' });
+    expect((await call(limited, 'GET', '/api/v1/pop/queue/q', { token: fresh })).status).toBe(429);
+    expect((await call(limited, 'GET', '/api/v1/pop/queue/q', { token: good })).status).toBe(204);
+  });
+
+  it('public routes: limited per client IP with Retry-After', async () => {
+    for (let i = 0; i < 3; i++) expect((await call(limited, 'GET', '/health')).status).toBe(200);
+    const r = await call(limited, 'GET', '/health');
+    expect(r.status).toBe(429);
+    expect(r.json).toMatchObject({ code: 'rate_limited' });
+    expect(Number(r.headers['retry-after'])).toBeGreaterThan(0);
+  });
+});
