@@ -7,6 +7,7 @@ import type { RawConfig } from './config/schema.js';
 import { compileTables } from './config/compile.js';
 import { createTenantVerifiers } from './auth/verifiers.js';
 import { createMinter } from './auth/mint.js';
+import { createClientLimits } from './limits/client-limits.js';
 import { createLimiter } from './limits/limiter.js';
 import { createListeners, type BoundAddresses } from './listen/servers.js';
 import { Meter } from './metering/meter.js';
@@ -84,6 +85,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     storageBlocked: (id) => tenants.storageBlocked(id),
     verifiers,
     limiter,
+    clientLimits: createClientLimits({ failedAuth: config.auth.failedAuth, publicRoutes: config.server.publicRateLimit }),
     proxy,
     minter,
     usage: opts.usage ?? meter,

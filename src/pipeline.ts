@@ -6,12 +6,13 @@
  */
 import { randomUUID } from 'node:crypto';
 import { isAllowed } from './auth/access.js';
-import { extractToken, type Identity } from './auth/jwt.js';
+import { extractToken, type Identity, type TokenVerifier } from './auth/jwt.js';
 import { unverifiedTenantClaim, type TenantVerifiers } from './auth/verifiers.js';
 import type { UpstreamMinter } from './auth/mint.js';
 import type { RawConfig } from './config/schema.js';
 import { actualResponseHeaders, preflightVerdict } from './cors/policy.js';
 import { edgeError, isEdgeError, renderError, type EdgeError, type ErrorCode } from './errors.js';
+import { clientKey, type ClientLimits } from './limits/client-limits.js';
 import type { Limiter } from './limits/limiter.js';
 import type { EdgeRequest, EdgeResponse, RequestHandler } from './listen/servers.js';
 import { MeteredExchange, type UsageRecorder } from './metering/recorder.js';
@@ -39,6 +40,8 @@ export interface PipelineDeps {
   /** The global verifier and each tenant's own (tenants with their own identity provider). */
   readonly verifiers: TenantVerifiers;
   readonly limiter: Limiter;
+  /** Per-client-IP limits on failed authentication and anonymous routes. */
+  readonly clientLimits: ClientLimits;
   /** Broker choice, retry, passive health and lease learning. */
   readonly proxy: UpstreamProxy;
   readonly minter: UpstreamMinter | null;
@@ -135,6 +138,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     if (route.access === 'public') {
       tenant = hostTenant ?? (defaultTenantId ? d.tenants.byId(defaultTenantId) : undefined);
       if (!tenant) return refuse(res, ctx, edgeError('route_not_found'));
+      return answerPublic(req, res, ctx, tenant);
     } else {
       const token = extractToken(req.headers.authorization);
       if (token === undefined) return refuse(res, ctx, edgeError('unauthorized', 'missing bearer token'));
@@ -143,7 +147,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       // the tenant's own keys accepted it (docs/tenancy.md).
       const candidate = candidateTenant(hostTenant, hostTenant ? null : unverifiedTenantClaim(token, tenantClaimName), defaultTenantId ? tenantById(defaultTenantId) : undefined, tenantById);
       const verifier = isEdgeError(candidate) ? d.verifiers.global : d.verifiers.forTenant(candidate);
-      const verified = verifier.cached(token) ?? (await verifier.verify(token));
+      const verified = verifier.cached(token) ?? (await verifyThrottled(req, verifier, token));
       if (isEdgeError(verified)) return refuse(res, ctx, verified);
       ctx.identity = verified;
       if (isEdgeError(candidate)) return refuse(res, ctx, candidate);
@@ -184,7 +188,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       if (isEdgeError(parsed)) return refuse(res, ctx, parsed);
       facts = parsed;
       if (facts) ctx.requestMessages = facts.messages;
-      if (facts && route.body === 'push' && facts.messages > tenant.limits.maxBatch) {
+      if (facts && route.body !== 'ack' && facts.messages > tenant.limits.maxBatch) {
         return refuse(res, ctx, edgeError('invalid_request', `push of ${facts.messages} items exceeds the plan's maximum of ${tenant.limits.maxBatch}`));
       }
     }
@@ -193,15 +197,12 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     }
 
     // 9. Limits and quotas: one decision, at most one Redis round trip.
-    let release: (() => void) | null = null;
-    if (route.access !== 'public') {
-      const admitted = d.limiter.admit({ tenant, messages: facts?.messages ?? 0, ingressBytes: ctx.bytesIn, parkedPoll: pop?.wait ?? false });
-      const admission = admitted instanceof Promise ? await admitted : admitted;
-      if (admission.headers) Object.assign(ctx.headers, admission.headers);
-      ctx.limit = admission.refusal ? admission.refusal.code : 'admitted';
-      if (admission.refusal) return refuse(res, ctx, admission.refusal);
-      release = admission.release;
-    }
+    const admitted = d.limiter.admit({ tenant, messages: facts?.messages ?? 0, ingressBytes: ctx.bytesIn, parkedPoll: pop?.wait ?? false });
+    const admission = admitted instanceof Promise ? await admitted : admitted;
+    if (admission.headers) Object.assign(ctx.headers, admission.headers);
+    ctx.limit = admission.refusal ? admission.refusal.code : 'admitted';
+    if (admission.refusal) return refuse(res, ctx, admission.refusal);
+    const release = admission.release;
     // Metering and lease learning read the relayed body of pushes, pops and acks.
     const parked = pop?.wait === true;
     if (parked) d.metrics.parked(tenant.id, 1);
@@ -240,6 +241,37 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       release?.();
       if (parked) d.metrics.parked(tenant.id, -1);
     }
+  }
+
+  /**
+   * Signature checks behind a per-client-IP limit on failures: an address that keeps sending bad
+   * tokens gets 429 without costing a verification. A cache hit never gets here.
+   */
+  async function verifyThrottled(req: EdgeRequest, verifier: TokenVerifier, token: string): Promise<Identity | EdgeError> {
+    const client = clientKey(req.socket?.remoteAddress, req.headers['x-forwarded-for'], config.server.trustProxy);
+    const blocked = await d.clientLimits.authBlocked(client);
+    if (blocked) return blocked;
+    const verified = await verifier.verify(token);
+    if (isEdgeError(verified)) d.clientLimits.authFailed(client);
+    return verified;
+  }
+
+  /**
+   * Public routes (the health check) are answered by the edge: no body, limited per client IP, not
+   * billed to a tenant, and only `status`, from the active health checks of the tenant's brokers
+   * (their own /health is never relayed to anonymous callers).
+   */
+  async function answerPublic(req: EdgeRequest, res: EdgeResponse, ctx: RequestContext, tenant: Tenant): Promise<void> {
+    const limited = await d.clientLimits.publicRequest(clientKey(req.socket?.remoteAddress, req.headers['x-forwarded-for'], config.server.trustProxy));
+    if (limited) return refuse(res, ctx, limited);
+    if (hasBody(req)) {
+      closeAfterResponse(req, res);
+      return refuse(res, ctx, edgeError('invalid_request', 'this route takes no body'));
+    }
+    if (!d.proxy.reachable(tenant)) return refuse(res, ctx, edgeError('no_upstream'));
+    ctx.status = 200;
+    res.writeHead(200, { ...ctx.headers, 'content-type': 'application/json', 'content-length': String(HEALTHY.length), 'cache-control': 'no-store' });
+    res.end(HEALTHY);
   }
 
   function upstreamAuthorization(identity: Identity | null, tenant: Tenant): string | null | Promise<string> {
@@ -322,6 +354,8 @@ function duplicatedSingleton(raw: readonly string[]): 'authorization' | 'host' |
   }
   return null;
 }
+
+const HEALTHY = Buffer.from('{"status":"healthy"}');
 
 function hasBody(req: EdgeRequest): boolean {
   const cl = req.headers['content-length'];

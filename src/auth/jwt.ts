@@ -20,7 +20,8 @@
  * All of these use the injected clock.
  *
  * Cache: verified tokens by exact string, bounded LRU, valid until exp + clockTolerance (tokens
- * without exp: NO_EXP_CACHE_MS). Failures are not cached: a bad token costs a header decode and at
+ * without exp, where `auth.requireExp: false` lets them in: NO_EXP_CACHE_MS; with maxTokenAgeSec:
+ * never past iat + maxTokenAgeSec). Failures are not cached: a bad token costs a header decode and at
  * most one signature check, bounded by MAX_TOKEN_LENGTH, and caching garbage would only let an
  * attacker evict good entries.
  */
@@ -53,8 +54,8 @@ const JWKS_FAILURE_BACKOFF_MS = 5_000;
 const JWKS_MAX_AGE_MS = 10 * 60_000;
 /** One JWKS request may take this long. */
 const JWKS_FETCH_TIMEOUT_MS = 5_000;
-/** The single-role claim read besides cfg.rolesClaim (DESIGN §1.7). */
-const ROLE_CLAIM = 'role';
+/** A roles claim by this name may hold one role as a string (a list claim must be an array). */
+const SINGLE_ROLE_CLAIM = 'role';
 /** Curve names as node:crypto reports them, to the ES* algorithm that uses each. */
 const EC_ALGORITHM: Readonly<Record<string, string>> = { prime256v1: 'ES256', secp384r1: 'ES384', secp521r1: 'ES512' };
 /** Base64url/b64token characters (RFC 6750 §2.1); anything else in a header is malformed. */
@@ -206,15 +207,19 @@ class Verifier implements TokenVerifier {
     };
     if (this.#cfg.issuer !== null) options.issuer = this.#cfg.issuer;
     if (this.#cfg.audience !== null) options.audience = this.#cfg.audience;
+    Object.assign(options, lifetimeOptions(this.#cfg));
     let payload: JWTPayload;
     try {
       ({ payload } = await jwtVerify(token, key, options));
     } catch (err) {
       return deny(reasonFor(err));
     }
-    const identity = identityFrom(token, payload, this.#cfg);
+    const identity = identityFrom(token, payload, this.#cfg, this.#clock());
     if (identity instanceof EdgeError) return identity;
-    const validUntil = identity.expMs === null ? this.#clock() + NO_EXP_CACHE_MS : identity.expMs + this.#toleranceMs;
+    const validUntil = Math.min(
+      identity.expMs === null ? this.#clock() + NO_EXP_CACHE_MS : identity.expMs + this.#toleranceMs,
+      this.#cfg.maxTokenAgeSec === null ? Infinity : ((payload.iat as number) + this.#cfg.maxTokenAgeSec) * 1000 + this.#toleranceMs,
+    );
     this.#cache.set(this.#scoped(token), identity, validUntil);
     return identity;
   }
@@ -271,34 +276,46 @@ function pemSuits(key: KeyObject, alg: string): boolean {
 
 /** A short, client-safe reason for a jose failure. */
 function reasonFor(err: unknown): string {
-  if (err instanceof errors.JWTExpired) return 'token expired';
+  if (err instanceof errors.JWTExpired) return err.claim === 'iat' ? 'token too old' : 'token expired';
   if (err instanceof errors.JWSSignatureVerificationFailed) return 'bad signature';
   if (err instanceof errors.JOSEAlgNotAllowed) return 'algorithm not allowed';
   if (err instanceof errors.JWTClaimValidationFailed) {
     if (err.claim === 'iss') return 'wrong issuer';
     if (err.claim === 'aud') return 'wrong audience';
     if (err.claim === 'nbf' && err.reason === 'check_failed') return 'token not yet valid';
+    if (err.claim === 'exp' && err.reason === 'missing') return 'token has no expiry';
+    if (err.claim === 'iat' && err.reason === 'missing') return 'token has no issue time';
+    if (err.claim === 'iat' && err.reason === 'check_failed') return 'token issued in the future';
     return 'invalid claims';
   }
   if (err instanceof errors.JWSInvalid || err instanceof errors.JWTInvalid) return 'malformed token';
   return 'invalid token';
 }
 
-/** Reads sub, roles and tenant, refusing claims of the wrong type rather than guessing. */
-function identityFrom(token: string, payload: JWTPayload, cfg: AuthConfig): Identity | EdgeError {
-  const { sub, exp } = payload;
+/**
+ * What jose checks of a token's lifetime besides exp/nbf: `exp` present unless requireExp is off,
+ * and with maxTokenAgeSec an `iat` no older than that (jose also refuses an `iat` in the future then).
+ */
+function lifetimeOptions(cfg: AuthConfig): Pick<JWTVerifyOptions, 'requiredClaims' | 'maxTokenAge'> {
+  const out: Pick<JWTVerifyOptions, 'requiredClaims' | 'maxTokenAge'> = {};
+  if (cfg.requireExp) out.requiredClaims = ['exp'];
+  if (cfg.maxTokenAgeSec !== null) out.maxTokenAge = cfg.maxTokenAgeSec;
+  return out;
+}
+
+/**
+ * Reads sub, roles and tenant, refusing claims of the wrong type rather than guessing. Roles come
+ * from the one configured claim only (a string only when that claim is `role`): reading a second claim
+ * too would let `role: "admin"` widen `roles: ["read-only"]`.
+ */
+function identityFrom(token: string, payload: JWTPayload, cfg: AuthConfig, now: number): Identity | EdgeError {
+  const { sub, exp, iat } = payload;
   if (sub !== undefined && typeof sub !== 'string') return deny('invalid sub claim');
+  // jose checks iat only against maxTokenAge; a token dated in the future is refused regardless.
+  if (iat !== undefined && iat * 1000 > now + cfg.clockToleranceSec * 1000) return deny('token issued in the future');
   const roles = new Set<string>();
   const listed = payload[cfg.rolesClaim];
-  // When the operator names `role` as the roles claim, it may hold a string or an array.
-  if (listed !== undefined && !collectRoles(listed, roles, cfg.rolesClaim === ROLE_CLAIM)) return deny('invalid roles claim');
-  if (cfg.rolesClaim !== ROLE_CLAIM) {
-    const single = payload[ROLE_CLAIM];
-    if (single !== undefined) {
-      if (typeof single !== 'string') return deny('invalid role claim');
-      roles.add(single);
-    }
-  }
+  if (listed !== undefined && !collectRoles(listed, roles, cfg.rolesClaim === SINGLE_ROLE_CLAIM)) return deny('invalid roles claim');
   const tenant = payload[cfg.tenantClaim];
   if (tenant !== undefined && (typeof tenant !== 'string' || tenant === '')) return deny('invalid tenant claim');
   return Object.freeze({

@@ -19,14 +19,22 @@ const sniEntry = z.strictObject({
   key: z.string().min(1),
 });
 
+/**
+ * Plan limits within ranges the limiter's arithmetic handles exactly (every interval × burst stays
+ * below 2^53 ms in Lua doubles, every TTL a valid PEXPIRE): a rate of 1e-300 would make the admit
+ * script fail for the tenant on every request.
+ */
+const RATE_MIN = 0.001;
+const RATE_MAX = 1e9;
+const BURST_MAX = 1e9;
 const limits = z.strictObject({
-  requestsPerSec: z.number().positive(),
-  requestBurst: z.number().int().positive(),
-  messagesPerSec: z.number().positive(),
-  messageBurst: z.number().int().positive(),
-  parkedPolls: z.number().int().positive(),
-  maxPayloadBytes: z.number().int().positive(),
-  maxBatch: z.number().int().positive(),
+  requestsPerSec: z.number().min(RATE_MIN).max(RATE_MAX),
+  requestBurst: z.number().int().min(1).max(BURST_MAX),
+  messagesPerSec: z.number().min(RATE_MIN).max(RATE_MAX),
+  messageBurst: z.number().int().min(1).max(BURST_MAX),
+  parkedPolls: z.number().int().min(1).max(1_000_000),
+  maxPayloadBytes: z.number().int().min(1).max(1024 * 1024 * 1024),
+  maxBatch: z.number().int().min(1).max(1_000_000),
 });
 
 const quotas = z.strictObject({
@@ -111,6 +119,11 @@ export const configSchema = z.strictObject({
     workers: z.number().int().min(0).default(0),
     /** added: on SIGTERM, how long in-flight requests (parked long polls included) may run before their connections are closed. */
     drainTimeoutMs: z.number().int().min(0).default(30000),
+    /** added: anonymous (public) route requests per client IP per window, per process; 0 = unlimited. */
+    publicRateLimit: z.strictObject({
+      requests: z.number().int().min(0).default(120),
+      windowSec: z.number().int().positive().default(60),
+    }).prefault({}),
   }).prefault({}),
   /** added: logging. */
   log: z.strictObject({
@@ -137,6 +150,15 @@ export const configSchema = z.strictObject({
     defaultTenant: z.string().min(1).nullable().default(null),
     /** added: verified tokens kept in the cache. */
     cacheSize: z.number().int().min(0).default(10000),
+    /** added: refuse tokens without `exp` (they would never expire). */
+    requireExp: z.boolean().default(true),
+    /** added: refuse tokens whose `iat` is older than this (and tokens without `iat`); null = no age limit. */
+    maxTokenAgeSec: z.number().int().positive().nullable().default(null),
+    /** added: failed authentications per client IP per window, per process, before 429; 0 = unlimited. */
+    failedAuth: z.strictObject({
+      attempts: z.number().int().min(0).default(60),
+      windowSec: z.number().int().positive().default(60),
+    }).prefault({}),
   }).prefault({}),
   upstreamIdentity: z.strictObject({
     mode: z.enum(['passthrough', 'mint', 'none']).default('passthrough'),

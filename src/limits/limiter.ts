@@ -14,10 +14,16 @@
  * at its expiry, so leaks cannot lock a tenant out for long. The TTL must exceed the
  * longest park: pass longPoll.maxTimeoutMs + 2 × slackMs (the upstream timeout plus slack).
  *
+ * A script error (Redis answered, the script failed: e.g. a plan value the script cannot handle) is
+ * that request's error, decided by the fail mode for that request alone (`closed`: 503, `open`:
+ * admitted, `local`: the local store); it never opens the breaker, so other tenants keep the
+ * shared limits. Only a Redis that does not answer (timeout, connection lost, LOADING, BUSY...)
+ * trips it.
+ *
  * Quotas of 0 mean unlimited (a plan with no monthly cap; suspension is the way to stop a tenant).
  */
 import { randomUUID } from 'node:crypto';
-import type { Cluster, Redis } from 'ioredis';
+import { ReplyError, type Cluster, type Redis } from 'ioredis';
 import type { RawConfig } from '../config/schema.js';
 import { edgeError, type EdgeError } from '../errors.js';
 import type { Logger } from '../observability/log.js';
@@ -197,6 +203,8 @@ class RedisLimiter implements EdgeLimiter {
   readonly #slotTtlMs: number;
   readonly #heartbeatMs: number;
   readonly #connectWaitMs: number;
+  /** Tenants whose script error was logged (once per tenant object, i.e. per plan version). */
+  readonly #scriptErrorsLogged = new WeakSet<Tenant>();
   #local = new MemoryLimitStore();
   #instances = 1;
   #lastMode = 'redis';
@@ -256,7 +264,8 @@ class RedisLimiter implements EdgeLimiter {
     try {
       d = await this.#store.admit(input.tenant.id, entry.plan, input, now, month, slot, this.#slotTtlMs);
     } catch (err) {
-      this.#failed(err);
+      if (isScriptError(err)) this.#scriptFailed(input.tenant, err);
+      else this.#failed(err);
       return this.#fallback(input, this.#clock());
     }
     this.#succeeded();
@@ -296,12 +305,25 @@ class RedisLimiter implements EdgeLimiter {
     this.#log.warn({ err, failMode: this.#failMode, instances: this.#instances }, `limiter: Redis unavailable, failMode ${this.#failMode} in force`);
   }
 
+  /** Redis answered, so it is up; the tenant's plan is what the script could not handle. */
+  #scriptFailed(tenant: Tenant, err: unknown): void {
+    this.#succeeded();
+    if (this.#scriptErrorsLogged.has(tenant)) return;
+    this.#scriptErrorsLogged.add(tenant);
+    this.#log.error({ err, tenant: tenant.id, failMode: this.#failMode }, 'limiter: script error for this tenant; its requests are decided by the fail mode');
+  }
+
   #succeeded(): void {
     this.#breaker.success();
     if (this.#lastMode === 'redis') return;
     this.#lastMode = 'redis';
     this.#log.info('limiter: Redis is back, shared limits in force');
   }
+}
+
+/** A failure inside the admit script, as opposed to Redis not answering (errors come back as `… @user_script:N`). */
+function isScriptError(err: unknown): boolean {
+  return err instanceof ReplyError && /user_script/.test((err as Error).message);
 }
 
 /** Builds the limiter: memory when no Redis is configured or given, else Redis-backed. */

@@ -1,7 +1,8 @@
 /**
  * Reading and parsing request bodies, only where the proxy must read them (DESIGN §1.11): push
  * items (count, lane, quota), transaction pushes, ack lease ids. The bytes forwarded are the bytes
- * received; the parse is only read.
+ * received; the parse is only read, so a body the broker could read differently (duplicate keys,
+ * unknown operation types) is refused (docs/security.md).
  */
 import { edgeError, isEdgeError, type EdgeError } from '../errors.js';
 import type { EdgeRequest } from '../listen/servers.js';
@@ -61,18 +62,32 @@ const NO_FACTS: BodyFacts = Object.freeze({ messages: 0, firstItem: undefined, l
 /** Maximum JSON nesting accepted before parsing: deep nesting is refused, not recursed into. */
 const MAX_DEPTH = 64;
 
+/**
+ * Parses a body the edge counts. Refuses, besides malformed JSON, deep nesting and duplicate keys:
+ * JSON.parse keeps the last of `{"items":[…],"items":[]}` while a broker may read the first, so the
+ * edge would count one array and forward another.
+ */
 function parseJson(buf: Buffer): unknown | EdgeError {
-  if (exceedsDepth(buf, MAX_DEPTH)) return edgeError('invalid_request', `JSON nested deeper than ${MAX_DEPTH}`);
+  const keys = scanKeys(buf, MAX_DEPTH);
+  if (keys === -1) return edgeError('invalid_request', `JSON nested deeper than ${MAX_DEPTH}`);
+  let doc: unknown;
   try {
-    return JSON.parse(buf.toString('utf8'));
+    doc = JSON.parse(buf.toString('utf8'));
   } catch (err) {
     return edgeError('invalid_request', `malformed JSON: ${(err as Error).message}`);
   }
+  // Every key is followed by one `:` outside strings; fewer keys parsed means some were repeated.
+  if (countKeys(doc) !== keys) return edgeError('invalid_request', 'duplicate key in JSON object');
+  return doc;
 }
 
-/** Bracket depth outside strings, scanned on bytes without decoding. */
-function exceedsDepth(buf: Buffer, max: number): boolean {
+/**
+ * One pass on the bytes without decoding: the number of `:` outside strings (= object keys in
+ * valid JSON), or -1 when brackets nest deeper than `max`.
+ */
+function scanKeys(buf: Buffer, max: number): number {
   let depth = 0;
+  let keys = 0;
   let inString = false;
   for (let i = 0; i < buf.length; i++) {
     const c = buf[i]!;
@@ -80,11 +95,26 @@ function exceedsDepth(buf: Buffer, max: number): boolean {
       if (c === 0x5c /* \ */) i++;
       else if (c === 0x22 /* " */) inString = false;
     } else if (c === 0x22) inString = true;
+    else if (c === 0x3a /* : */) keys++;
     else if (c === 0x7b || c === 0x5b) {
-      if (++depth > max) return true;
+      if (++depth > max) return -1;
     } else if (c === 0x7d || c === 0x5d) depth--;
   }
-  return false;
+  return keys;
+}
+
+/** Own keys of every object in a parsed document (depth already bounded by scanKeys). */
+function countKeys(v: unknown): number {
+  if (typeof v !== 'object' || v === null) return 0;
+  let n = 0;
+  if (Array.isArray(v)) {
+    for (let i = 0; i < v.length; i++) n += countKeys(v[i]);
+    return n;
+  }
+  for (const k in v) {
+    n += 1 + countKeys((v as Record<string, unknown>)[k]);
+  }
+  return n;
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {
@@ -109,6 +139,9 @@ export function transactionFacts(buf: Buffer): BodyFacts | EdgeError {
   let leaseId: string | null = Array.isArray(doc.requiredLeases) && typeof doc.requiredLeases[0] === 'string' ? doc.requiredLeases[0] : null;
   for (const op of doc.operations) {
     if (!isObject(op)) return edgeError('invalid_request', 'every operation must be an object');
+    // The broker acts on exactly these two types; anything else (`PUSH`, untyped) would be counted
+    // as nothing here while a more lenient broker might push it.
+    if (op.type !== 'push' && op.type !== 'ack') return edgeError('invalid_request', 'operation "type" must be "push" or "ack"');
     if (op.type === 'push') {
       if (!Array.isArray(op.items)) return edgeError('invalid_request', 'a push operation needs an "items" array');
       messages += op.items.length;

@@ -57,6 +57,8 @@ export interface UpstreamProxy {
    * more are no longer probed, picked or kept connected (see Clusters.sync).
    */
   sync(tenants: Iterable<Tenant>): void;
+  /** True while at least one of the tenant's brokers is healthy (what the public health check tells). */
+  reachable(tenant: Tenant): boolean;
 }
 
 export interface ProxyDeps {
@@ -134,5 +136,5 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
     pools.retain(new Set(list.flatMap((t) => t.brokers)));
   }
 
-  return { forward, sync };
+  return { forward, sync, reachable: (tenant) => clusters.pick(tenant, null, null) !== undefined };
 }

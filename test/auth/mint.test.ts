@@ -146,6 +146,9 @@ describe('createMinter with a private key', () => {
         tenantClaim: 'tenant',
         defaultTenant: null,
         cacheSize: 10,
+        requireExp: true,
+        maxTokenAgeSec: null,
+        failedAuth: { attempts: 60, windowSec: 60 },
       },
       { log: silentLogger(), clock: clock.now },
     );

@@ -49,10 +49,12 @@ export function testConfig(brokers: string[], overrides: Json = {}): RawConfig {
       https: { host: '127.0.0.1', port: 0 },
       http: { host: '127.0.0.1', port: 0 },
       admin: { host: '127.0.0.1', port: 0 },
+      publicRateLimit: { requests: 0 },
       longPoll: { defaultTimeoutMs: 30000, maxTimeoutMs: 60000, slackMs: 5000 },
     },
     log: { level: 'silent' },
-    auth: { secret: TEST_SECRET, defaultTenant: null },
+    // Every test client is 127.0.0.1: the per-client-IP limits are off unless a test turns them on.
+    auth: { secret: TEST_SECRET, defaultTenant: null, failedAuth: { attempts: 0 } },
     // Probes get a generous timeout: under a loaded CI machine a 200 ms probe marks healthy brokers down.
     upstream: { healthIntervalMs: 200, healthTimeoutMs: 2000, downAfter: 3, upAfter: 1 },
     plans: { test: TEST_PLAN },

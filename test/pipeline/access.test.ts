@@ -64,10 +64,13 @@ describe('role matrix (sets, not a ladder)', () => {
     }
   }
 
-  it('reads a single `role` string claim too', async () => {
-    const t = await token({ role: 'write-only', tenant: 'acme' });
-    const r = await call(edge, 'POST', '/api/v1/push', { token: t, body: { items: [{ queue: 'q', payload: 1 }] } });
-    expect(r.status).toBe(201);
+  it('reads roles from the configured claim only: `role` neither grants nor widens', async () => {
+    const alone = await token({ role: 'write-only', tenant: 'acme' });
+    expect((await call(edge, 'POST', '/api/v1/push', { token: alone, body: { items: [{ queue: 'q', payload: 1 }] } })).status).toBe(403);
+    const before = forwarded(broker).length;
+    const widened = await token({ roles: ['read-only'], role: 'admin', tenant: 'acme' });
+    expect((await call(edge, 'DELETE', '/api/v1/resources/queues/q', { token: widened })).status).toBe(403);
+    expect(forwarded(broker).length).toBe(before);
   });
 });
 

@@ -220,7 +220,7 @@ describe('the pipeline over HTTP/2', () => {
     await new Promise((r) => setTimeout(r, 50));
     for (const [id, status] of [[ids[0]!, 200], [ids[1]!, 401], [ids[2]!, 201]] as const) {
       expect(lines(id), id).toHaveLength(1);
-      expect(lines(id)[0], id).toMatchObject({ proto: '2.0', status, tenant: status === 401 ? null : 'acme' });
+      expect(lines(id)[0], id).toMatchObject({ proto: '2.0', status, tenant: status === 201 ? 'acme' : null });
     }
   });
 

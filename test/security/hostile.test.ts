@@ -112,7 +112,7 @@ describe('tokens', () => {
       await token({ ...claims, roles: 'read-write' }),
       await token({ ...claims, tenant: 42 }),
       await token({ ...claims, tenant: ['acme', 'globex'] }),
-      await token({ ...claims, role: ['read-write'] }),
+      await token({ ...claims, roles: ['read-write', 1] as unknown as string[] }),
       await token({ ...claims, sub: 'x'.repeat(100) }, 'some-other-secret-some-other-secret'),
     ];
     for (const t of forged) {

@@ -43,3 +43,33 @@ describe('body facts', () => {
     expect(ackFacts(b({ acknowledgments: [] }))).toMatchObject({ leaseId: null });
   });
 });
+
+describe('what the edge counts is what the broker acts on', () => {
+  const items = (n: number) => Array.from({ length: n }, (_, i) => ({ queue: 'q', payload: i }));
+
+  it.each([
+    ['top-level items', `{"items":${JSON.stringify(items(200))},"items":[]}`, pushFacts],
+    ['an item key', '{"items":[{"queue":"a","queue":"b","payload":1}]}', pushFacts],
+    ['transaction operations', `{"operations":[{"type":"push","items":${JSON.stringify(items(5))}}],"operations":[]}`, transactionFacts],
+    ['an operation type', '{"operations":[{"type":"ack","type":"push","items":[{"queue":"q","payload":1}]}]}', transactionFacts],
+    ['ack lease ids', '{"leaseId":"a","leaseId":"b"}', ackFacts],
+  ])('refuses duplicate keys: %s', (_name, text, facts) => {
+    const r = facts(Buffer.from(text));
+    expect(isEdgeError(r) && r.message).toBe('duplicate key in JSON object');
+  });
+
+  it('counts keys correctly around colons and escapes inside strings', () => {
+    const r = pushFacts(b({ items: [{ queue: 'a:b', payload: { 'k:"\\': 'x:y', '': [':', { z: null }] } }] }));
+    expect(isEdgeError(r)).toBe(false);
+  });
+
+  it.each([['PUSH'], ['Push'], [undefined], [' push'], [1]])('refuses a transaction operation typed %j', (type) => {
+    const r = transactionFacts(b({ operations: [{ type, items: items(3) }] }));
+    expect(isEdgeError(r) && r.code).toBe('invalid_request');
+  });
+
+  it('counts pushes and accepts acks in a transaction', () => {
+    const r = transactionFacts(b({ operations: [{ type: 'push', items: items(3) }, { type: 'ack', transactionId: 't', leaseId: 'L' }] }));
+    expect(r).toMatchObject({ messages: 3, leaseId: 'L' });
+  });
+});
