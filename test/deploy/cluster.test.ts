@@ -12,7 +12,11 @@ import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix, waitFor } fro
 import { FIELD_NAMES } from '../../src/metering/counts.js';
 import { connectionRefused, freePort, spawnEdge, type EdgeProcess, type LogLine } from './edge-process.js';
 
-const DRAIN_MS = 1500;
+/**
+ * Long enough that "refused while a parked poll still runs" is observable on a loaded machine:
+ * the checks below wait for their signal up to the drain deadline, not within a tight window.
+ */
+const DRAIN_MS = 4000;
 
 let broker: BrokerDouble;
 let edge: EdgeProcess;
@@ -92,7 +96,7 @@ describe('queen-edge with two workers', () => {
       const r = await push('spread', i);
       expect(r.status).toBe(201);
     }
-    await waitFor(() => servingWorkers(mark).size === 2, 2000, 'access lines from both workers');
+    await waitFor(() => servingWorkers(mark).size === 2, 10_000, 'access lines from both workers');
     // The primary generated it once; a worker generating its own would show a second fingerprint.
     for (let i = 0; i < 4; i++) certs.add(await peerFingerprint(httpsPort));
     expect(certs.size).toBe(1);
@@ -118,7 +122,7 @@ describe('queen-edge with two workers', () => {
     const replacement = await edge.waitForLog((l) => l.msg === 'worker listening' && !before.some((b) => b.workerPid === l.workerPid), 20000);
     const mark = edge.lines.length;
     for (let i = 0; i < 8; i++) expect((await push('after', i)).status).toBe(201);
-    await waitFor(() => servingWorkers(mark).size === 2, 2000, 'access lines from both workers');
+    await waitFor(() => servingWorkers(mark).size === 2, 10_000, 'access lines from both workers');
     expect(servingWorkers(mark).has(replacement.worker as number)).toBe(true);
   });
 
@@ -135,9 +139,12 @@ describe('queen-edge with two workers', () => {
     const signalledAt = Date.now();
     process.kill(edge.pid, 'SIGTERM');
     await edge.waitForLog((l) => l.msg === 'draining workers');
-    await waitFor(() => edge.lines.filter((l) => l.msg === 'draining').length === 2, 2000, 'both workers draining');
-    await waitFor(() => connectionRefused(httpsPort), 1000, 'the HTTPS port to refuse connections');
+    await waitFor(() => edge.lines.filter((l) => l.msg === 'draining').length === 2, DRAIN_MS, 'both workers draining');
+    let staysSettled = false;
+    void stays.then(() => (staysSettled = true));
+    await waitFor(() => connectionRefused(httpsPort), DRAIN_MS, 'the HTTPS port to refuse connections');
     // Refused while the parked poll still runs: the listener closed on the signal, not at exit.
+    expect(staysSettled).toBe(false);
     expect(broker.parked()).toBeGreaterThanOrEqual(1);
 
     // The broker delivers to the first poll while the edge drains: the response still reaches the client.
