@@ -78,9 +78,9 @@ const pct = (x: number) => `${(x * 100).toFixed(2)}%`;
 /**
  * Lanes through the edge for the split tests: each lane is checked against the ring, so a wrong
  * ring fails on its first misplaced lane; the share check only needs enough lanes for a
- * statistical bound. A thousand requests stay cheap on a loaded machine (ten thousand did not).
+ * statistical bound. Six hundred requests stay cheap on a loaded machine (ten thousand did not).
  */
-const SPLIT_LANES = 1000;
+const SPLIT_LANES = 600;
 
 /** Five standard deviations of a share `p` measured over `n` lanes: a correct ring stays inside. */
 const shareTolerance = (p: number, n: number) => 5 * Math.sqrt((p * (1 - p)) / n);
@@ -128,15 +128,15 @@ describe('three brokers, SDK ring', () => {
     }
   });
 
-  it('keeps one lane on one broker across 300 requests', async () => {
+  it('keeps one lane on one broker across 100 requests', async () => {
     for (const url of urls) {
       const [queue] = queuesOwnedBy(urls, url, 1, 'sticky');
       const seen = new Set<string>();
-      await fanOut(300, 16, async () => {
+      await fanOut(100, 16, async () => {
         seen.add(servedBy(await pop(edge, queue!)));
       });
       expect([...seen]).toEqual([nameOf(url)]);
-      expect(forwarded(b[urls.indexOf(url)]!).length).toBeGreaterThanOrEqual(300);
+      expect(forwarded(b[urls.indexOf(url)]!).length).toBeGreaterThanOrEqual(100);
     }
   });
 
@@ -176,12 +176,14 @@ describe('three brokers, SDK ring', () => {
     const victim = urls[0]!;
     const queues = [...queuesOwnedBy(urls, victim, 20, 'load'), ...queuesOwnedBy(urls, urls[1]!, 10, 'load'), ...queuesOwnedBy(urls, urls[2]!, 10, 'load')];
     const width = 16;
+    // Enough requests that many start after the kill, few enough for a loaded machine (3,000 took 20 s there).
+    const TOTAL = 1000;
     const failed: { reply: Reply; startedAfterClose: boolean }[] = [];
     let served = 0;
     let killedAt = 0;
     let closedAt = 0;
     let firstRerouteMs = -1;
-    const load = fanOut(3000, width, async (i) => {
+    const load = fanOut(TOTAL, width, async (i) => {
       const q = queues[i % queues.length]!;
       const startedAfterClose = closedAt !== 0;
       const r = await pop(edge, q);
@@ -195,7 +197,7 @@ describe('three brokers, SDK ring', () => {
       expect(r.headers['x-broker']).toBe(nameOf(predicted(urls, popKey(q), 'sdk', [victim])));
       if (firstRerouteMs < 0) firstRerouteMs = performance.now() - killedAt;
     });
-    await vi.waitFor(() => expect(served).toBeGreaterThan(300), { timeout: 5000, interval: 5 });
+    await vi.waitFor(() => expect(served).toBeGreaterThan(TOTAL / 5), { timeout: 15_000, interval: 5 });
     killedAt = performance.now();
     await b[0]!.close();
     closedAt = performance.now();
@@ -205,7 +207,7 @@ describe('three brokers, SDK ring', () => {
     // (The double cannot vouch for these: one written just before its sockets died is never read.)
     expect(failed.map((f) => [f.reply.status, (f.reply.json as { code?: string } | undefined)?.code, f.startedAfterClose])).toEqual(failed.map(() => [502, 'bad_gateway', false]));
     expect(failed.length).toBeLessThanOrEqual(width);
-    expect(served + failed.length).toBe(3000);
+    expect(served + failed.length).toBe(TOTAL);
     expect(firstRerouteMs).toBeGreaterThan(0);
     console.log(`broker died under load (${width} in flight): ${failed.length} client-visible errors; first request for its lanes served by the next broker ${firstRerouteMs.toFixed(1)} ms after the kill began`);
   });
