@@ -63,8 +63,9 @@ export class RedisLimitStore {
       plan.messagesPerMonth,
       cost.ingressBytes,
       plan.ingressBytesPerMonth,
-      // Until a day past the month end, so a skewed instance still finds the key.
-      month.endMs - now + 86_400_000,
+      // Until a day past the month end, so a skewed instance still finds the key. Whole ms:
+      // PEXPIRE refuses a fraction, and the script would fail after its first writes.
+      Math.ceil(month.endMs - now) + 86_400_000,
     ])) as [number, string, string, number, string];
     return {
       refused: reply[0],

@@ -22,3 +22,17 @@ export async function admin(
   const reply = await readReply(await request(`${h.adminUrl}${path}`, { method, headers, body }));
   return { ...reply, json: reply.json as any };
 }
+
+/** The value of an unlabelled sample on an instance's /metrics (NaN when absent). */
+export async function metric(h: EdgeHarness, name: string): Promise<number> {
+  const text = (await admin(h, 'GET', '/metrics', { token: null })).text;
+  return Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1]);
+}
+
+/**
+ * Nothing counted and not yet in the usage store, no batch awaiting a retry: from here on no flush
+ * of this instance can change what the store holds (until it counts more).
+ */
+export async function usageSettled(h: EdgeHarness): Promise<boolean> {
+  return (await metric(h, 'queen_edge_metering_flush_lag_seconds')) === 0;
+}

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 import { PrivateRedis, uniquePrefix, waitFor } from '../helpers/redis.js';
-import { ADMIN_TOKEN, admin } from '../admin/admin-call.js';
+import { ADMIN_TOKEN, admin, metric, usageSettled } from '../admin/admin-call.js';
 
 let broker: BrokerDouble;
 let redis: PrivateRedis;
@@ -33,10 +33,7 @@ async function pushes(h: EdgeHarness, n: number, tag: string): Promise<void> {
   }
 }
 
-async function flushFailures(h: EdgeHarness): Promise<number> {
-  const text = (await admin(h, 'GET', '/metrics', { token: null })).text;
-  return Number(/^queen_edge_metering_flush_failures_total (\d+)$/m.exec(text)?.[1]);
-}
+const flushFailures = (h: EdgeHarness) => metric(h, 'queen_edge_metering_flush_failures_total');
 
 async function total(h: EdgeHarness): Promise<{ requests: number; messagesPushed: number } | undefined> {
   const r = await admin(h, 'GET', '/admin/v1/tenants/acme/usage');
@@ -71,8 +68,9 @@ describe('usage flush through Redis outages', () => {
       await waitFor(async () => (await flushFailures(h)) > failuresBefore, 6000, 'a timed-out flush');
       redis.resume();
       // Redis now runs the queued batch; the meter retries the same sequence number, which is skipped.
-      await waitFor(async () => (await total(h))?.requests === 10, 5000, 'the retried flush');
-      await new Promise((r) => setTimeout(r, 1500));
+      await waitFor(async () => (await total(h))?.requests === 10, 5000, 'the landed batch');
+      // The retry of that batch has been acknowledged (skipped) once nothing is left to flush; only then is "not twice" a fact.
+      await waitFor(() => usageSettled(h), 5000, 'the retried flush acknowledged');
       expect(await total(h)).toMatchObject({ requests: 10, messagesPushed: 20 });
     } finally {
       redis.resume();

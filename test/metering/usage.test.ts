@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix, waitFor } from '../helpers/redis.js';
-import { ADMIN_TOKEN, admin } from '../admin/admin-call.js';
+import { ADMIN_TOKEN, admin, usageSettled } from '../admin/admin-call.js';
 
 const prefix = uniquePrefix();
 let broker: BrokerDouble;
@@ -80,8 +80,8 @@ describe('usage across two instances', () => {
       egressBytes: egress,
       refusals: { feature_gated: 1 },
     });
-    // Later flushes add nothing: every batch was applied once.
-    await new Promise((r) => setTimeout(r, 1200));
+    // Later flushes add nothing: every batch was applied once. Both instances have nothing left to flush, so this total is final.
+    await waitFor(async () => (await usageSettled(a)) && (await usageSettled(b)), 5000, 'both instances flushed');
     expect((await admin(a, 'GET', '/admin/v1/tenants/acme/usage?granularity=month')).json.total).toEqual(usage.total);
     expect(usage.buckets.length).toBeGreaterThanOrEqual(1);
   });

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, forwarded, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 import { capturingLogger } from '../helpers/logs.js';
+import { waitFor } from '../helpers/redis.js';
 
 let broker: BrokerDouble;
 let h: EdgeHarness;
@@ -19,6 +20,12 @@ afterAll(async () => {
   await broker?.close();
 });
 
+/** The access-log line of a request, once written (the log stream is asynchronous). */
+async function accessLine(reqId: unknown) {
+  await waitFor(() => lines.some((l) => l.msg === 'request' && l.reqId === reqId), 5000, `the access line of ${String(reqId)}`);
+  return lines.find((l) => l.msg === 'request' && l.reqId === reqId);
+}
+
 describe('traceparent', () => {
   it('is forwarded to the broker unchanged (with tracestate) and its trace id is in the access log line', async () => {
     const traceId = '4bf92f3577b34da6a3ce929d0e0e4736';
@@ -29,15 +36,13 @@ describe('traceparent', () => {
     const sent = forwarded(broker).at(-1)!;
     expect(sent.headers.traceparent).toBe(traceparent);
     expect(sent.headers.tracestate).toBe('vendor=1');
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    const access = lines.find((l) => l.msg === 'request' && l.reqId === r.headers['x-request-id']);
+    const access = await accessLine(r.headers['x-request-id']);
     expect(access).toMatchObject({ trace: traceId, route: 'push', tenant: 'acme', status: 201 });
   });
 
   it('a request without traceparent logs trace null', async () => {
     const tok = await token({ roles: ['read-write'], tenant: 'acme' });
     const r = await call(h, 'GET', '/api/v1/pop/queue/q2', { token: tok });
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    expect(lines.find((l) => l.msg === 'request' && l.reqId === r.headers['x-request-id'])).toMatchObject({ trace: null });
+    expect(await accessLine(r.headers['x-request-id'])).toMatchObject({ trace: null });
   });
 });

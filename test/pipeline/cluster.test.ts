@@ -11,6 +11,7 @@ import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.j
 import { call, forwarded, startEdge, testConfig, token, type EdgeHarness, type Reply } from '../helpers/edge.js';
 
 const HEALTH_INTERVAL_MS = 100;
+const HEALTH_TIMEOUT_MS = 1000;
 const NAMES = ['b1', 'b2', 'b3'] as const;
 
 let rw: string;
@@ -74,6 +75,16 @@ async function splitThroughEdge(h: EdgeHarness, brokers: readonly BrokerDouble[]
 
 const pct = (x: number) => `${(x * 100).toFixed(2)}%`;
 
+/**
+ * Lanes through the edge for the split tests: each lane is checked against the ring, so a wrong
+ * ring fails on its first misplaced lane; the share check only needs enough lanes for a
+ * statistical bound. Six hundred requests stay cheap on a loaded machine (ten thousand did not).
+ */
+const SPLIT_LANES = 600;
+
+/** Five standard deviations of a share `p` measured over `n` lanes: a correct ring stays inside. */
+const shareTolerance = (p: number, n: number) => 5 * Math.sqrt((p * (1 - p)) / n);
+
 describe('three brokers, SDK ring', () => {
   let b: BrokerDouble[];
   let urls: string[];
@@ -83,7 +94,8 @@ describe('three brokers, SDK ring', () => {
   beforeAll(async () => {
     b = await Promise.all(NAMES.map((name) => startBrokerDouble({ name })));
     urls = b.map((x) => x.url);
-    edge = await startEdge(testConfig(urls, { upstream: { healthIntervalMs: HEALTH_INTERVAL_MS, healthTimeoutMs: 100, downAfter: 2, upAfter: 1 } }));
+    // A probe timeout a loaded machine does not trip on healthy doubles (at 100 ms, lanes moved off a live broker).
+    edge = await startEdge(testConfig(urls, { upstream: { healthIntervalMs: HEALTH_INTERVAL_MS, healthTimeoutMs: HEALTH_TIMEOUT_MS, downAfter: 2, upAfter: 1 } }));
   });
   afterAll(async () => {
     await edge.close();
@@ -116,24 +128,24 @@ describe('three brokers, SDK ring', () => {
     }
   });
 
-  it('keeps one lane on one broker across 1,000 requests', async () => {
+  it('keeps one lane on one broker across 100 requests', async () => {
     for (const url of urls) {
       const [queue] = queuesOwnedBy(urls, url, 1, 'sticky');
       const seen = new Set<string>();
-      await fanOut(1000, 16, async () => {
+      await fanOut(100, 16, async () => {
         seen.add(servedBy(await pop(edge, queue!)));
       });
       expect([...seen]).toEqual([nameOf(url)]);
-      expect(forwarded(b[urls.indexOf(url)]!).length).toBeGreaterThanOrEqual(1000);
+      expect(forwarded(b[urls.indexOf(url)]!).length).toBeGreaterThanOrEqual(100);
     }
   });
 
-  it('splits 10,000 distinct lanes as the ring predicts (within 2.5 points of each key share)', async () => {
-    const n = 10_000;
+  it('splits distinct lanes as the ring predicts, each lane and in proportion to each key share', async () => {
+    const n = SPLIT_LANES;
     const counts = await splitThroughEdge(edge, b, NAMES, 'sdk', n);
     const shares = ringShares(buildRing(urls));
     console.log(`sdk ring over ${urls.join(', ')}: ${NAMES.map((x, i) => `${x} ${counts.get(x)} (${pct(counts.get(x)! / n)}, key share ${pct(shares[i]!)})`).join('; ')}`);
-    NAMES.forEach((x, i) => expect(Math.abs(counts.get(x)! / n - shares[i]!)).toBeLessThanOrEqual(0.025));
+    NAMES.forEach((x, i) => expect(Math.abs(counts.get(x)! / n - shares[i]!)).toBeLessThanOrEqual(shareTolerance(shares[i]!, n)));
   });
 
   it('moves a closed broker’s lanes to the ring’s next broker with no client-visible error, and back after restart', async () => {
@@ -164,12 +176,14 @@ describe('three brokers, SDK ring', () => {
     const victim = urls[0]!;
     const queues = [...queuesOwnedBy(urls, victim, 20, 'load'), ...queuesOwnedBy(urls, urls[1]!, 10, 'load'), ...queuesOwnedBy(urls, urls[2]!, 10, 'load')];
     const width = 16;
+    // Enough requests that many start after the kill, few enough for a loaded machine (3,000 took 20 s there).
+    const TOTAL = 1000;
     const failed: { reply: Reply; startedAfterClose: boolean }[] = [];
     let served = 0;
     let killedAt = 0;
     let closedAt = 0;
     let firstRerouteMs = -1;
-    const load = fanOut(3000, width, async (i) => {
+    const load = fanOut(TOTAL, width, async (i) => {
       const q = queues[i % queues.length]!;
       const startedAfterClose = closedAt !== 0;
       const r = await pop(edge, q);
@@ -183,7 +197,7 @@ describe('three brokers, SDK ring', () => {
       expect(r.headers['x-broker']).toBe(nameOf(predicted(urls, popKey(q), 'sdk', [victim])));
       if (firstRerouteMs < 0) firstRerouteMs = performance.now() - killedAt;
     });
-    await vi.waitFor(() => expect(served).toBeGreaterThan(300), { timeout: 5000, interval: 5 });
+    await vi.waitFor(() => expect(served).toBeGreaterThan(TOTAL / 5), { timeout: 15_000, interval: 5 });
     killedAt = performance.now();
     await b[0]!.close();
     closedAt = performance.now();
@@ -193,7 +207,7 @@ describe('three brokers, SDK ring', () => {
     // (The double cannot vouch for these: one written just before its sockets died is never read.)
     expect(failed.map((f) => [f.reply.status, (f.reply.json as { code?: string } | undefined)?.code, f.startedAfterClose])).toEqual(failed.map(() => [502, 'bad_gateway', false]));
     expect(failed.length).toBeLessThanOrEqual(width);
-    expect(served + failed.length).toBe(3000);
+    expect(served + failed.length).toBe(TOTAL);
     expect(firstRerouteMs).toBeGreaterThan(0);
     console.log(`broker died under load (${width} in flight): ${failed.length} client-visible errors; first request for its lanes served by the next broker ${firstRerouteMs.toFixed(1)} ms after the kill began`);
   });
@@ -205,7 +219,7 @@ describe('three brokers, SDK ring', () => {
     b[2]!.fault('hang');
     const hungAt = performance.now();
     // The client gives up on each hung attempt itself, so no passive timeout is reported:
-    // only the health checks (timeout 100 ms, down after 2) can move the lane.
+    // only the health checks (down after 2 probes time out) can move the lane.
     await vi.waitFor(async () => {
       const res = await request(`${edge.url}/api/v1/pop/queue/${queue}?wait=false`, {
         headers: { host: 'acme.localhost', authorization: `Bearer ${rw}` },
@@ -214,7 +228,7 @@ describe('three brokers, SDK ring', () => {
       });
       await res.body.dump();
       expect(res.headers['x-broker']).toBe(next);
-    }, { timeout: 3000, interval: 5 });
+    }, { timeout: 10 * HEALTH_TIMEOUT_MS, interval: 5 });
     console.log(`hung broker: lanes rerouted ${(performance.now() - hungAt).toFixed(0)} ms after it stopped answering (active checks only)`);
   });
 
@@ -323,14 +337,16 @@ describe('three brokers, avalanche ring', () => {
     await Promise.all(b.map((x) => x.close()));
   });
 
-  it('splits 10,000 distinct lanes within ±15% of an even split, each lane where the avalanche ring predicts', async () => {
-    const n = 10_000;
+  it('splits lanes within ±15% of an even split, each lane where the avalanche ring predicts', async () => {
+    const n = SPLIT_LANES;
     const urls = b.map((x) => x.url);
     // The SDK ring would fail this split on these URLs: the test proves the option is applied.
     expect(Math.max(...ringShares(buildRing(urls, 'sdk')).map((s) => Math.abs(s * 3 - 1)))).toBeGreaterThan(0.25);
+    // The avalanche ring's key shares, measured exactly: within ±15% of a third each.
+    const shares = ringShares(buildRing(urls, 'avalanche'));
+    for (const s of shares) expect(Math.abs(s * 3 - 1)).toBeLessThanOrEqual(0.15);
     const counts = await splitThroughEdge(edge, b, NAMES, 'avalanche', n);
-    console.log(`avalanche ring over ${urls.join(', ')}: ${NAMES.map((x) => `${x} ${counts.get(x)} (${pct(counts.get(x)! / n)})`).join('; ')}`);
-    // ±15% relative to n/3: each broker serves between 2,833 and 3,833 of the 10,000 lanes.
-    for (const x of NAMES) expect(Math.abs(counts.get(x)! - n / 3) / (n / 3)).toBeLessThanOrEqual(0.15);
+    console.log(`avalanche ring over ${urls.join(', ')}: ${NAMES.map((x, i) => `${x} ${counts.get(x)} (${pct(counts.get(x)! / n)}, key share ${pct(shares[i]!)})`).join('; ')}`);
+    NAMES.forEach((x, i) => expect(Math.abs(counts.get(x)! / n - shares[i]!)).toBeLessThanOrEqual(shareTolerance(shares[i]!, n)));
   });
 });

@@ -216,8 +216,10 @@ describe('the pipeline over HTTP/2', () => {
     await h2call('POST', '/api/v1/push', { token: rw, headers: { 'x-request-id': ids[2]! }, body: { items: [{ queue: 'h2-log', payload: 1 }] } });
     const lines = (id: string) => logLines.filter((l) => l.msg === 'request' && l.reqId === id);
     await until(() => ids.every((id) => lines(id).length > 0), 'the access-log lines');
-    // A late duplicate would be written right after the first; give it the chance to appear.
-    await new Promise((r) => setTimeout(r, 50));
+    // A late duplicate would be written when its stream closes, before a later request on the same
+    // session is even read: once a sentinel's line is in, any duplicate would be too.
+    await h2call('GET', '/health', { headers: { 'x-request-id': 'h2-log-sentinel' } });
+    await until(() => lines('h2-log-sentinel').length > 0, 'the sentinel access-log line');
     for (const [id, status] of [[ids[0]!, 200], [ids[1]!, 401], [ids[2]!, 201]] as const) {
       expect(lines(id), id).toHaveLength(1);
       expect(lines(id)[0], id).toMatchObject({ proto: '2.0', status, tenant: status === 201 ? 'acme' : null });

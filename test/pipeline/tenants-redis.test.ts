@@ -10,6 +10,7 @@ import { createTenantStore, type TenantStore } from '../../src/tenants/store.js'
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, forwarded, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness, type Reply } from '../helpers/edge.js';
 import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix, waitFor } from '../helpers/redis.js';
+import { ADMIN_TOKEN, admin as adminCall } from '../admin/admin-call.js';
 
 /** Generous: on a loaded CI machine the 50 ms default would trip the breaker and test fail modes instead. */
 const REDIS_TIMEOUT_MS = 1000;
@@ -27,6 +28,7 @@ beforeAll(async () => {
   const config = testConfig([broker.url], {
     redis: { url: SHARED_REDIS_URL, keyPrefix: prefix, timeoutMs: REDIS_TIMEOUT_MS },
     upstream: { healthIntervalMs: 1000, healthTimeoutMs: 2000, downAfter: 3 },
+    server: { admin: { token: ADMIN_TOKEN } },
     plans: { test: { ...TEST_PLAN, storageBytes: 1000 } },
   });
   edge = await startEdge(config);
@@ -44,6 +46,14 @@ afterAll(async () => {
 
 const push = (h: EdgeHarness) => call(h, 'POST', '/api/v1/push', { token: t, body: { items: [{ queue: 'sq', payload: 1 }] } });
 const pop = (h: EdgeHarness) => call(h, 'GET', '/api/v1/pop/queue/sq', { token: t });
+
+/**
+ * Waits until an instance's own snapshot holds `bytes` of storage for acme, as its admin API shows
+ * it: the signal that a change which should NOT alter the proxy's answer has arrived.
+ */
+async function storageSeen(h: EdgeHarness, bytes: number): Promise<void> {
+  await waitFor(async () => (await adminCall(h, 'GET', '/admin/v1/tenants/acme')).json?.storage?.usedBytes === bytes, 3000, `storage ${bytes} in the snapshot`);
+}
 
 /** Polls `req` until `done(reply)`; returns the ms it took (fails after 3 s). */
 async function msUntil(req: () => Promise<Reply>, done: (r: Reply) => boolean): Promise<number> {
@@ -76,14 +86,14 @@ describe('storage quota (recorded by the control plane)', () => {
 
     // Hysteresis: 95% still blocks, below 90% releases.
     await admin.setStorageUsed('acme', 950);
-    await new Promise((r) => setTimeout(r, 300));
+    await storageSeen(edge, 950);
     expect((await push(edge)).status).toBe(403);
     await admin.setStorageUsed('acme', 899);
     await msUntil(() => push(edge), (r) => r.status === 201);
     await msUntil(() => push(twin), (r) => r.status === 201);
     // The same 95% from an unblocked state does not block: only reaching 100% does.
     await admin.setStorageUsed('acme', 950);
-    await new Promise((r) => setTimeout(r, 300));
+    await storageSeen(edge, 950);
     expect((await push(edge)).status).toBe(201);
     expect(admin.storageBlocked('acme')).toBe(false);
   });
