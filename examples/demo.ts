@@ -13,7 +13,7 @@ import { parseArgs } from 'node:util';
 import { SignJWT } from 'jose';
 import { startApp } from '../src/app.js';
 import { loadConfigFile } from '../src/config/load.js';
-import { createLogger } from '../src/observability/log.js';
+import { processLogger } from '../src/observability/log.js';
 import { startDevBroker } from './dev-broker.js';
 
 const { values } = parseArgs({
@@ -56,7 +56,7 @@ const config = {
   tenants: { default: { ...base.tenants.default!, brokers: [broker.url], cors: { origins: [page.origin, page.origin.replace('127.0.0.1', 'localhost')] } } },
 };
 // Warnings and errors only, so the commands below stay readable.
-const app = await startApp(config, { log: createLogger('warn') });
+const app = await startApp(config, { log: processLogger({ level: 'warn', format: 'auto' }) });
 const edge = `https://localhost:${app.addresses.https!.port}`;
 const token = await new SignJWT({ roles: ['read-write'], tenant: 'default' })
   .setProtectedHeader({ alg: 'HS256' })

@@ -90,9 +90,9 @@ async function main(argv: string[]): Promise<number> {
     return EXIT_USAGE;
   }
   if (args.port !== null) config = { ...config, server: { ...config.server, https: { ...config.server.https, port: args.port } } };
-  const { createLogger } = await import('./observability/log.js');
+  const { processLogger } = await import('./observability/log.js');
   const { runInProcess, runPrimary, workerCount } = await serving();
-  const log = createLogger(config.log.level);
+  const log = processLogger(config.log);
   const workers = workerCount(config, availableParallelism());
   return workers === 1 ? runInProcess(config, { log }) : runPrimary(config, workers, { log });
 }

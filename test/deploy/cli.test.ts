@@ -11,7 +11,8 @@ const edges = edgeTracker();
 afterEach(() => edges.cleanup());
 const start = edges.start;
 
-describe('queen-edge command line', () => {
+// Every test starts the CLI under tsx, which takes seconds on a loaded machine.
+describe('queen-edge command line', { timeout: 60_000 }, () => {
   it('--help prints the usage and exits 0', async () => {
     const edge = await start({}, ['--help']);
     expect((await edge.exited).code).toBe(0);
@@ -44,16 +45,24 @@ describe('queen-edge command line', () => {
 
   it('npm start reads $QUEEN_EDGE_CONFIG', async () => {
     const edge = await start(onPortZero, await npmStartArgs(), { QUEEN_EDGE_CONFIG: '{config}' });
-    const listening = await edge.waitForLog((l) => l.msg === 'queen-edge listening');
+    const listening = await edge.waitForLog((l) => l.msg === 'queen-edge listening', 40_000);
     expect(listening.http).not.toBeNull();
   });
 
   it('npm start -- --config FILE --port N serves FILE on port N', async () => {
     const port = await freePort();
     const edge = await start(onPortZero, await npmStartArgs('--config', '{config}', '--port', String(port)));
-    const listening = (await edge.waitForLog((l) => l.msg === 'queen-edge listening')) as { http: unknown; https: { port: number } };
+    const listening = (await edge.waitForLog((l) => l.msg === 'queen-edge listening', 40_000)) as { http: unknown; https: { port: number } };
     expect(listening.http).not.toBeNull();
     expect(listening.https.port).toBe(port);
+  });
+
+  it('log.format pretty: lines a person reads (time, level, message), not JSON', async () => {
+    const edge = await start({ ...onPortZero, log: { level: 'info', format: 'pretty' } });
+    const line = await edge.waitForLog((l) => typeof l.msg === 'string' && l.msg.includes('queen-edge listening'), 40_000);
+    // Not parsed as JSON by the helper: the whole text is the message.
+    expect(Object.keys(line)).toEqual(['msg']);
+    expect(line.msg).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] INFO: queen-edge listening/);
   });
 
   it('a secret from the environment never reaches the start-up errors; the variable is named', async () => {

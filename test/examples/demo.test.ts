@@ -14,7 +14,8 @@ afterEach(async () => {
   for (const c of cleanup.splice(0).reverse()) await c();
 });
 
-describe('npm run demo', () => {
+// Starts the demo under tsx and runs curl and node: seconds each on a loaded machine.
+describe('npm run demo', { timeout: 60_000 }, () => {
   it('prints a token and curls that push, pop and ack through the edge, and the browser page link', async () => {
     const { scripts } = JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
     expect(scripts.demo).toBe('tsx examples/demo.ts');
