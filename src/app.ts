@@ -13,7 +13,7 @@ import { createListeners, type BoundAddresses } from './listen/servers.js';
 import { Meter } from './metering/meter.js';
 import type { UsageRecorder } from './metering/recorder.js';
 import { createUsageStore } from './metering/store.js';
-import { createLogger, type Logger } from './observability/log.js';
+import { processLogger, type Logger } from './observability/log.js';
 import { createMetrics } from './observability/metrics.js';
 import { compileRoutes } from './routes/match.js';
 import { createPipeline } from './pipeline.js';
@@ -48,7 +48,7 @@ export interface App {
 }
 
 export async function startApp(config: RawConfig, opts: AppOptions = {}): Promise<App> {
-  const log = opts.log ?? createLogger(config.log.level);
+  const log = opts.log ?? processLogger(config.log);
   const clock = opts.clock ?? Date.now;
   const tables = compileTables(config);
   // One Redis connection for the limiter and the tenant store; null = in-memory, one instance.

@@ -1,68 +1,98 @@
 #!/usr/bin/env node
 /**
- * Command line entry: `queen-edge [--config PATH]` (or QUEEN_EDGE_CONFIG) runs the gateway, in one
- * process or as a cluster (src/supervisor.ts); `queen-edge tenants|usage ...` calls the admin API
- * (src/admin/cli-commands.ts); `--help` prints the usage. The only place that exits the process.
+ * Command line entry: `queen-edge [--config PATH] [--port N]` runs the gateway, in one process or as
+ * a cluster (src/supervisor.ts); `queen-edge tenants|usage ...` calls the admin API
+ * (src/admin/cli-commands.ts); `--help` prints the usage, `--version` the version. The only place
+ * that exits the process.
  */
 import cluster from 'node:cluster';
+import { readFile } from 'node:fs/promises';
 import { availableParallelism } from 'node:os';
 import { resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { ADMIN_GROUPS, adminUsage } from './admin/cli-commands.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
 
 /** Exit code for a bad command line or an invalid configuration. */
 const EXIT_USAGE = 2;
 
-const USAGE = `usage: queen-edge [--config PATH]   run the gateway
-       queen-edge tenants ...       list, get, put, suspend, resume tenants (admin API)
-       queen-edge usage TENANT      a tenant's metered usage (admin API)
-       queen-edge --help            print this help
+const USAGE = `usage: queen-edge [--config PATH] [--port N]   run the gateway
+       queen-edge --help | --version
 
-  --config PATH   YAML configuration (default: $QUEEN_EDGE_CONFIG, else config/default.yaml)
+  -c, --config PATH  YAML configuration (default: $QUEEN_EDGE_CONFIG, else config/default.yaml)
+  -p, --port N       HTTPS port, overriding server.https.port (0 = any free port)
 
+Admin commands (against a running gateway's admin listener):
+${adminUsage().replace(/^usage:\n/, '')}
 Signals: SIGTERM or SIGINT drains (server.drainTimeoutMs), a second one exits at once.
 Exit codes: 0 drained cleanly, 1 failure or interrupted drain, 2 bad arguments or configuration.
 `;
 
-/** First words that select an admin command instead of the gateway. */
-const ADMIN_COMMANDS = new Set(['tenants', 'usage']);
+const OPTIONS = {
+  config: { type: 'string', short: 'c' },
+  port: { type: 'string', short: 'p' },
+  help: { type: 'boolean', short: 'h' },
+  version: { type: 'boolean', short: 'v' },
+} as const;
 
-/** The config path from `--config PATH`, `--config=PATH`, QUEEN_EDGE_CONFIG or the default; null when argv holds anything else. */
-function configPath(argv: readonly string[], env: NodeJS.ProcessEnv): string | null {
-  if (argv.length === 0) return resolve(env.QUEEN_EDGE_CONFIG ?? 'config/default.yaml');
-  if (argv.length === 2 && argv[0] === '--config' && argv[1]) return resolve(argv[1]);
-  if (argv.length === 1 && argv[0]!.startsWith('--config=') && argv[0]!.length > '--config='.length) return resolve(argv[0]!.slice('--config='.length));
-  return null;
+/** The gateway's command line: config path (flag, else QUEEN_EDGE_CONFIG, else the default) and port override. */
+function gatewayArgs(argv: string[], env: NodeJS.ProcessEnv): { help: boolean; version: boolean; configPath: string; port: number | null } {
+  const { values } = parseArgs({ args: argv, options: OPTIONS, strict: true, allowPositionals: false });
+  let port: number | null = null;
+  if (values.port !== undefined) {
+    port = /^\d{1,5}$/.test(values.port) ? Number(values.port) : NaN;
+    if (!(port >= 0 && port <= 65535)) throw new Error(`--port must be a port number (0-65535), not "${values.port}"`);
+  }
+  return {
+    help: values.help === true,
+    version: values.version === true,
+    configPath: resolve(values.config || env.QUEEN_EDGE_CONFIG || 'config/default.yaml'),
+    port,
+  };
 }
 
-async function main(argv: readonly string[]): Promise<number> {
+async function version(): Promise<string> {
+  // src/cli.ts and dist/cli.js both sit one level below package.json.
+  const pkg = JSON.parse(await readFile(new URL('../package.json', import.meta.url), 'utf8')) as { version: string };
+  return pkg.version;
+}
+
+async function main(argv: string[]): Promise<number> {
   // Loaded only to serve: --help and a bad config answer without importing the whole gateway.
   const serving = () => import('./supervisor.js');
   // Workers are forked with the primary's argv; their config arrives from the primary.
   if (cluster.isWorker) return (await serving()).runWorker();
-  if (argv[0] !== undefined && ADMIN_COMMANDS.has(argv[0])) {
+  if (argv[0] !== undefined && ADMIN_GROUPS.has(argv[0])) {
     const { runAdminCli } = await import('./admin/cli-commands.js');
-    return runAdminCli([...argv], { stdout: process.stdout, stderr: process.stderr, env: process.env });
+    return runAdminCli(argv, { stdout: process.stdout, stderr: process.stderr, env: process.env });
   }
-  if (argv.includes('--help') || argv.includes('-h')) {
+  let args;
+  try {
+    args = gatewayArgs(argv, process.env);
+  } catch (err) {
+    process.stderr.write(`queen-edge: ${(err as Error).message}\n\n${USAGE}`);
+    return EXIT_USAGE;
+  }
+  if (args.help) {
     process.stdout.write(USAGE);
     return 0;
   }
-  const path = configPath(argv, process.env);
-  if (path === null) {
-    process.stderr.write(`queen-edge: unexpected arguments: ${argv.join(' ')}\n\n${USAGE}`);
-    return EXIT_USAGE;
+  if (args.version) {
+    process.stdout.write(`queen-edge ${await version()}\n`);
+    return 0;
   }
   let config;
   try {
-    config = await loadConfigFile(path);
+    config = await loadConfigFile(args.configPath);
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
-    process.stderr.write(`queen-edge: ${path}: ${err.message}\n`);
+    process.stderr.write(`queen-edge: ${args.configPath}: ${err.message}\n`);
     return EXIT_USAGE;
   }
-  const { createLogger } = await import('./observability/log.js');
+  if (args.port !== null) config = { ...config, server: { ...config.server, https: { ...config.server.https, port: args.port } } };
+  const { processLogger } = await import('./observability/log.js');
   const { runInProcess, runPrimary, workerCount } = await serving();
-  const log = createLogger(config.log.level);
+  const log = processLogger(config.log);
   const workers = workerCount(config, availableParallelism());
   return workers === 1 ? runInProcess(config, { log }) : runPrimary(config, workers, { log });
 }

@@ -12,7 +12,7 @@ import { AggregatorRegistry, type PrometheusContentType } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
 import { startApp, type App } from './app.js';
 import { CertificateSet } from './listen/tls.js';
-import { createLogger, type Logger } from './observability/log.js';
+import { processLogger, type Logger } from './observability/log.js';
 
 /** Primary → worker. The `queen-edge:` prefix keeps them apart from prom-client's own cluster messages. */
 type ToWorker =
@@ -304,7 +304,7 @@ export async function runWorker(): Promise<number> {
   });
   process.send!({ type: 'queen-edge:hello' } satisfies ToPrimary);
   const config = await configured;
-  const log = createLogger(config.log.level).child({ worker: cluster.worker!.id });
+  const log = processLogger(config.log).child({ worker: cluster.worker!.id });
   const app = await startApp(config, { log, metricsText: () => metrics.ask() });
   // The primary's aggregate is collected from every worker's registry: point prom-client's worker side
   // at this app's registry, and construct an AggregatorRegistry, which is what subscribes a worker to the requests.

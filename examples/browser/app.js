@@ -260,3 +260,7 @@ $('run').addEventListener('click', run);
 $('stop').addEventListener('click', () => runAbort?.abort());
 $('hold').addEventListener('click', hold);
 $('release').addEventListener('click', release);
+
+// `#proxy=...&token=...` fills the connection fields (npm run demo prints such a link); a fragment never reaches a server.
+const prefill = new URLSearchParams(location.hash.slice(1));
+for (const id of ['proxy', 'token']) if (prefill.get(id)) $(id).value = prefill.get(id);

@@ -48,6 +48,8 @@ const ADMIN_ERRORS = {
   invalid_request: 400,
   unauthorized: 401,
   not_found: 404,
+  /** No server.admin.token: the API is off (404, as if absent; the code lets the CLI say how to turn it on). */
+  admin_disabled: 404,
   read_only: 409,
   conflict: 409,
   unavailable: 503,
@@ -309,7 +311,8 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
       res.end(text);
       return;
     }
-    if (expected === null || !(path === '/admin' || path.startsWith('/admin/'))) return sendError(res, new AdminError('not_found', 'not found'));
+    if (!(path === '/admin' || path.startsWith('/admin/'))) return sendError(res, new AdminError('not_found', 'not found'));
+    if (expected === null) return sendError(res, new AdminError('admin_disabled', 'the admin API is off: no server.admin.token configured'));
     if (!authorized(req)) {
       res.setHeader('www-authenticate', 'Bearer');
       return sendError(res, new AdminError('unauthorized', 'missing or invalid admin token'));

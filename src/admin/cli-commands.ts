@@ -1,9 +1,11 @@
 /**
- * `queen-edge tenants ...` and `queen-edge usage ...` (issue 5 §3): admin API calls over HTTP,
- * a table for people and `--json` for scripts. Exit codes: 0 done, 1 the call failed (refused,
- * unreachable), 2 the command line was wrong.
+ * `queen-edge tenants ...` and `queen-edge usage ...`: admin API calls over HTTP, a table for
+ * people and `--json` for scripts. Each command is one row of COMMANDS (its words, arguments,
+ * options and action), from which the parser and the help are derived: a new command is a new row.
+ * Exit codes: 0 done (or help shown), 1 the call failed (refused, unreachable), 2 the command line was wrong.
  */
 import { readFile } from 'node:fs/promises';
+import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { request } from 'undici';
 
 /** Where the commands read their streams and environment. */
@@ -13,48 +15,36 @@ export interface CliIo {
   env: NodeJS.ProcessEnv;
 }
 
-const USAGE = `usage:
-  queen-edge tenants list
-  queen-edge tenants get ID
-  queen-edge tenants put ID --file FILE.json
-  queen-edge tenants suspend ID
-  queen-edge tenants resume ID
-  queen-edge usage TENANT [--month YYYY-MM]
-  queen-edge maintenance TENANT [on|off] [--pop] [--broker URL]
-options: --url URL (default $QUEEN_EDGE_ADMIN_URL or http://127.0.0.1:9090)
-         --token TOKEN (default $QUEEN_EDGE_ADMIN_TOKEN)  --json
-`;
+type Json = any;
+type Options = NonNullable<ParseArgsConfig['options']>;
 
-class UsageError extends Error {}
-
-interface Parsed {
-  positional: string[];
-  flags: Map<string, string | true>;
+/** What a command's action receives. */
+export interface CommandContext {
+  /** Positional arguments after the command's words, URL-encoded for use in a path. */
+  args: string[];
+  values: Readonly<Record<string, unknown>>;
+  api(method: 'GET' | 'PUT' | 'POST' | 'DELETE', path: string, body?: string): Promise<Json>;
 }
 
-const VALUE_FLAGS = new Set(['url', 'token', 'file', 'month', 'broker']);
-const BOOL_FLAGS = new Set(['json', 'pop']);
-
-function parseArgs(argv: readonly string[]): Parsed {
-  const positional: string[] = [];
-  const flags = new Map<string, string | true>();
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (!arg.startsWith('--')) {
-      positional.push(arg);
-      continue;
-    }
-    const eq = arg.indexOf('=');
-    const name = arg.slice(2, eq === -1 ? undefined : eq);
-    if (BOOL_FLAGS.has(name) && eq === -1) flags.set(name, true);
-    else if (VALUE_FLAGS.has(name)) {
-      const value = eq !== -1 ? arg.slice(eq + 1) : argv[++i];
-      if (value === undefined || value === '') throw new UsageError(`--${name} needs a value`);
-      flags.set(name, value);
-    } else throw new UsageError(`unknown option ${arg}`);
-  }
-  return { positional, flags };
+/** One admin command. */
+export interface AdminCommand {
+  /** The words that select it: `['tenants', 'get']`. */
+  words: readonly string[];
+  /** Names of its required positional arguments, in order (shown in the help). */
+  args: readonly string[];
+  /** Names of optional positional arguments after the required ones (shown in brackets). */
+  optional?: readonly string[];
+  /** Its own options, beyond the shared --url, --token, --json and --help. */
+  options?: Options;
+  /** Options as shown in the help, e.g. `--file FILE.json`. */
+  optionsHelp?: string;
+  summary: string;
+  /** The API's answer and how to show it to a person. */
+  run(ctx: CommandContext): Promise<{ doc: Json; human(): string }>;
 }
+
+/** A wrong command line: exit 2 with the usage. */
+export class UsageError extends Error {}
 
 /** A table with left-aligned columns. */
 function table(headers: readonly string[], rows: ReadonlyArray<readonly string[]>): string {
@@ -72,113 +62,194 @@ function monthRange(month: string): [string, string] {
   return [new Date(Date.UTC(y, mo, 1)).toISOString(), new Date(Date.UTC(y, mo + 1, 1)).toISOString()];
 }
 
-type Json = any;
+const usageRow = (label: string, c: Json): string[] => [
+  label,
+  String(c.requests),
+  String(c.messagesPushed),
+  String(c.messagesDelivered),
+  String(c.acks),
+  String(c.ingressBytes),
+  String(c.egressBytes),
+  Object.entries(c.refusals).map(([k, v]) => `${k}=${v}`).join(',') || '-',
+];
+
+export const COMMANDS: readonly AdminCommand[] = [
+  {
+    words: ['tenants', 'list'],
+    args: [],
+    summary: 'every tenant',
+    async run({ api }) {
+      const doc = await api('GET', '/admin/v1/tenants');
+      return { doc, human: () => table(['ID', 'STATUS', 'PLAN', 'HOSTS', 'BROKERS'], doc.tenants.map((t: Json) => [t.id, t.status, t.plan, t.hosts.join(',') || '-', String(t.brokers.length)])) };
+    },
+  },
+  {
+    words: ['tenants', 'get'],
+    args: ['ID'],
+    summary: "one tenant's record",
+    async run({ api, args: [id] }) {
+      const doc = await api('GET', `/admin/v1/tenants/${id}`);
+      return {
+        doc,
+        human: () =>
+          table(['FIELD', 'VALUE'], [
+            ['id', doc.id],
+            ['status', doc.status],
+            ['plan', doc.plan],
+            ['hosts', doc.hosts.join(', ') || '-'],
+            ['brokers', doc.brokers.join(', ')],
+            ['cors origins', doc.cors.origins.join(', ') || '-'],
+            ['limit overrides', Object.keys(doc.limits).length ? JSON.stringify(doc.limits) : '-'],
+            ['storage used', doc.storage.usedBytes === null ? 'unknown' : `${doc.storage.usedBytes} bytes${doc.storage.blocked ? ' (blocked)' : ''}`],
+          ]),
+      };
+    },
+  },
+  {
+    words: ['tenants', 'put'],
+    args: ['ID'],
+    options: { file: { type: 'string' } },
+    optionsHelp: '--file FILE.json',
+    summary: 'create or replace a tenant',
+    async run({ api, args: [id], values }) {
+      if (typeof values.file !== 'string') throw new UsageError('tenants put needs --file FILE.json');
+      const doc = await api('PUT', `/admin/v1/tenants/${id}`, await readFile(values.file, 'utf8'));
+      return { doc, human: () => `tenant ${doc.id} saved (${doc.status}, plan ${doc.plan})\n` };
+    },
+  },
+  ...(['suspend', 'resume'] as const).map(
+    (verb): AdminCommand => ({
+      words: ['tenants', verb],
+      args: ['ID'],
+      summary: verb === 'suspend' ? 'refuse the tenant\'s traffic (403)' : 'serve a suspended tenant again',
+      async run({ api, args: [id] }) {
+        const doc = await api('POST', `/admin/v1/tenants/${id}/${verb}`);
+        return { doc, human: () => `tenant ${doc.id} ${doc.status}\n` };
+      },
+    }),
+  ),
+  {
+    words: ['usage'],
+    args: ['TENANT'],
+    options: { month: { type: 'string' } },
+    optionsHelp: '[--month YYYY-MM]',
+    summary: "a tenant's metered usage by day",
+    async run({ api, args: [tenant], values }) {
+      const range = typeof values.month === 'string' ? monthRange(values.month) : null;
+      const q = new URLSearchParams({ granularity: 'day', ...(range ? { from: range[0], to: range[1] } : {}) });
+      const doc = await api('GET', `/admin/v1/tenants/${tenant}/usage?${q}`);
+      return {
+        doc,
+        human: () => table(['DAY', 'REQUESTS', 'PUSHED', 'DELIVERED', 'ACKS', 'INGRESS_B', 'EGRESS_B', 'REFUSALS'], [...doc.buckets.map((b: Json) => usageRow(b.start.slice(0, 10), b)), usageRow('total', doc.total)]),
+      };
+    },
+  },
+  {
+    words: ['maintenance'],
+    args: ['TENANT'],
+    optional: ['on|off'],
+    options: { pop: { type: 'boolean' }, broker: { type: 'string' } },
+    optionsHelp: '[--pop] [--broker URL]',
+    summary: "read or switch the maintenance (or, with --pop, pop maintenance) of a tenant's brokers",
+    async run({ api, args: [tenant, to], values }) {
+      if (to !== undefined && to !== 'on' && to !== 'off') throw new UsageError('maintenance: expected on or off');
+      const broker = typeof values.broker === 'string' ? values.broker : undefined;
+      const doc =
+        to === undefined
+          ? await api('GET', `/admin/v1/tenants/${tenant}/maintenance${broker ? `?broker=${encodeURIComponent(broker)}` : ''}`)
+          : await api('PUT', `/admin/v1/tenants/${tenant}/maintenance`, JSON.stringify({ mode: values.pop === true ? 'pop' : 'push', enabled: to === 'on', ...(broker ? { broker } : {}) }));
+      const mode = (on: boolean) => (on ? 'on' : 'off');
+      return { doc, human: () => table(['BROKER', 'MAINTENANCE', 'POP_MAINTENANCE'], doc.brokers.map((b: Json) => [b.url, mode(b.maintenance), mode(b.popMaintenance)])) };
+    },
+  },
+];
+
+/** Options every command takes. */
+const SHARED: Options = { url: { type: 'string' }, token: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } };
+
+/** First words of the admin commands (what makes `queen-edge WORD ...` an admin call). */
+export const ADMIN_GROUPS: ReadonlySet<string> = new Set(COMMANDS.map((c) => c.words[0]!));
+
+/** The help for the commands whose words start with `group` (all when empty). */
+export function adminUsage(group?: string): string {
+  const shown = COMMANDS.filter((c) => group === undefined || c.words[0] === group);
+  const lines = shown.map((c) => [`queen-edge ${[...c.words, ...c.args, ...(c.optional ?? []).map((a) => `[${a}]`), ...(c.optionsHelp ? [c.optionsHelp] : [])].join(' ')}`, c.summary] as const);
+  const width = Math.max(...lines.map(([l]) => l.length));
+  return `usage:\n${lines.map(([l, s]) => `  ${l.padEnd(width)}  ${s}`).join('\n')}
+options: --url URL      admin listener (default $QUEEN_EDGE_ADMIN_URL or http://127.0.0.1:9090)
+         --token TOKEN  server.admin.token (default $QUEEN_EDGE_ADMIN_TOKEN)
+         --json         the API's JSON instead of a table
+`;
+}
+
+/** Parses with strict checks, turning node's errors into usage errors. */
+function parse(argv: string[], options: Options, strict: boolean): ReturnType<typeof parseArgs<{ options: Options; allowPositionals: true }>> {
+  try {
+    return parseArgs({ args: argv, options, strict, allowPositionals: true });
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+}
+
+/** The command named by the leading positionals (longest match first). */
+function findCommand(positionals: readonly string[]): AdminCommand | undefined {
+  return [...COMMANDS].sort((a, b) => b.words.length - a.words.length).find((c) => c.words.every((w, i) => positionals[i] === w));
+}
+
+/** The call's failure as a person should read it. */
+function callError(status: number, doc: Json, text: string, base: string): Error {
+  if (doc?.code === 'admin_disabled') {
+    return new Error(
+      `the admin API at ${base} is off: set server.admin.token in the configuration (config/default.yaml reads $QUEEN_EDGE_ADMIN_TOKEN), restart the proxy, and pass the same token with --token or $QUEEN_EDGE_ADMIN_TOKEN`,
+    );
+  }
+  const problems = Array.isArray(doc?.problems) ? doc.problems.map((p: string) => `\n  ${p}`).join('') : '';
+  return new Error(`${status} ${doc?.code ?? ''}: ${doc?.error ?? text}${problems}`);
+}
 
 /** Runs one admin command; resolves to the process exit code. */
 export async function runAdminCli(argv: string[], io: CliIo): Promise<number> {
-  const out = (s: string) => io.stdout.write(s);
-  let args: Parsed;
+  const allOptions: Options = Object.assign({}, SHARED, ...COMMANDS.map((c) => c.options ?? {}));
+  let group: string | undefined;
   try {
-    args = parseArgs(argv);
-  } catch (err) {
-    io.stderr.write(`queen-edge: ${(err as Error).message}\n${USAGE}`);
-    return 2;
-  }
-  const base = String(args.flags.get('url') ?? io.env.QUEEN_EDGE_ADMIN_URL ?? 'http://127.0.0.1:9090').replace(/\/+$/, '');
-  const tokenFlag = args.flags.get('token');
-  const token = typeof tokenFlag === 'string' ? tokenFlag : io.env.QUEEN_EDGE_ADMIN_TOKEN;
-  const asJson = args.flags.get('json') === true;
+    // A lenient pass first, knowing every option, only to find which command the words name.
+    const { positionals, values: loose } = parse(argv, allOptions, false);
+    group = ADMIN_GROUPS.has(positionals[0] ?? '') ? positionals[0] : undefined;
+    const command = findCommand(positionals);
+    if (loose.help === true || (command === undefined && group !== undefined && positionals.length === 1)) {
+      io.stdout.write(adminUsage(group));
+      return 0;
+    }
+    if (command === undefined) throw new UsageError(positionals.length ? `unknown command: ${positionals.join(' ')}` : 'missing command');
+    const { positionals: all, values } = parse(argv, { ...SHARED, ...command.options }, true);
+    const args = all.slice(command.words.length);
+    if (args.length < command.args.length) throw new UsageError(`missing ${command.args[args.length]}`);
+    const most = command.args.length + (command.optional?.length ?? 0);
+    if (args.length > most) throw new UsageError(`unexpected argument: ${args[most]}`);
 
-  const api = async (method: 'GET' | 'PUT' | 'POST', path: string, body?: string): Promise<Json> => {
-    const headers: Record<string, string> = {};
-    if (token) headers.authorization = `Bearer ${token}`;
-    if (body !== undefined) headers['content-type'] = 'application/json';
-    const res = await request(`${base}${path}`, { method, headers, body });
-    const text = await res.body.text();
-    let doc: Json;
-    try {
-      doc = text === '' ? null : JSON.parse(text);
-    } catch {
-      doc = null;
-    }
-    if (res.statusCode >= 300) {
-      const problems = Array.isArray(doc?.problems) ? doc.problems.map((p: string) => `\n  ${p}`).join('') : '';
-      throw new Error(`${res.statusCode} ${doc?.code ?? ''}: ${doc?.error ?? text}${problems}`);
-    }
-    return doc;
-  };
-  const id = (i: number, what: string): string => {
-    const v = args.positional[i];
-    if (!v) throw new UsageError(`missing ${what}`);
-    return encodeURIComponent(v);
-  };
-
-  try {
-    const [command, sub] = args.positional;
-    let doc: Json;
-    let human: () => string;
-    if (command === 'tenants' && sub === 'list') {
-      doc = await api('GET', '/admin/v1/tenants');
-      human = () => table(['ID', 'STATUS', 'PLAN', 'HOSTS', 'BROKERS'], doc.tenants.map((t: Json) => [t.id, t.status, t.plan, t.hosts.join(',') || '-', String(t.brokers.length)]));
-    } else if (command === 'tenants' && sub === 'get') {
-      doc = await api('GET', `/admin/v1/tenants/${id(2, 'tenant id')}`);
-      human = () =>
-        table(['FIELD', 'VALUE'], [
-          ['id', doc.id],
-          ['status', doc.status],
-          ['plan', doc.plan],
-          ['hosts', doc.hosts.join(', ') || '-'],
-          ['brokers', doc.brokers.join(', ')],
-          ['cors origins', doc.cors.origins.join(', ') || '-'],
-          ['limit overrides', Object.keys(doc.limits).length ? JSON.stringify(doc.limits) : '-'],
-          ['storage used', doc.storage.usedBytes === null ? 'unknown' : `${doc.storage.usedBytes} bytes${doc.storage.blocked ? ' (blocked)' : ''}`],
-        ]);
-    } else if (command === 'tenants' && sub === 'put') {
-      const tenant = id(2, 'tenant id');
-      const file = args.flags.get('file');
-      if (typeof file !== 'string') throw new UsageError('tenants put needs --file FILE.json');
-      doc = await api('PUT', `/admin/v1/tenants/${tenant}`, await readFile(file, 'utf8'));
-      human = () => `tenant ${doc.id} saved (${doc.status}, plan ${doc.plan})\n`;
-    } else if (command === 'tenants' && (sub === 'suspend' || sub === 'resume')) {
-      doc = await api('POST', `/admin/v1/tenants/${id(2, 'tenant id')}/${sub}`);
-      human = () => `tenant ${doc.id} ${doc.status}\n`;
-    } else if (command === 'usage') {
-      const tenant = id(1, 'tenant id');
-      const month = args.flags.get('month');
-      const range = typeof month === 'string' ? monthRange(month) : null;
-      const q = new URLSearchParams({ granularity: 'day', ...(range ? { from: range[0], to: range[1] } : {}) });
-      doc = await api('GET', `/admin/v1/tenants/${tenant}/usage?${q}`);
-      const row = (label: string, c: Json) => [
-        label,
-        String(c.requests),
-        String(c.messagesPushed),
-        String(c.messagesDelivered),
-        String(c.acks),
-        String(c.ingressBytes),
-        String(c.egressBytes),
-        Object.entries(c.refusals).map(([k, v]) => `${k}=${v}`).join(',') || '-',
-      ];
-      human = () =>
-        table(['DAY', 'REQUESTS', 'PUSHED', 'DELIVERED', 'ACKS', 'INGRESS_B', 'EGRESS_B', 'REFUSALS'], [...doc.buckets.map((b: Json) => row(b.start.slice(0, 10), b)), row('total', doc.total)]);
-    } else if (command === 'maintenance') {
-      // Reads the tenant's brokers (or --broker); `on`/`off` switches maintenance, or pop maintenance with --pop.
-      const tenant = id(1, 'tenant id');
-      const broker = args.flags.get('broker');
-      const to = args.positional[2];
-      if (to !== undefined && to !== 'on' && to !== 'off') throw new UsageError('maintenance: expected on or off');
-      doc = to === undefined
-        ? await api('GET', `/admin/v1/tenants/${tenant}/maintenance${typeof broker === 'string' ? `?broker=${encodeURIComponent(broker)}` : ''}`)
-        : await api('PUT', `/admin/v1/tenants/${tenant}/maintenance`, JSON.stringify({ mode: args.flags.has('pop') ? 'pop' : 'push', enabled: to === 'on', ...(typeof broker === 'string' ? { broker } : {}) }));
-      const mode = (on: boolean) => (on ? 'on' : 'off');
-      human = () => table(['BROKER', 'MAINTENANCE', 'POP_MAINTENANCE'], doc.brokers.map((b: Json) => [b.url, mode(b.maintenance), mode(b.popMaintenance)]));
-    } else {
-      throw new UsageError(command ? `unknown command: ${args.positional.join(' ')}` : 'missing command');
-    }
-    out(asJson ? `${JSON.stringify(doc, null, 2)}\n` : human());
+    const base = String(values.url ?? io.env.QUEEN_EDGE_ADMIN_URL ?? 'http://127.0.0.1:9090').replace(/\/+$/, '');
+    const token = typeof values.token === 'string' ? values.token : io.env.QUEEN_EDGE_ADMIN_TOKEN;
+    const api: CommandContext['api'] = async (method, path, body) => {
+      const headers: Record<string, string> = {};
+      if (token) headers.authorization = `Bearer ${token}`;
+      if (body !== undefined) headers['content-type'] = 'application/json';
+      const res = await request(`${base}${path}`, { method, headers, body });
+      const text = await res.body.text();
+      let doc: Json;
+      try {
+        doc = text === '' ? null : JSON.parse(text);
+      } catch {
+        doc = null;
+      }
+      if (res.statusCode >= 300) throw callError(res.statusCode, doc, text, base);
+      return doc;
+    };
+    const { doc, human } = await command.run({ args: args.map(encodeURIComponent), values, api });
+    io.stdout.write(values.json === true ? `${JSON.stringify(doc, null, 2)}\n` : human());
     return 0;
   } catch (err) {
     if (err instanceof UsageError) {
-      io.stderr.write(`queen-edge: ${err.message}\n${USAGE}`);
+      io.stderr.write(`queen-edge: ${err.message}\n${adminUsage(group)}`);
       return 2;
     }
     io.stderr.write(`queen-edge: ${(err as Error).message}\n`);

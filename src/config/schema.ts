@@ -128,6 +128,8 @@ export const configSchema = z.strictObject({
   /** added: logging. */
   log: z.strictObject({
     level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    /** added: `pretty` for people, `json` for log collectors, `auto` = pretty on a terminal. */
+    format: z.enum(['auto', 'json', 'pretty']).default('auto'),
     accessLog: z.boolean().default(true),
   }).prefault({}),
   redis: z.strictObject({

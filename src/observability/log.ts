@@ -1,7 +1,11 @@
-/** The process logger: pino to stdout, with credentials redacted. */
+/** The process logger: pino to stdout, JSON for machines or pretty for a person, with credentials redacted. */
+import { createRequire } from 'node:module';
 import { pino, type Logger } from 'pino';
 
 export type { Logger };
+
+/** `log.format`: `auto` is pretty when stdout is a terminal, JSON otherwise. */
+export type LogFormat = 'auto' | 'json' | 'pretty';
 
 /** Paths that must never reach a log line. */
 const REDACT = [
@@ -14,6 +18,34 @@ const REDACT = [
 
 export function createLogger(level: string, destination?: NodeJS.WritableStream): Logger {
   return pino({ level, redact: { paths: REDACT, censor: '[redacted]' }, base: { pid: process.pid } }, destination ?? pino.destination({ sync: false }));
+}
+
+/** What `format` means for an output that is (or is not) a terminal. */
+export function resolveLogFormat(format: LogFormat, isTty: boolean): 'json' | 'pretty' {
+  return format === 'auto' ? (isTty ? 'pretty' : 'json') : format;
+}
+
+type PrettyFactory = (opts: Record<string, unknown>) => NodeJS.WritableStream;
+
+/** pino-pretty when installed (an optional dependency: a production install may leave it out). */
+function loadPretty(): PrettyFactory | null {
+  try {
+    return createRequire(import.meta.url)('pino-pretty') as PrettyFactory;
+  } catch {
+    return null;
+  }
+}
+
+/** The process's logger as the `log:` section asks, on stdout. */
+export function processLogger(cfg: { level: string; format: LogFormat }, isTty = process.stdout.isTTY === true): Logger {
+  if (resolveLogFormat(cfg.format, isTty) === 'json') return createLogger(cfg.level);
+  const pretty = loadPretty();
+  if (pretty === null) {
+    const log = createLogger(cfg.level);
+    log.warn('log.format pretty needs the optional package pino-pretty, which is not installed: logging JSON');
+    return log;
+  }
+  return createLogger(cfg.level, pretty({ colorize: isTty, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname', singleLine: false }));
 }
 
 /** A logger that writes nothing (tests and tools). */

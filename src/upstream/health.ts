@@ -9,8 +9,8 @@ import type { Logger } from '../observability/log.js';
 /** How a proxied request failed; the pipeline maps transport errors to one of these. */
 export type FailureKind = 'connect' | 'reset' | 'status5xx' | 'timeout';
 
-/** Probes one broker: resolves true when it is fit for traffic, false otherwise; never rejects. */
-export type Probe = (url: string, timeoutMs: number) => Promise<boolean>;
+/** Probes one broker: resolves true when it is fit for traffic, otherwise false or why not (for the log line); never rejects. */
+export type Probe = (url: string, timeoutMs: number) => Promise<boolean | string>;
 
 /** A change of a broker's health, as logged and as given to listeners. */
 export interface HealthChange {
@@ -90,13 +90,23 @@ export function createHttpProbe(timeoutMs: number): HttpProbe {
     try {
       const res = await request(`${url}/health`, { dispatcher: agent, reset: true, signal: AbortSignal.timeout(timeout) });
       await res.body.dump();
-      return res.statusCode >= 200 && res.statusCode < 300;
-    } catch {
-      return false;
+      return (res.statusCode >= 200 && res.statusCode < 300) || `${res.statusCode} on GET /health`;
+    } catch (err) {
+      return probeFailure(err, timeout);
     }
   };
   // destroy, not close: a probe still running is moot once the checker stops.
   return { probe, close: () => agent.destroy() };
+}
+
+/** Why a probe's request failed, in words an operator reads in the `broker down` line. */
+function probeFailure(err: unknown, timeoutMs: number): string {
+  const e = err as { name?: string; code?: string; cause?: { code?: string }; message?: string };
+  const code = e.code ?? e.cause?.code;
+  if (code === 'ECONNREFUSED') return 'connection refused';
+  if (e.name === 'TimeoutError' || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') return `timeout (${timeoutMs} ms)`;
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return 'host not found';
+  return code ?? e.message ?? String(err);
 }
 
 /** Creates the health checker; call start() to begin the active checks. */
@@ -186,17 +196,17 @@ class ActiveAndPassiveHealth implements HealthChecker {
 
   async #check(url: string, b: BrokerHealth): Promise<void> {
     b.probing = true;
-    let ok = false;
+    let verdict: boolean | string;
     try {
-      ok = await this.#probe(url, this.#opts.timeoutMs);
+      verdict = await this.#probe(url, this.#opts.timeoutMs);
     } catch {
-      ok = false;
+      verdict = false;
     }
     b.probing = false;
     // The broker may have been untracked (or the checker closed) while the probe ran.
     if (this.#closed || this.#brokers.get(url) !== b) return;
-    if (!ok) {
-      this.#failed(url, b, 'health check failed');
+    if (verdict !== true) {
+      this.#failed(url, b, typeof verdict === 'string' ? `health check failed: ${verdict}` : 'health check failed');
       return;
     }
     b.failures = 0;

@@ -51,7 +51,7 @@ describe('admin API authentication', () => {
     const off = await startEdge(config(null));
     try {
       expect((await admin(off, 'GET', '/admin/v1/tenants')).status).toBe(404);
-      expect((await admin(off, 'GET', '/admin/v1/tenants', { token: null })).json.code).toBe('not_found');
+      expect((await admin(off, 'GET', '/admin/v1/tenants', { token: null })).json.code).toBe('admin_disabled');
       expect((await admin(off, 'GET', '/livez', { token: null })).status).toBe(200);
       expect((await admin(off, 'GET', '/readyz', { token: null })).status).toBe(200);
       expect((await admin(off, 'GET', '/metrics', { token: null })).status).toBe(200);

@@ -84,10 +84,35 @@ describe('queen-edge tenants / usage', () => {
     expect(refused.err).toContain('401 unauthorized');
     expect((await cli('tenants', 'get', 'nope')).code).toBe(1);
     expect((await cli('tenants', 'list', '--url', 'http://127.0.0.1:1')).code).toBe(1);
-    for (const argv of [['tenants'], ['tenants', 'get'], ['usage', 'acme', '--month', '2026-13'], ['tenants', 'list', '--colour'], ['frobnicate'], []]) {
+    for (const argv of [['tenants', 'get'], ['tenants', 'get', 'a', 'b'], ['usage', 'acme', '--month', '2026-13'], ['tenants', 'list', '--colour'], ['tenants', 'list', '--file', 'x'], ['frobnicate'], []]) {
       const r = await cli(...argv);
       expect(r.code, argv.join(' ')).toBe(2);
       expect(r.err).toContain('usage:');
+    }
+  });
+
+  it('a group alone or --help prints its commands on stdout, exit 0', async () => {
+    for (const argv of [['tenants'], ['tenants', '--help'], ['tenants', 'put', '--help'], ['usage', '--help'], ['usage', '-h']]) {
+      const r = await cli(...argv);
+      expect(r, argv.join(' ')).toMatchObject({ code: 0, err: '' });
+      expect(r.out).toMatch(new RegExp(`^usage:\\n  queen-edge ${argv[0]} `));
+    }
+    expect((await cli('tenants')).out).toContain('queen-edge tenants put ID --file FILE.json');
+    expect((await cli('usage', '--help')).out).not.toContain('tenants');
+  });
+
+  it('against a proxy without an admin token: says the admin API is off and how to turn it on', async () => {
+    const off = await startEdge(testConfig([broker.url], { server: { admin: { token: null } } }));
+    try {
+      const stdout = new PassThrough();
+      const stderr = new PassThrough();
+      let err = '';
+      stderr.on('data', (c: Buffer) => (err += c.toString()));
+      const code = await runAdminCli(['tenants', 'list'], { stdout, stderr, env: { QUEEN_EDGE_ADMIN_URL: off.adminUrl } });
+      expect(code).toBe(1);
+      expect(err).toContain(`the admin API at ${off.adminUrl} is off: set server.admin.token`);
+    } finally {
+      await off.close();
     }
   });
 });

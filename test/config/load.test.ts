@@ -31,11 +31,48 @@ describe('configuration', () => {
     expect(compileTables(cfg).tenants[0]!.hosts).toEqual(['localhost', '127.0.0.1']);
   });
 
-  it('substitutes ${VAR} and ${VAR:-default}, keeping types for whole-value variables', () => {
+  it('substitutes ${VAR} and ${VAR:-default} as strings; an empty whole-value variable is null', () => {
     const problems: string[] = [];
     const out = substituteEnv({ a: '${P:-8443}', b: 'redis://${H}:6379', c: '${EMPTY:-}', d: ['${B:-true}'] }, { H: 'r1' }, problems);
-    expect(out).toEqual({ a: 8443, b: 'redis://r1:6379', c: null, d: [true] });
+    expect(out).toEqual({ a: '8443', b: 'redis://r1:6379', c: null, d: ['true'] });
     expect(problems).toEqual([]);
+  });
+
+  it('types a whole-value variable only where the schema wants a number or boolean', () => {
+    const cfg = parseConfig(
+      { ...minimal, server: { https: { port: '${P}' }, trustProxy: '${TP}', admin: { token: '${TOKEN}' } }, log: { accessLog: '${AL:-false}' }, auth: { secret: '${S}' } },
+      { P: '9443', TP: 'true', TOKEN: '12345', S: '0042' },
+    );
+    expect(cfg.server.https.port).toBe(9443);
+    expect(cfg.server.trustProxy).toBe(true);
+    expect(cfg.log.accessLog).toBe(false);
+    expect(cfg.server.admin.token).toBe('12345');
+    expect(cfg.auth.secret).toBe('0042');
+  });
+
+  it.each(['my-secret #part', '*starts-with-star', '@at-sign', '!tagged value', '0123456789', 'true', 'null', '[1, 2]', '{a: b}', "'quoted'", 'a: b'])(
+    'keeps the secret %j exactly as the environment gave it',
+    async (secret) => {
+      const dir = await mkdtemp(join(tmpdir(), 'qe-cfg-'));
+      const file = join(dir, 'c.yaml');
+      await writeFile(file, 'server:\n  admin: { token: "${ADMIN}" }\nauth:\n  secret: ${JWT_SECRET}\nredis:\n  url: "${REDIS_URL}"\nplans: {}\ntenants: {}\n');
+      const cfg = await loadConfigFile(file, { JWT_SECRET: secret, ADMIN: secret, REDIS_URL: secret });
+      expect(cfg.auth.secret).toBe(secret);
+      expect(cfg.server.admin.token).toBe(secret);
+      expect(cfg.redis.url).toBe(secret);
+    },
+  );
+
+  it('names the variable a bad value came from and never prints the value', () => {
+    const secret = '*hunter2-very-secret';
+    const typed = problemsOf(() => parseConfig({ ...minimal, server: { https: { port: '${EDGE_PORT}' } }, auth: { clockToleranceSec: '${SKEW}' } }, { EDGE_PORT: secret, SKEW: 'abc' }));
+    // Checked once the types are right: the cross-field rules.
+    const refined = problemsOf(() => parseConfig({ ...minimal, auth: { defaultTenant: '${DT}' } }, { DT: secret }));
+    const text = [...typed, ...refined].join('\n');
+    expect(text).toContain('server.https.port (from ${EDGE_PORT}):');
+    expect(text).toContain('auth.clockToleranceSec (from ${SKEW}):');
+    expect(text).toContain('auth.defaultTenant (from ${DT}): unknown tenant "***"');
+    expect(text).not.toContain('hunter2');
   });
 
   it('reports a variable with no value and no default by path', () => {

@@ -1,12 +1,18 @@
 /** The CLI as a process: usage, dispatch to the admin commands, exit 2 with every config problem. */
 import { afterEach, describe, expect, it } from 'vitest';
+import { readFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { testConfig } from '../helpers/edge.js';
 import { edgeTracker, freePort, type EdgeProcess } from './edge-process.js';
+
+const ROOT = resolve(import.meta.dirname, '../..');
 
 const edges = edgeTracker();
 afterEach(() => edges.cleanup());
 const start = edges.start;
 
-describe('queen-edge command line', () => {
+// Every test starts the CLI under tsx, which takes seconds on a loaded machine.
+describe('queen-edge command line', { timeout: 60_000 }, () => {
   it('--help prints the usage and exits 0', async () => {
     const edge = await start({}, ['--help']);
     expect((await edge.exited).code).toBe(0);
@@ -16,7 +22,61 @@ describe('queen-edge command line', () => {
   it('unknown arguments: usage on stderr, exit 2', async () => {
     const edge = await start({}, ['--bogus']);
     expect((await edge.exited).code).toBe(2);
-    expect(edge.stderr()).toContain('unexpected arguments: --bogus');
+    expect(edge.stderr()).toContain("Unknown option '--bogus'");
+    expect(edge.stderr()).toContain('usage: queen-edge');
+  });
+
+  it('--version prints the package version', async () => {
+    const { version } = JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8')) as { version: string };
+    const edge = await start({}, ['--version']);
+    expect((await edge.exited).code).toBe(0);
+    expect(edge.lines.map((l) => l.msg)).toEqual([`queen-edge ${version}`]);
+  });
+
+  /** The arguments `npm start -- ...extra` gives the CLI: the script's own after `node dist/cli.js`, then the extra ones. */
+  async function npmStartArgs(...extra: string[]): Promise<string[]> {
+    const { scripts } = JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+    const words = scripts.start!.split(/\s+/);
+    expect(words.slice(0, 2)).toEqual(['node', 'dist/cli.js']);
+    return [...words.slice(2), ...extra];
+  }
+  // The file's own plaintext listener (config/default.yaml has none) shows which config the process read.
+  const onPortZero = { ...testConfig(['http://127.0.0.1:1'], { server: { https: { port: 0 }, http: { port: 0 }, admin: { port: 0 } } }), log: { level: 'info' } };
+
+  it('npm start reads $QUEEN_EDGE_CONFIG', async () => {
+    const edge = await start(onPortZero, await npmStartArgs(), { QUEEN_EDGE_CONFIG: '{config}' });
+    const listening = await edge.waitForLog((l) => l.msg === 'queen-edge listening', 40_000);
+    expect(listening.http).not.toBeNull();
+  });
+
+  it('npm start -- --config FILE --port N serves FILE on port N', async () => {
+    const port = await freePort();
+    const edge = await start(onPortZero, await npmStartArgs('--config', '{config}', '--port', String(port)));
+    const listening = (await edge.waitForLog((l) => l.msg === 'queen-edge listening', 40_000)) as { http: unknown; https: { port: number } };
+    expect(listening.http).not.toBeNull();
+    expect(listening.https.port).toBe(port);
+  });
+
+  it('log.format pretty: lines a person reads (time, level, message), not JSON', async () => {
+    const edge = await start({ ...onPortZero, log: { level: 'info', format: 'pretty' } });
+    const line = await edge.waitForLog((l) => typeof l.msg === 'string' && l.msg.includes('queen-edge listening'), 40_000);
+    // Not parsed as JSON by the helper: the whole text is the message.
+    expect(Object.keys(line)).toEqual(['msg']);
+    expect(line.msg).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] INFO: queen-edge listening/);
+  });
+
+  it('a secret from the environment never reaches the start-up errors; the variable is named', async () => {
+    const secret = '*s3cr3t-value #with @odd chars';
+    const edge = await start(
+      { ...onPortZero, server: { https: { port: '${EDGE_PORT}' } }, auth: { secret: '${JWT_SECRET}', defaultTenant: '${DEFAULT_TENANT}' } },
+      undefined,
+      { EDGE_PORT: secret, JWT_SECRET: secret, DEFAULT_TENANT: secret },
+    );
+    expect((await edge.exited).code).toBe(2);
+    const err = edge.stderr();
+    expect(err).toContain('server.https.port (from ${EDGE_PORT})');
+    expect(err).not.toContain('s3cr3t');
+    expect(JSON.stringify(edge.lines)).not.toContain('s3cr3t');
   });
 
   it('`tenants` and `usage` go to the admin commands, not the gateway', async () => {

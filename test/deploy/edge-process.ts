@@ -31,14 +31,14 @@ export interface EdgeProcess {
 
 export { freePort } from '../helpers/ports.js';
 
-/** Writes `config` as YAML to a temporary file and starts the CLI on it (or on `args` when given). */
-export async function spawnEdge(config: unknown, args?: string[]): Promise<EdgeProcess> {
+/** Writes `config` as YAML to a temporary file and starts the CLI on it (or on `args` when given, with `env` added to the environment; in both, `{config}` stands for the file). */
+export async function spawnEdge(config: unknown, args?: string[], env: NodeJS.ProcessEnv = {}): Promise<EdgeProcess> {
   const dir = await mkdtemp(join(tmpdir(), 'qe-deploy-'));
   const file = join(dir, 'config.yaml');
   await writeFile(file, stringify(config));
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli.ts', ...(args ?? ['--config', file])], {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli.ts', ...(args?.map((a) => a.replace('{config}', file)) ?? ['--config', file])], {
     cwd: ROOT,
-    env: { ...process.env, QUEEN_EDGE_CONFIG: '' },
+    env: { ...process.env, QUEEN_EDGE_CONFIG: '', ...Object.fromEntries(Object.entries(env).map(([k, v]) => [k, v?.replace('{config}', file)])) },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const lines: LogLine[] = [];
@@ -113,11 +113,11 @@ export function connectionRefused(port: number): Promise<boolean> {
 }
 
 /** Edge processes started by one test file, killed after each test. */
-export function edgeTracker(): { start(config: unknown, args?: string[]): Promise<EdgeProcess>; cleanup(): Promise<void> } {
+export function edgeTracker(): { start(config: unknown, args?: string[], env?: NodeJS.ProcessEnv): Promise<EdgeProcess>; cleanup(): Promise<void> } {
   const running: EdgeProcess[] = [];
   return {
-    async start(config, args) {
-      const edge = await spawnEdge(config, args);
+    async start(config, args, env) {
+      const edge = await spawnEdge(config, args, env);
       running.push(edge);
       return edge;
     },

@@ -90,7 +90,7 @@ describe('health checker, active checks over real sockets', () => {
     expect(h.lastChange(bad.url)).toBe(changes[0]);
     const line = lines.find((l) => l.msg === 'broker down')!;
     expect(line).toMatchObject({ level: 40, url: bad.url });
-    expect(line.reason).toContain('3 consecutive failures');
+    expect(line.reason).toBe('3 consecutive failures, last: health check failed: 500 on GET /health');
   });
 
   it('marks a closed port down by active checks too', async () => {
@@ -99,7 +99,7 @@ describe('health checker, active checks over real sockets', () => {
     h.track([url]);
     h.start();
     await vi.waitFor(() => expect(h.isHealthy(url)).toBe(false), { timeout: 3000 });
-    expect(changes).toMatchObject([{ url, healthy: false }]);
+    expect(changes).toMatchObject([{ url, healthy: false, reason: '2 consecutive failures, last: health check failed: connection refused' }]);
   });
 
   it('brings a broker back after upAfter consecutive successes, with an info log line', async () => {
@@ -136,6 +136,7 @@ describe('health checker, active checks over real sockets', () => {
     h.track([hung.url]);
     h.start();
     await vi.waitFor(() => expect(h.isHealthy(hung.url)).toBe(false), { timeout: 3000 });
+    expect(h.lastChange(hung.url)?.reason).toBe('2 consecutive failures, last: health check failed: timeout (50 ms)');
   });
 
   it('stops checking an untracked broker, and after close()', async () => {
@@ -236,14 +237,14 @@ describe('health checker, passive signals', () => {
 });
 
 describe('createHttpProbe', () => {
-  it('is true on 2xx and false on 5xx, 404 and refused connections', async () => {
+  it('is true on 2xx and says why not on 5xx, 404 and refused connections', async () => {
     const ok = await broker(204);
     const bad = await broker(503);
     const p = createHttpProbe(500);
     try {
       expect(await p.probe(ok.url, 500)).toBe(true);
-      expect(await p.probe(bad.url, 500)).toBe(false);
-      expect(await p.probe(await closedUrl(), 500)).toBe(false);
+      expect(await p.probe(bad.url, 500)).toBe('503 on GET /health');
+      expect(await p.probe(await closedUrl(), 500)).toBe('connection refused');
       // Only /health is probed: the base URL has no trailing slash (Tenant.brokers).
       expect(ok.hits).toBe(1);
     } finally {
