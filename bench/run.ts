@@ -31,14 +31,14 @@ import { childFileLimit, freePort, loadAverage, nodeProcessCount, sleep, spawnWi
 import { renderMarkdown, updateBenchmarksMd } from './report.js';
 
 /** Scenario ids, in the order they run. */
-export const SCENARIOS = ['direct', 'nginx', 'floor', 'edge', 'full', 'full-rs256', 'workers', 'h2-floor', 'h2-edge', 'h2-full', 'throttled', 'longpoll'] as const;
+export const SCENARIOS = ['direct', 'nginx', 'floor', 'edge', 'full', 'full-rs256', 'workers', 'h2-floor', 'h2-edge', 'h2-full', 'throttled', 'h2-throttled', 'longpoll'] as const;
 export type ScenarioId = (typeof SCENARIOS)[number];
 
 /** Scenarios whose proxy talks to the private Redis (the others get no Redis column). */
-const USES_REDIS: ReadonlySet<ScenarioId> = new Set(['full', 'full-rs256', 'workers', 'h2-full', 'throttled']);
+const USES_REDIS: ReadonlySet<ScenarioId> = new Set(['full', 'full-rs256', 'workers', 'h2-full', 'throttled', 'h2-throttled']);
 
 /** Scenarios loaded over HTTP/2 by h2load (the others over HTTP/1.1 by autocannon). */
-export const H2_SCENARIOS: ReadonlySet<ScenarioId> = new Set(['h2-floor', 'h2-edge', 'h2-full']);
+export const H2_SCENARIOS: ReadonlySet<ScenarioId> = new Set(['h2-floor', 'h2-edge', 'h2-full', 'h2-throttled']);
 
 /** h2 load shape: this many connections, each with H2_STREAMS concurrent streams. */
 export const H2_CLIENTS = 2;
@@ -56,7 +56,8 @@ export const SCENARIO_LABELS: Record<ScenarioId, string> = {
   'h2-floor': `7a. h2 floor (node:http2 + undici), ${H2_CLIENTS} conn × ${H2_STREAMS} streams`,
   'h2-edge': `7b. queen-edge plain forwarding, h2, ${H2_CLIENTS} conn × ${H2_STREAMS} streams`,
   'h2-full': `7c. full pipeline, h2, ${H2_CLIENTS} conn × ${H2_STREAMS} streams`,
-  throttled: '8. full pipeline, tenant throttled to 1 req/s (429s)',
+  throttled: '8. full pipeline, tenant throttled to 1 req/s (429s), h1',
+  'h2-throttled': `8b. full pipeline, tenant throttled to 1 req/s (429s), h2, ${H2_CLIENTS} conn × ${H2_STREAMS} streams`,
   longpoll: '6. parked long polls',
 };
 
@@ -217,7 +218,7 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
 
     let redis: PrivateRedis | null = null;
     let stats: Redis | null = null;
-    const needsRedis = (['full', 'full-rs256', 'workers', 'h2-full', 'throttled', 'longpoll'] as const).some(wanted);
+    const needsRedis = (['full', 'full-rs256', 'workers', 'h2-full', 'throttled', 'h2-throttled', 'longpoll'] as const).some(wanted);
     if (needsRedis) {
       redis = await PrivateRedis.start();
       cleanups.push(() => redis!.kill());
@@ -375,6 +376,11 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
       log(SCENARIO_LABELS.throttled);
       const throttledToken = await token({ roles: ['read-write'], tenant: THROTTLED_TENANT });
       await withEdge('edge-throttled', fullInput(), (edge) => measure('throttled', edge.base, { authorization: `Bearer ${throttledToken}`, host: THROTTLED_HOST }, edge.pid, throttledWorkloads()));
+    }
+    if (h2 && wanted('h2-throttled')) {
+      log(SCENARIO_LABELS['h2-throttled']);
+      const throttledToken = await token({ roles: ['read-write'], tenant: THROTTLED_TENANT });
+      await withEdge('edge-throttled-h2', fullInput(), (edge) => measure('h2-throttled', edge.base, { authorization: `Bearer ${throttledToken}`, ':authority': THROTTLED_HOST }, edge.pid, throttledWorkloads()));
     }
     if (wanted('longpoll')) {
       log(SCENARIO_LABELS.longpoll);

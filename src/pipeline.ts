@@ -5,6 +5,7 @@
  * Decisions live in their modules; this file only sequences them and writes the response.
  */
 import { randomUUID } from 'node:crypto';
+import { constants as http2Constants } from 'node:http2';
 import { isAllowed } from './auth/access.js';
 import { extractToken, type Identity, type TokenVerifier } from './auth/jwt.js';
 import type { UpstreamMinter } from './auth/mint.js';
@@ -473,9 +474,18 @@ function isTls(req: EdgeRequest): boolean {
   return (req.socket as { encrypted?: boolean } | null)?.encrypted === true;
 }
 
-/** h1 only (h2 ends just the stream): the rest of the body is not read, so the connection must not be reused. */
+/**
+ * The rest of the body will not be read. h1: the connection must not be reused. h2: once the
+ * answer is out, RST_STREAM(NO_ERROR) tells the client to stop sending (RFC 9113 §8.1); without it
+ * the unread body fills the stream's window and the stream never closes.
+ */
 function closeAfterResponse(res: EdgeResponse): void {
-  if (!('stream' in res) && !res.headersSent) res.setHeader('connection', 'close');
+  if ('stream' in res) {
+    const stream = res.stream;
+    res.once('finish', () => {
+      if (!stream.closed) stream.close(http2Constants.NGHTTP2_NO_ERROR);
+    });
+  } else if (!res.headersSent) res.setHeader('connection', 'close');
 }
 
 /** The declared body length; null when there is none (chunked) or it is not one number. */

@@ -5,6 +5,7 @@
  */
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { connect as h2connect } from 'node:http2';
 import { connect, type TLSSocket } from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { call, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness } from '../helpers/edge.js';
@@ -98,6 +99,30 @@ describe('admit before the body', () => {
     expect(answer.toLowerCase()).toContain('connection: close');
     expect(answer.toLowerCase()).toContain('retry-after:');
     await c.closed;
+  });
+
+  it('on h2 throttled uploads get their 429 and their streams are reset with NO_ERROR, so the session keeps serving', async () => {
+    const { tok: t } = await throttled();
+    const session = h2connect(h.url, { rejectUnauthorized: false });
+    try {
+      const refused = Array.from({ length: 20 }, async () => {
+        const stream = session.request({ ':method': 'POST', ':path': '/api/v1/push', ':authority': 'slow.localhost', authorization: `Bearer ${t}`, 'content-type': 'application/json', 'content-length': '1000000' });
+        // More than a window each: unread, the bodies would fill the session's window and stall it.
+        stream.write(Buffer.alloc(200_000, 'a'));
+        const status = await new Promise<number>((r) => stream.once('response', (hd) => r(Number(hd[':status']))));
+        stream.resume();
+        const code = await new Promise<number>((r) => stream.once('close', () => r(stream.rstCode ?? -1)));
+        return [status, code];
+      });
+      expect(await Promise.all(refused)).toEqual(Array.from({ length: 20 }, () => [429, 0]));
+      const next = session.request({ ':method': 'GET', ':path': '/api/v1/pop/queue/q', ':authority': HOST, authorization: `Bearer ${tok}` });
+      next.end();
+      const nextStatus = await new Promise<number>((r) => next.once('response', (hd) => r(Number(hd[':status']))));
+      expect(nextStatus).toBe(200);
+      next.resume();
+    } finally {
+      session.destroy();
+    }
   });
 
   it('with Expect: 100-continue a throttled tenant is never invited to upload', async () => {
