@@ -22,6 +22,18 @@ export const BENCH_SECRET = 'queen-edge-bench-secret-0123456789abcdef';
 /** The tenant every benchmark token names. */
 export const BENCH_TENANT = 'bench';
 
+/** The tenant of the throttled rows (reached through its own Host, so its token's claim matches). */
+export const THROTTLED_TENANT = 'throttled';
+export const THROTTLED_HOST = 'throttled.bench';
+
+/** One request per second: after the first, the deny cache answers 429 before the body is read. */
+const THROTTLED_PLAN = {
+  features: [],
+  limits: { requestsPerSec: 1, requestBurst: 1, messagesPerSec: 100_000_000, messageBurst: 100_000_000, parkedPolls: 100_000, maxPayloadBytes: 2_097_152, maxBatch: 1000 },
+  quotas: { messagesPerMonth: 0, ingressBytesPerMonth: 0 },
+  storageBytes: 1_099_511_627_776,
+};
+
 /** Limits no benchmark reaches: the limiter runs its whole decision and always admits. */
 const UNREACHED_PLAN = {
   features: [],
@@ -51,6 +63,20 @@ export async function prepareEdgeEntry(fromSource: boolean): Promise<EdgeEntry> 
   await mkdir(BUILD_DIR, { recursive: true });
   await writeFile(join(BUILD_DIR, 'probe.mjs'), probe.outputText);
   return [process.execPath, '--import', join(BUILD_DIR, 'probe.mjs'), join(out, 'cli.js')];
+}
+
+/**
+ * The command line of a stand-alone bench module (the floor forwarder): transpiled like the probe,
+ * so it pays no tsx transform per request either; with `fromSource`, run by tsx.
+ */
+export async function prepareBenchModule(name: string, fromSource: boolean): Promise<EdgeEntry> {
+  if (fromSource) return [process.execPath, '--import', 'tsx', `bench/${name}.ts`];
+  const ts = (await import('typescript')).default;
+  const js = ts.transpileModule(await readFile(join(REPO_ROOT, 'bench', `${name}.ts`), 'utf8'), { compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 } });
+  await mkdir(BUILD_DIR, { recursive: true });
+  const file = join(BUILD_DIR, `${name}.mjs`);
+  await writeFile(file, js.outputText);
+  return [process.execPath, file];
 }
 
 /** What a generated edge config turns on. */
@@ -86,8 +112,11 @@ export function edgeConfig(c: EdgeConfigInput): Record<string, unknown> {
     redis: { url: c.redisUrl, keyPrefix: 'qe-bench:', failMode: 'local' },
     auth: { secret: BENCH_SECRET, jwksUrl: c.jwksUrl, defaultTenant: null },
     upstream: { connections: c.upstreamConnections },
-    plans: { unreached: UNREACHED_PLAN },
-    tenants: { [BENCH_TENANT]: { plan: 'unreached', hosts: ['127.0.0.1', 'localhost'], brokers: [c.brokerUrl] } },
+    plans: { unreached: UNREACHED_PLAN, throttled: THROTTLED_PLAN },
+    tenants: {
+      [BENCH_TENANT]: { plan: 'unreached', hosts: ['127.0.0.1', 'localhost'], brokers: [c.brokerUrl] },
+      [THROTTLED_TENANT]: { plan: 'throttled', hosts: [THROTTLED_HOST], brokers: [c.brokerUrl] },
+    },
     ...c.extra,
   };
 }

@@ -21,8 +21,9 @@ import { configSchema } from '../src/config/schema.js';
 import { commandCalls, connectTest, PrivateRedis } from '../test/helpers/redis.js';
 import { startJwksServer, type JwksServer } from '../test/helpers/jwks-server.js';
 import { keyPair, signWith } from '../test/helpers/tokens.js';
-import { BENCH_SECRET, BENCH_TENANT, edgeConfig, prepareEdgeEntry, REPO_ROOT, startEdgeProcess, type EdgeConfigInput, type EdgeEntry, type EdgeProcess } from './edge.js';
+import { BENCH_SECRET, BENCH_TENANT, edgeConfig, prepareBenchModule, prepareEdgeEntry, THROTTLED_HOST, THROTTLED_TENANT, REPO_ROOT, startEdgeProcess, type EdgeConfigInput, type EdgeEntry, type EdgeProcess } from './edge.js';
 import { runLoad, type LoadResult, type Workload } from './load.js';
+import { H2LOAD_HINT, h2loadAvailable, runH2Load } from './h2load.js';
 import { PARK_TIMEOUT_MS, runLongPolls, type LongPollResult } from './longpoll.js';
 import { NGINX_HINT, nginxBinary, startNginx } from './nginx.js';
 import { summarizeProfile, type ProfileSummary } from './profile.js';
@@ -30,20 +31,33 @@ import { childFileLimit, freePort, loadAverage, nodeProcessCount, sleep, spawnWi
 import { renderMarkdown, updateBenchmarksMd } from './report.js';
 
 /** Scenario ids, in the order they run. */
-export const SCENARIOS = ['direct', 'nginx', 'edge', 'full', 'full-rs256', 'workers', 'longpoll'] as const;
+export const SCENARIOS = ['direct', 'nginx', 'floor', 'edge', 'full', 'full-rs256', 'workers', 'h2-floor', 'h2-edge', 'h2-full', 'throttled', 'h2-throttled', 'longpoll'] as const;
 export type ScenarioId = (typeof SCENARIOS)[number];
 
 /** Scenarios whose proxy talks to the private Redis (the others get no Redis column). */
-const USES_REDIS: ReadonlySet<ScenarioId> = new Set(['full', 'full-rs256', 'workers']);
+const USES_REDIS: ReadonlySet<ScenarioId> = new Set(['full', 'full-rs256', 'workers', 'h2-full', 'throttled', 'h2-throttled']);
+
+/** Scenarios loaded over HTTP/2 by h2load (the others over HTTP/1.1 by autocannon). */
+export const H2_SCENARIOS: ReadonlySet<ScenarioId> = new Set(['h2-floor', 'h2-edge', 'h2-full', 'h2-throttled']);
+
+/** h2 load shape: this many connections, each with H2_STREAMS concurrent streams. */
+export const H2_CLIENTS = 2;
+export const H2_STREAMS = 100;
 
 /** What each scenario is, for the table and the JSON. */
 export const SCENARIO_LABELS: Record<ScenarioId, string> = {
   direct: '1. double direct (ceiling)',
   nginx: '2. nginx TLS → double',
+  floor: '2b. floor: bare Node TLS forwarder (node:https + undici)',
   edge: '3. queen-edge plain forwarding',
   full: '4. queen-edge full pipeline (HS256)',
   'full-rs256': '4b. full pipeline, RS256 via JWKS',
   workers: '5. full pipeline, server.workers: 2',
+  'h2-floor': `7a. h2 floor (node:http2 + undici), ${H2_CLIENTS} conn × ${H2_STREAMS} streams`,
+  'h2-edge': `7b. queen-edge plain forwarding, h2, ${H2_CLIENTS} conn × ${H2_STREAMS} streams`,
+  'h2-full': `7c. full pipeline, h2, ${H2_CLIENTS} conn × ${H2_STREAMS} streams`,
+  throttled: '8. full pipeline, tenant throttled to 1 req/s (429s), h1',
+  'h2-throttled': `8b. full pipeline, tenant throttled to 1 req/s (429s), h2, ${H2_CLIENTS} conn × ${H2_STREAMS} streams`,
   longpoll: '6. parked long polls',
 };
 
@@ -105,6 +119,20 @@ export function workloads(): Workload[] {
   return [push('push-64B', 64), push('push-8KiB', 8192), { name: 'pop', method: 'GET', path: '/api/v1/pop/queue/bench?batch=10', body: null, expectStatus: 200 }];
 }
 
+/**
+ * The throttled rows: a 429 for a request without a body (a pop) and for a 1 MiB push, both from
+ * the deny cache once the tenant's one request per second is spent. About one request a second is
+ * admitted (2xx) and counted as a bad answer of these rows.
+ */
+export function throttledWorkloads(): Workload[] {
+  const push = Buffer.from(`{"items":[{"queue":"bench","payload":{"p":"${'x'.repeat(1_048_576 - 48)}"}}]}`);
+  if (push.length !== 1_048_576) throw new Error(`1 MiB push is ${push.length} bytes`);
+  return [
+    { name: '429 no body', method: 'GET', path: '/api/v1/pop/queue/bench?batch=10', body: null, expectStatus: 429 },
+    { name: '429 1MiB body', method: 'POST', path: '/api/v1/push', body: push, expectStatus: 429 },
+  ];
+}
+
 /** Parses argv into options. */
 export function parseArgs(argv: readonly string[], log: (line: string) => void = (l) => process.stdout.write(`${l}\n`)): BenchOptions {
   const flag = (name: string) => argv.includes(`--${name}`);
@@ -140,14 +168,17 @@ async function makeCertificate(dir: string): Promise<{ cert: string; key: string
   return { cert, key };
 }
 
-async function startDouble(): Promise<{ child: ChildProcess; port: number }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'bench/double.ts'], { cwd: REPO_ROOT, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+/** Starts a bench process that reports `{ port }` over IPC once it listens. */
+async function startReporting(argv: readonly string[], name: string): Promise<{ child: ChildProcess; port: number }> {
+  const child = spawn(argv[0]!, argv.slice(1), { cwd: REPO_ROOT, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   const port = await new Promise<number>((resolve, reject) => {
     child.once('message', (m: { port: number }) => resolve(m.port));
-    child.once('exit', (code) => reject(new Error(`broker double exited with ${code}`)));
+    child.once('exit', (code) => reject(new Error(`${name} exited with ${code}`)));
   });
   return { child, port };
 }
+
+const startDouble = () => startReporting([process.execPath, '--import', 'tsx', 'bench/double.ts'], 'broker double');
 
 function token(claims: Record<string, unknown>): Promise<string> {
   return new SignJWT(claims).setProtectedHeader({ alg: 'HS256' }).setSubject('bench').setIssuedAt().setExpirationTime('2h').sign(new TextEncoder().encode(BENCH_SECRET));
@@ -187,7 +218,7 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
 
     let redis: PrivateRedis | null = null;
     let stats: Redis | null = null;
-    const needsRedis = (['full', 'full-rs256', 'workers', 'longpoll'] as const).some(wanted);
+    const needsRedis = (['full', 'full-rs256', 'workers', 'h2-full', 'throttled', 'h2-throttled', 'longpoll'] as const).some(wanted);
     if (needsRedis) {
       redis = await PrivateRedis.start();
       cleanups.push(() => redis!.kill());
@@ -205,12 +236,14 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
     const metering = meteringExtra();
     report.notes.push(metering.on ? 'metering: on (the schema has a metering section; its defaults were used)' : 'metering: the config schema has no metering section, so the bench configured none; whatever app.ts wires by default ran (src/metering/* in the profile when it does)');
 
-    const measure = async (scenario: ScenarioId, base: string, headers: Record<string, string>, proxyPid: number | null) => {
-      for (const w of loads) {
-        await runLoad(base, w, { connections: opts.connections, seconds: opts.warmupSeconds, headers });
+    const measure = async (scenario: ScenarioId, base: string, headers: Record<string, string>, proxyPid: number | null, rows: readonly Workload[] = loads) => {
+      const load = (w: Workload, seconds: number): Promise<LoadResult> =>
+        H2_SCENARIOS.has(scenario) ? runH2Load(base, w, { clients: H2_CLIENTS, streams: H2_STREAMS, seconds, headers }) : runLoad(base, w, { connections: opts.connections, seconds, headers });
+      for (const w of rows) {
+        await load(w, opts.warmupSeconds);
         const before = await snapshot(proxyPid, double.child.pid!, stats);
         const load1 = loadAverage();
-        const r = await runLoad(base, w, { connections: opts.connections, seconds: opts.seconds, headers });
+        const r = await load(w, opts.seconds);
         const after = await snapshot(proxyPid, double.child.pid!, stats);
         const cpu = proxyPid === null ? null : after.proxyCpu - before.proxyCpu;
         const per = (x: number | null) => (x === null || r.requests === 0 ? null : x / r.requests);
@@ -252,7 +285,18 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
       ...o,
     });
     // Built before any measurement: tsc is a CPU hog that must not overlap a run.
-    const entry: EdgeEntry | null = SCENARIOS.some((x) => x !== 'direct' && x !== 'nginx' && wanted(x)) || opts.profile ? await prepareEdgeEntry(opts.fromSource) : null;
+    const entry: EdgeEntry | null = SCENARIOS.some((x) => x !== 'direct' && x !== 'nginx' && !x.endsWith('floor') && wanted(x)) || opts.profile ? await prepareEdgeEntry(opts.fromSource) : null;
+    const floorEntry = wanted('floor') || wanted('h2-floor') ? await prepareBenchModule('floor', opts.fromSource) : null;
+    const withFloor = async (proto: 'h1' | 'h2', body: (base: string, pid: number) => Promise<void>) => {
+      const floor = await startReporting([...floorEntry!, certs.cert, certs.key, brokerUrl, proto], 'floor forwarder');
+      try {
+        await body(`https://127.0.0.1:${floor.port}`, floor.child.pid!);
+      } finally {
+        await stopChild(floor.child);
+      }
+    };
+    const h2 = SCENARIOS.some((x) => H2_SCENARIOS.has(x) && wanted(x)) && h2loadAvailable();
+    if (!h2) for (const x of SCENARIOS) if (H2_SCENARIOS.has(x) && wanted(x)) report.skipped[x] = H2LOAD_HINT;
     const withEdge = async (name: string, input: Partial<EdgeConfigInput>, body: (edge: EdgeProcess) => Promise<void>) => {
       const config = edgeConfig(edgeInput({ port: await freePort(), adminPort: await freePort(), ...input }));
       const edge = await startEdgeProcess(name, config, { dir, entry: entry! });
@@ -285,6 +329,10 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
         }
       }
     }
+    if (wanted('floor')) {
+      log(SCENARIO_LABELS.floor);
+      await withFloor('h1', (base, pid) => measure('floor', base, bearer, pid));
+    }
     if (wanted('edge')) {
       log(SCENARIO_LABELS.edge);
       await withEdge('edge-plain', {}, (edge) => measure('edge', edge.base, bearer, edge.pid));
@@ -310,6 +358,29 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
         report.notes.push(`workers: ${processes} node processes (primary and workers); CPU is the sum over all of them`);
         await measure('workers', edge.base, bearer, edge.pid);
       });
+    }
+    if (h2 && wanted('h2-floor')) {
+      log(SCENARIO_LABELS['h2-floor']);
+      await withFloor('h2', (base, pid) => measure('h2-floor', base, bearer, pid));
+    }
+    if (h2 && wanted('h2-edge')) {
+      log(SCENARIO_LABELS['h2-edge']);
+      await withEdge('edge-plain-h2', {}, (edge) => measure('h2-edge', edge.base, bearer, edge.pid));
+    }
+    if (h2 && wanted('h2-full')) {
+      log(SCENARIO_LABELS['h2-full']);
+      await withEdge('edge-full-h2', fullInput(), (edge) => measure('h2-full', edge.base, bearer, edge.pid));
+    }
+    for (const x of SCENARIOS) if (report.skipped[x] === H2LOAD_HINT) log(`  skipped ${x}: ${H2LOAD_HINT}`);
+    if (wanted('throttled')) {
+      log(SCENARIO_LABELS.throttled);
+      const throttledToken = await token({ roles: ['read-write'], tenant: THROTTLED_TENANT });
+      await withEdge('edge-throttled', fullInput(), (edge) => measure('throttled', edge.base, { authorization: `Bearer ${throttledToken}`, host: THROTTLED_HOST }, edge.pid, throttledWorkloads()));
+    }
+    if (h2 && wanted('h2-throttled')) {
+      log(SCENARIO_LABELS['h2-throttled']);
+      const throttledToken = await token({ roles: ['read-write'], tenant: THROTTLED_TENANT });
+      await withEdge('edge-throttled-h2', fullInput(), (edge) => measure('h2-throttled', edge.base, { authorization: `Bearer ${throttledToken}`, ':authority': THROTTLED_HOST }, edge.pid, throttledWorkloads()));
     }
     if (wanted('longpoll')) {
       log(SCENARIO_LABELS.longpoll);

@@ -5,6 +5,7 @@
  * Decisions live in their modules; this file only sequences them and writes the response.
  */
 import { randomUUID } from 'node:crypto';
+import { constants as http2Constants } from 'node:http2';
 import { isAllowed } from './auth/access.js';
 import { extractToken, type Identity, type TokenVerifier } from './auth/jwt.js';
 import { unverifiedTenantClaim, type TenantVerifiers } from './auth/verifiers.js';
@@ -13,7 +14,7 @@ import type { RawConfig } from './config/schema.js';
 import { actualResponseHeaders, preflightVerdict } from './cors/policy.js';
 import { edgeError, isEdgeError, renderError, type EdgeError, type ErrorCode } from './errors.js';
 import { clientKey, type ClientLimits } from './limits/client-limits.js';
-import type { Limiter } from './limits/limiter.js';
+import type { Admission, Limiter } from './limits/limiter.js';
 import type { EdgeRequest, EdgeResponse, RequestHandler } from './listen/servers.js';
 import { MeteredExchange, type UsageRecorder } from './metering/recorder.js';
 import type { Logger } from './observability/log.js';
@@ -21,7 +22,7 @@ import type { LimitOutcome, RequestMetrics } from './observability/metrics.js';
 import type { RouteMatcher } from './routes/match.js';
 import { normalizeTarget } from './routes/match.js';
 import type { RouteSpec } from './routes/table.js';
-import { ackFacts, pushFacts, readBody, transactionFacts, type BodyFacts } from './stages/body.js';
+import { ackFacts, bodyTooLarge, pushFacts, readBody, transactionFacts, type BodyFacts } from './stages/body.js';
 import { parsePopQuery, type PopQuery } from './stages/pop-query.js';
 import { acceptableRequestId, upstreamHeaders } from './upstream/upstream-headers.js';
 import type { Tenant, TenantDirectory } from './tenants/model.js';
@@ -62,6 +63,8 @@ class RequestContext extends MeteredExchange<Tenant> implements ProxyExchange {
   /** The limiter's decision; null when it was not consulted. */
   limit: LimitOutcome = null;
   done = false;
+  /** A refusal closes the connection (h1) instead of draining the unread body: see refuse(). */
+  closeOnRefusal = false;
   /** Headers the edge adds to whatever answer goes out (X-Request-Id, CORS, RateLimit). */
   headers: Record<string, string>;
   constructor(
@@ -99,6 +102,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     const ctx = new RequestContext(acceptableRequestId(req.headers['x-request-id']) ?? randomUUID(), d.clock(), d.usage);
     res.once('finish', () => finish(req, ctx));
     res.once('close', () => finish(req, ctx));
+    ctx.closeOnRefusal = hasBody(req) && !cheapToDrain(req);
 
     // Node keeps the first of duplicated Host/Authorization headers; an edge must not guess which
     // one a broker or an intermediary would read, so such requests are refused outright.
@@ -173,23 +177,37 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       pop = parsed;
     }
 
-    // Body: read only where a request has one; parsed only where the proxy must read it.
-    let body: Buffer | null = null;
+    // Refusals this instance already knows (deny cache) come before the body, so a throttled
+    // tenant's upload is neither read nor, with Expect: 100-continue, sent (docs/limits.md).
+    const declared = declaredLength(req);
+    const pre = d.limiter.preAdmit({ tenant, messages: 0, ingressBytes: declared ?? 0, parkedPoll: pop?.wait ?? false });
+    if (pre) return refuseByLimits(res, ctx, pre);
+
+    // Body: read only where a request has one; parsed only where the proxy must read it; a body
+    // of declared length the proxy does not parse is streamed to the broker after admission.
+    let body: Buffer | EdgeRequest | null = null;
     let facts: BodyFacts | null = null;
     if (req.method !== 'GET' && req.method !== 'DELETE' || hasBody(req)) {
-      const read = await readBody(req, Math.min(config.server.bodyLimitBytes, tenant.limits.maxPayloadBytes));
-      if (isEdgeError(read)) {
-        if (read.code === 'payload_too_large') closeAfterResponse(req, res);
-        return refuse(res, ctx, read);
-      }
-      body = read;
-      ctx.bytesIn = read.length;
-      const parsed = route.body === 'push' ? pushFacts(read) : route.body === 'transaction' ? transactionFacts(read) : route.body === 'ack' ? ackFacts(read) : null;
-      if (isEdgeError(parsed)) return refuse(res, ctx, parsed);
-      facts = parsed;
-      if (facts) ctx.requestMessages = facts.messages;
-      if (facts && route.body !== 'ack' && facts.messages > tenant.limits.maxBatch) {
-        return refuse(res, ctx, edgeError('invalid_request', `push of ${facts.messages} items exceeds the plan's maximum of ${tenant.limits.maxBatch}`));
+      const limit = Math.min(config.server.bodyLimitBytes, tenant.limits.maxPayloadBytes);
+      if (route.body === 'stream' && declared !== null) {
+        if (declared > limit) return refuse(res, ctx, bodyTooLarge(limit));
+        // Node's parsers hold a body to its declared length, so the count is exact before the body arrives.
+        ctx.bytesIn = declared;
+        body = declared === 0 ? null : req;
+      } else {
+        sendContinue(req, res);
+        const read = await readBody(req, limit);
+        if (isEdgeError(read)) return refuse(res, ctx, read);
+        ctx.closeOnRefusal = false;
+        body = read;
+        ctx.bytesIn = read.length;
+        const parsed = route.body === 'push' ? pushFacts(read) : route.body === 'transaction' ? transactionFacts(read) : route.body === 'ack' ? ackFacts(read) : null;
+        if (isEdgeError(parsed)) return refuse(res, ctx, parsed);
+        facts = parsed;
+        if (facts) ctx.requestMessages = facts.messages;
+        if (facts && route.body !== 'ack' && facts.messages > tenant.limits.maxBatch) {
+          return refuse(res, ctx, edgeError('invalid_request', `push of ${facts.messages} items exceeds the plan's maximum of ${tenant.limits.maxBatch}`));
+        }
       }
     }
     if (route.writes && (route.body !== 'transaction' || (facts?.messages ?? 0) > 0) && d.storageBlocked(tenant.id)) {
@@ -199,10 +217,15 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     // 9. Limits and quotas: one decision, at most one Redis round trip.
     const admitted = d.limiter.admit({ tenant, messages: facts?.messages ?? 0, ingressBytes: ctx.bytesIn, parkedPoll: pop?.wait ?? false });
     const admission = admitted instanceof Promise ? await admitted : admitted;
+    if (admission.refusal) return refuseByLimits(res, ctx, admission);
     if (admission.headers) Object.assign(ctx.headers, admission.headers);
-    ctx.limit = admission.refusal ? admission.refusal.code : 'admitted';
-    if (admission.refusal) return refuse(res, ctx, admission.refusal);
+    ctx.limit = 'admitted';
     const release = admission.release;
+    if (body === req) {
+      sendContinue(req, res);
+      // From here undici reads the body; a failure leaves the rest to Node, which discards it.
+      ctx.closeOnRefusal = false;
+    }
     // Metering and lease learning read the relayed body of pushes, pops and acks.
     const parked = pop?.wait === true;
     if (parked) d.metrics.parked(tenant.id, 1);
@@ -225,7 +248,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
           trustProxy: config.server.trustProxy,
           authorization,
           tenantHeader: config.upstreamIdentity.tenantHeader ? tenant.id : null,
-          contentLength: body ? body.length : null,
+          contentLength: body ? ctx.bytesIn : null,
         }),
         body,
         headersTimeoutMs: timeout,
@@ -264,10 +287,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
   async function answerPublic(req: EdgeRequest, res: EdgeResponse, ctx: RequestContext, tenant: Tenant): Promise<void> {
     const limited = await d.clientLimits.publicRequest(clientKey(req.socket?.remoteAddress, req.headers['x-forwarded-for'], config.server.trustProxy));
     if (limited) return refuse(res, ctx, limited);
-    if (hasBody(req)) {
-      closeAfterResponse(req, res);
-      return refuse(res, ctx, edgeError('invalid_request', 'this route takes no body'));
-    }
+    if (hasBody(req)) return refuse(res, ctx, edgeError('invalid_request', 'this route takes no body'));
     if (!d.proxy.reachable(tenant)) return refuse(res, ctx, edgeError('no_upstream'));
     ctx.status = 200;
     res.writeHead(200, { ...ctx.headers, 'content-type': 'application/json', 'content-length': String(HEALTHY.length), 'cache-control': 'no-store' });
@@ -284,7 +304,17 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
   function refuse(res: EdgeResponse, ctx: RequestContext, err: EdgeError): void {
     ctx.status = err.status;
     ctx.code = err.code;
+    // An unread body is not drained when it may be large, or was never sent (100-continue): the
+    // connection is closed instead, so refusing a big upload costs no more than refusing a small one.
+    if (ctx.closeOnRefusal) closeAfterResponse(res);
     send(res, ctx, err);
+  }
+
+  /** A limiter refusal: its RateLimit headers and outcome recorded, then refused. */
+  function refuseByLimits(res: EdgeResponse, ctx: RequestContext, admission: Admission): void {
+    if (admission.headers) Object.assign(ctx.headers, admission.headers);
+    ctx.limit = admission.refusal!.code;
+    refuse(res, ctx, admission.refusal!);
   }
 
   /** One access-log line, one metrics observation and one metering record per request, whichever way it ended. */
@@ -366,9 +396,45 @@ function isTls(req: EdgeRequest): boolean {
   return (req.socket as { encrypted?: boolean } | null)?.encrypted === true;
 }
 
-/** h1 only: after a 413 the rest of the body is not read, so the connection must not be reused. */
-function closeAfterResponse(req: EdgeRequest, res: EdgeResponse): void {
-  if (req.httpVersionMajor === 1 && !res.headersSent) res.setHeader('connection', 'close');
+/**
+ * The rest of the body will not be read. h1: the connection must not be reused. h2: once the
+ * answer is out, RST_STREAM(NO_ERROR) tells the client to stop sending (RFC 9113 §8.1); without it
+ * the unread body fills the stream's window and the stream never closes.
+ */
+function closeAfterResponse(res: EdgeResponse): void {
+  if ('stream' in res) {
+    const stream = res.stream;
+    res.once('finish', () => {
+      if (!stream.closed) stream.close(http2Constants.NGHTTP2_NO_ERROR);
+    });
+  } else if (!res.headersSent) res.setHeader('connection', 'close');
+}
+
+/** The declared body length; null when there is none (chunked) or it is not one number. */
+function declaredLength(req: EdgeRequest): number | null {
+  const cl = req.headers['content-length'];
+  if (cl === undefined) return req.headers['transfer-encoding'] === undefined ? 0 : null;
+  const n = Number(cl);
+  return Number.isSafeInteger(n) && n >= 0 ? n : null;
+}
+
+/** Unread bodies up to this size are cheaper to discard (Node reads and drops them) than a new connection. */
+const DRAIN_MAX_BYTES = 64 * 1024;
+
+/** True when a refusal may leave Node to discard the unread body and keep the connection. */
+function cheapToDrain(req: EdgeRequest): boolean {
+  const n = declaredLength(req);
+  return n !== null && n <= DRAIN_MAX_BYTES && !expectsContinue(req);
+}
+
+function expectsContinue(req: EdgeRequest): boolean {
+  const e = req.headers.expect;
+  return typeof e === 'string' && e.toLowerCase() === '100-continue';
+}
+
+/** Lets a client that asked for it (Expect: 100-continue) send its body: only once the edge will read it. */
+function sendContinue(req: EdgeRequest, res: EdgeResponse): void {
+  if (expectsContinue(req) && !res.headersSent) res.writeContinue();
 }
 
 function send(res: EdgeResponse, ctx: RequestContext | null, err: EdgeError): void {

@@ -59,6 +59,13 @@ export interface Admission {
 
 /** The stage-9 seam. */
 export interface Limiter {
+  /**
+   * Before the body is read (docs/limits.md, "Admit before the body"): a refusal this instance
+   * already knows — a deny-cache entry for the request rate or a spent quota — or null to read the
+   * body and admit(). Local, synchronous, counts nothing:
+   * `messages` is 0 and `ingressBytes` the declared length (0 when unknown).
+   */
+  preAdmit(input: AdmitInput): Admission | null;
   /** Sync where no I/O is needed (memory store, local deny cache, breaker open). */
   admit(input: AdmitInput): Admission | Promise<Admission>;
   /** 'redis' | 'memory' | or the failMode in force while Redis is unavailable: 'open' | 'closed' | 'local' */
@@ -116,6 +123,12 @@ function refusedAdmission(cls: RefusalClass, headers: Readonly<Record<string, st
   return { refusal: edgeError(cls.code, undefined, { retryAfterSec: cls.retryAfterSec, headers: { ...headers } }), headers, release: null };
 }
 
+/** A refusal the deny cache already holds for this cost, or null. */
+function cachedRefusal(deny: DenyCache, plans: PlanCache, input: AdmitInput, now: number): Admission | null {
+  const denied = deny.check(input.tenant, input, now);
+  return denied ? refusedAdmission(denied, rateLimitHeaders(plans.get(input.tenant, 1).policy, denied.remaining, denied.resetMs)) : null;
+}
+
 /** Turns a store decision into an Admission; `release` is attached only to admitted parked polls. */
 function toAdmission(d: Decision, entry: PlanEntry, now: number, monthEndMs: number, release: (() => void) | null): Admission {
   const headers = rateLimitHeaders(entry.policy, d.remaining, d.resetMs);
@@ -154,6 +167,8 @@ class SlotIds {
 class MemoryLimiter implements EdgeLimiter {
   readonly #store = new MemoryLimitStore();
   readonly #plans = new PlanCache();
+  /** Only for preAdmit: admit() always asks the (local, exact) store. */
+  readonly #deny = new DenyCache();
   readonly #slots = new SlotIds();
   readonly #clock: () => number;
   readonly #slotTtlMs: number;
@@ -163,8 +178,12 @@ class MemoryLimiter implements EdgeLimiter {
     this.#slotTtlMs = slotTtlMs;
   }
 
+  preAdmit(input: AdmitInput): Admission | null {
+    return cachedRefusal(this.#deny, this.#plans, input, this.#clock());
+  }
+
   admit(input: AdmitInput): Admission {
-    return admitLocally(this.#store, this.#plans.get(input.tenant, 1), input, this.#clock(), this.#slots, this.#slotTtlMs);
+    return admitLocally(this.#store, this.#plans.get(input.tenant, 1), input, this.#clock(), this.#slots, this.#slotTtlMs, this.#deny);
   }
 
   mode(): string {
@@ -180,10 +199,11 @@ class MemoryLimiter implements EdgeLimiter {
   async close(): Promise<void> {}
 }
 
-function admitLocally(store: MemoryLimitStore, entry: PlanEntry, input: AdmitInput, now: number, slots: SlotIds, slotTtlMs: number): Admission {
+function admitLocally(store: MemoryLimitStore, entry: PlanEntry, input: AdmitInput, now: number, slots: SlotIds, slotTtlMs: number, deny: DenyCache | null): Admission {
   const month = monthWindow(now);
   const slot = input.parkedPoll ? slots.next() : '';
   const d = store.admit(input.tenant.id, entry.plan, input, now, month.id, slot, slotTtlMs);
+  if (d.refused !== 0) deny?.record(input.tenant, d, input, now, month.endMs);
   return toAdmission(d, entry, now, month.endMs, input.parkedPoll ? releaser(store, input.tenant.id, slot) : null);
 }
 
@@ -223,10 +243,14 @@ class RedisLimiter implements EdgeLimiter {
     this.#connectWaitMs = Math.max(1000, cfg.timeoutMs * 20);
   }
 
+  preAdmit(input: AdmitInput): Admission | null {
+    return cachedRefusal(this.#deny, this.#plans, input, this.#clock());
+  }
+
   admit(input: AdmitInput): Admission | Promise<Admission> {
     const now = this.#clock();
-    const denied = this.#deny.check(input.tenant, input, now);
-    if (denied) return refusedAdmission(denied, rateLimitHeaders(this.#plans.get(input.tenant, 1).policy, denied.remaining, denied.resetMs));
+    const cached = cachedRefusal(this.#deny, this.#plans, input, now);
+    if (cached) return cached;
     if (!this.#breaker.allow()) return this.#fallback(input, now);
     return this.#viaRedis(input, now);
   }
@@ -281,7 +305,7 @@ class RedisLimiter implements EdgeLimiter {
       case 'closed':
         return { refusal: this.#unavailable, headers: null, release: null };
       case 'local':
-        return admitLocally(this.#local, this.#plans.get(input.tenant, this.#instances), input, now, this.#slots, this.#slotTtlMs);
+        return admitLocally(this.#local, this.#plans.get(input.tenant, this.#instances), input, now, this.#slots, this.#slotTtlMs, null);
     }
   }
 

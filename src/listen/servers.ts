@@ -133,6 +133,9 @@ class EdgeListeners implements Listeners {
       this.#add('https', this.#secureServer(config.https, certs, t, edge), config.https.host, config.https.port);
     }
     if (config.http.port !== null) this.#add('http', plainServer(t, edge, log), config.http.host, config.http.port);
+    // Expect: 100-continue reaches the pipeline unanswered: it sends 100 only once it will read the
+    // body, so a refused client never uploads it (with no listener Node answers 100 at once).
+    for (const e of this.#entries) (e.server as http.Server).on('checkContinue', edge);
     if (config.admin.port !== null) this.#add('admin', plainServer(t, this.#drainAware(handlers.admin), log), config.admin.host, config.admin.port);
   }
 

@@ -10,7 +10,7 @@ import type { EdgeRequest } from '../listen/servers.js';
 /** Reads the whole body up to `limit` bytes; 413 beyond it (declared or measured). */
 export function readBody(req: EdgeRequest, limit: number): Promise<Buffer | EdgeError> {
   const declared = req.headers['content-length'];
-  if (declared !== undefined && Number(declared) > limit) return Promise.resolve(tooLarge(limit));
+  if (declared !== undefined && Number(declared) > limit) return Promise.resolve(bodyTooLarge(limit));
   return new Promise((resolve) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -29,7 +29,7 @@ export function readBody(req: EdgeRequest, limit: number): Promise<Buffer | Edge
       if (size > limit) {
         // Stop buffering; the caller answers 413 and the connection is closed after it.
         req.pause();
-        settle(tooLarge(limit));
+        settle(bodyTooLarge(limit));
         return;
       }
       chunks.push(chunk);
@@ -43,7 +43,8 @@ export function readBody(req: EdgeRequest, limit: number): Promise<Buffer | Edge
   });
 }
 
-function tooLarge(limit: number): EdgeError {
+/** The 413 for a body above `limit` bytes. */
+export function bodyTooLarge(limit: number): EdgeError {
   return edgeError('payload_too_large', `request body exceeds ${limit} bytes`);
 }
 

@@ -5,6 +5,7 @@
  * pipeline, no header object parsed by undici, backpressure by returning false from onData
  * (STACK.md: stream.pipeline halves throughput on Node 20).
  */
+import type { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import { edgeError, type EdgeError } from '../errors.js';
 import type { EdgeResponse } from '../listen/servers.js';
@@ -17,7 +18,8 @@ export interface ForwardRequest {
   /** Canonical path with query. */
   readonly path: string;
   readonly headers: Record<string, string>;
-  readonly body: Buffer | null;
+  /** A buffered body, or the client's request streamed through (its length declared in `headers`). */
+  readonly body: Buffer | Readable | null;
   readonly headersTimeoutMs: number;
   readonly bodyTimeoutMs: number;
   /** Keep a copy of the response body (pops, pushes, acks: metering and lease learning). */

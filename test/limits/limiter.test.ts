@@ -65,6 +65,26 @@ describe.each(['memory', 'redis', 'cluster'] as const)('limiter (%s store)', (ki
     await l.close();
   });
 
+  it('preAdmit refuses from what a refusal taught it, counts nothing, and lets a smaller byte cost through to admit', async () => {
+    const clock = virtualClock('2026-03-10T12:00:00Z');
+    const l = await make(clock.now);
+    const t = tenant({ requestBurst: 2 }, { messagesPerMonth: 0, ingressBytesPerMonth: 0 });
+    // Nothing refused yet: the head alone decides nothing, however often it is asked.
+    for (let i = 0; i < 5; i++) expect(l.preAdmit(input(t))).toBeNull();
+    expect((await admit(l, input(t))).refusal).toBeNull();
+    expect((await admit(l, input(t))).refusal).toBeNull();
+    expect((await admit(l, input(t))).refusal?.code).toBe('rate_limited');
+    const pre = l.preAdmit(input(t, { ingressBytes: 1_000_000 }));
+    expect(pre?.refusal?.code).toBe('rate_limited');
+    expect(pre?.refusal?.retryAfterSec).toBe(2);
+    expect(pre?.headers?.ratelimit).toBeDefined();
+    // Once the bucket could pass again the cache lets the head through.
+    clock.advance(2000);
+    expect(l.preAdmit(input(t))).toBeNull();
+    expect((await admit(l, input(t))).refusal).toBeNull();
+    await l.close();
+  });
+
   it('refuses over requestBurst with Retry-After, and admits again after that many seconds', async () => {
     const clock = virtualClock('2026-06-01T12:00:00Z');
     const l = await make(clock.now);
