@@ -22,6 +22,7 @@ import { createClusters } from './upstream/clusters.js';
 import { createBrokerPools } from './upstream/pools.js';
 import { createAdminHandler } from './admin/api.js';
 import { tenantRecordReader } from './admin/records.js';
+import { createLiveStats } from './admin/stats.js';
 
 export interface AppOptions {
   log?: Logger;
@@ -58,7 +59,8 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   const limiter = createLimiter(config.redis, { log, clock, parkedSlotTtlMs: lp.maxTimeoutMs + 2 * lp.slackMs, ...(redis ? { redis } : {}) });
   const clusters = createClusters(config.upstream, { log, clock });
   const pools = createBrokerPools(config.upstream);
-  const meter = new Meter({ store: createUsageStore(redis, config.redis.keyPrefix), log, clock, ...(opts.usageFlushMs ? { flushMs: opts.usageFlushMs } : {}) });
+  const usageStore = createUsageStore(redis, config.redis.keyPrefix);
+  const meter = new Meter({ store: usageStore, log, clock, ...(opts.usageFlushMs ? { flushMs: opts.usageFlushMs } : {}) });
   const metrics = createMetrics({
     limiterMode: () => limiter.mode(),
     brokers: () => clusters.snapshot(tenants.all()),
@@ -88,6 +90,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     log,
     clock,
   });
+  const metricsText = opts.metricsText ?? (() => metrics.text());
   const admin = createAdminHandler({
     token: config.server.admin.token,
     tenants,
@@ -106,7 +109,10 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
               ? null
               : 'no broker reachable',
     },
-    metricsText: opts.metricsText ?? (() => metrics.text()),
+    usageExport: { flush: () => meter.flush(), read: (id, from, to) => usageStore.read(id, from, to) },
+    stats: createLiveStats(metricsText, { redisConfigured: redis !== null, failMode: config.redis.failMode }, clock),
+    planIds: () => Object.keys(config.plans),
+    metricsText,
     log,
     clock,
   });

@@ -4,7 +4,8 @@
  * unreachable), 2 the command line was wrong.
  */
 import { readFile } from 'node:fs/promises';
-import { request } from 'undici';
+import { pipeline } from 'node:stream/promises';
+import { request, type Dispatcher } from 'undici';
 
 /** Where the commands read their streams and environment. */
 export interface CliIo {
@@ -20,6 +21,7 @@ const USAGE = `usage:
   queen-edge tenants suspend ID
   queen-edge tenants resume ID
   queen-edge usage TENANT [--month YYYY-MM]
+  queen-edge usage export [--from ISO] [--to ISO] [--granularity hour|day] [--format csv|jsonl] [--tenant ID]
 options: --url URL (default $QUEEN_EDGE_ADMIN_URL or http://127.0.0.1:9090)
          --token TOKEN (default $QUEEN_EDGE_ADMIN_TOKEN)  --json
 `;
@@ -31,7 +33,7 @@ interface Parsed {
   flags: Map<string, string | true>;
 }
 
-const VALUE_FLAGS = new Set(['url', 'token', 'file', 'month']);
+const VALUE_FLAGS = new Set(['url', 'token', 'file', 'month', 'from', 'to', 'granularity', 'format', 'tenant']);
 const BOOL_FLAGS = new Set(['json']);
 
 function parseArgs(argv: readonly string[]): Parsed {
@@ -88,11 +90,14 @@ export async function runAdminCli(argv: string[], io: CliIo): Promise<number> {
   const token = typeof tokenFlag === 'string' ? tokenFlag : io.env.QUEEN_EDGE_ADMIN_TOKEN;
   const asJson = args.flags.get('json') === true;
 
-  const api = async (method: 'GET' | 'PUT' | 'POST', path: string, body?: string): Promise<Json> => {
+  const call = async (method: 'GET' | 'PUT' | 'POST', path: string, body?: string) => {
     const headers: Record<string, string> = {};
     if (token) headers.authorization = `Bearer ${token}`;
     if (body !== undefined) headers['content-type'] = 'application/json';
-    const res = await request(`${base}${path}`, { method, headers, body });
+    return request(`${base}${path}`, { method, headers, body });
+  };
+  /** The reply's JSON document; throws the admin API's refusal. */
+  const reply = async (res: Dispatcher.ResponseData): Promise<Json> => {
     const text = await res.body.text();
     let doc: Json;
     try {
@@ -106,6 +111,7 @@ export async function runAdminCli(argv: string[], io: CliIo): Promise<number> {
     }
     return doc;
   };
+  const api = async (method: 'GET' | 'PUT' | 'POST', path: string, body?: string): Promise<Json> => reply(await call(method, path, body));
   const id = (i: number, what: string): string => {
     const v = args.positional[i];
     if (!v) throw new UsageError(`missing ${what}`);
@@ -116,6 +122,15 @@ export async function runAdminCli(argv: string[], io: CliIo): Promise<number> {
     const [command, sub] = args.positional;
     let doc: Json;
     let human: () => string;
+    if (command === 'usage' && sub === 'export') {
+      // Streamed straight to stdout: an export can be far larger than memory.
+      const q = new URLSearchParams();
+      for (const name of ['from', 'to', 'granularity', 'format', 'tenant']) if (typeof args.flags.get(name) === 'string') q.set(name, args.flags.get(name) as string);
+      const res = await call('GET', `/admin/v1/usage/export?${q}`);
+      if (res.statusCode !== 200) await reply(res);
+      else await pipeline(res.body, io.stdout);
+      return 0;
+    }
     if (command === 'tenants' && sub === 'list') {
       doc = await api('GET', '/admin/v1/tenants');
       human = () => table(['ID', 'STATUS', 'PLAN', 'HOSTS', 'BROKERS'], doc.tenants.map((t: Json) => [t.id, t.status, t.plan, t.hosts.join(',') || '-', String(t.brokers.length)]));
