@@ -62,7 +62,8 @@ function totals(at: number, samples: readonly Sample[]): Totals {
       requests += s.value;
       if (s.labels.code) add(refusals, s.labels.code, s.value);
       if (s.labels.tenant && s.labels.tenant !== '-') add(tenantRequests, s.labels.tenant, s.value);
-    } else if (s.name === 'queen_edge_messages_pushed_total' || s.name === 'queen_edge_messages_delivered_total') {
+    } else if (s.name === 'queen_edge_messages_pushed_total') {
+      // Pushed only: the message rate limit and the monthly quota count pushes.
       add(tenantMessages, s.labels.tenant ?? '', s.value);
     } else if (s.name === 'queen_edge_proxy_overhead_seconds_bucket') {
       const le = number(s.labels.le ?? '');
