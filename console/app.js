@@ -338,7 +338,7 @@ async function renderTenants(_arg, current) {
       h('td', {}, meter(u.ingressBytes, plan?.quotas.ingressBytesPerMonth ?? 0, bytes)),
       rateCell('req', t.id, t.effectiveLimits?.requestsPerSec ?? plan?.limits.requestsPerSec ?? 0, 'req/s'),
       rateCell('msg', t.id, plan?.limits.messagesPerSec ?? 0, 'msg/s'),
-      h('td', {}, h('button', { type: 'button', class: suspended ? '' : 'danger', onclick: action, disabled: !writable, title: writable ? null : 'Needs Redis: tenants come from the config file' }, suspended ? 'Resume' : 'Suspend')),
+      h('td', {}, h('button', { type: 'button', class: suspended ? 'primary' : 'caution', onclick: action, disabled: !writable, title: writable ? null : 'Needs Redis: tenants come from the config file' }, suspended ? 'Resume' : 'Suspend')),
     );
   };
 

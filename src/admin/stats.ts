@@ -29,9 +29,12 @@ export function parsePromText(text: string): Sample[] {
     if (line === '' || line.startsWith('#')) continue;
     const m = LINE_RE.exec(line);
     if (!m) continue;
+    const value = number(m[3]!);
+    // A malformed value (or a NaN sample) adds nothing a sum or a rate could use.
+    if (Number.isNaN(value)) continue;
     const labels: Record<string, string> = {};
     for (const l of (m[2] ?? '').matchAll(LABEL_RE)) labels[l[1]!] = l[2]!.replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c));
-    out.push({ name: m[1]!, labels, value: number(m[3]!) });
+    out.push({ name: m[1]!, labels, value });
   }
   return out;
 }
