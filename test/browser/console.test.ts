@@ -124,8 +124,12 @@ describe('the operator console', () => {
     await page.waitForSelector('#refusals', { timeout: UI_TIMEOUT });
     expect(page.url()).not.toContain(ADMIN_TOKEN);
     expect(await page.evaluate(() => Object.keys((globalThis as any).sessionStorage))).toEqual(['queen-edge-admin-token']);
-    // The second read has a window: the request rate card then shows a number.
-    await page.waitForFunction(() => !(globalThis as any).document.body.textContent.includes('measuring: the next refresh'), undefined, { timeout: UI_TIMEOUT });
+    // Traffic after the first read: a later refresh shows its rate and its refusals.
+    const bad = await token({ roles: ['read-write'], tenant: 'acme' }, 'another-secret-0123456789abcdef-xyz');
+    for (let i = 0; i < 40; i++) await call(edge, 'POST', '/api/v1/push', { token: acmeJwt, body: { items: [{ queue: 'orders', payload: { i } }] } });
+    for (let i = 0; i < 8; i++) expect((await call(edge, 'GET', '/api/v1/pop/queue/orders', { token: bad })).status).toBe(401);
+    await page.waitForSelector('#refusals code:text-is("unauthorized")', { timeout: UI_TIMEOUT });
+    await page.waitForFunction(() => /Request rate\s*[1-9]/.test((globalThis as any).document.querySelector('.cards').innerText), undefined, { timeout: UI_TIMEOUT });
     const text = await page.innerText('main');
     expect(text).toMatch(/Workers alive\s*1\s*process/);
     expect(text).toContain('fail mode local');
