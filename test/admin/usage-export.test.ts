@@ -3,10 +3,15 @@
  * Redis in the usage store's layout, exported through the admin listener (CSV and JSON Lines) and
  * through the CLI; the in-memory store; and the generator's bounded read-ahead.
  */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createAdminHandler } from '../../src/admin/api.js';
 import { runAdminCli } from '../../src/admin/cli-commands.js';
+import { silentLogger } from '../../src/observability/log.js';
+import type { TenantStore } from '../../src/tenants/store.js';
 import { HOUR_MS, UsageCounts, dayId, hourFields } from '../../src/metering/counts.js';
 import { EXPORT_COLUMNS, batchSize, exportChunks } from '../../src/metering/export.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
@@ -52,7 +57,7 @@ beforeAll(async () => {
     await pipe.exec();
   }
   r.disconnect();
-}, 60000);
+}, 120_000);
 
 afterAll(async () => {
   await edge?.close();
@@ -60,7 +65,7 @@ afterAll(async () => {
   const r = await connectTest(SHARED_REDIS_URL, 10000);
   await flushPrefix(r, prefix);
   r.disconnect();
-}, 60000);
+}, 120_000);
 
 /** Streams a response's lines to `onLine` without keeping them; returns the number of body chunks. */
 async function eachLine(body: AsyncIterable<Buffer>, onLine: (line: string) => void): Promise<number> {
@@ -209,5 +214,47 @@ describe('exportChunks', () => {
     expect(reads).toBeLessThanOrEqual(batchSize(FROM, TO));
     expect(reads).toBeLessThan(many.length);
     await it.return(undefined);
+  });
+});
+
+describe('a usage store failing in the middle of an export', () => {
+  it('cuts the response before its end: the client sees an error, not a short export', async () => {
+    const handler = createAdminHandler({
+      token: ADMIN_TOKEN,
+      tenants: { backing: 'static', all: () => ids.map((id) => ({ id })) } as unknown as TenantStore,
+      tenantRecord: async () => null,
+      usage: async () => new Map(),
+      usageExport: {
+        flush: async () => true,
+        read: async (id) => {
+          if (id === 't0500') throw new Error('usage store gone');
+          return new Map();
+        },
+      },
+      stats: async () => ({}),
+      planIds: () => [],
+      brokers: () => [],
+      readiness: { notReadyReason: () => null },
+      metricsText: async () => '',
+      log: silentLogger(),
+      clock: Date.now,
+    });
+    const server = http.createServer((req, res) => handler(req, res));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    try {
+      const res = await request(`http://127.0.0.1:${(server.address() as AddressInfo).port}${query('day', 'csv')}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+      expect(res.statusCode).toBe(200);
+      let received = '';
+      const read = (async () => {
+        for await (const chunk of res.body) received += String(chunk);
+      })();
+      await expect(read).rejects.toThrow();
+      // Rows of earlier batches arrived; nothing from the failing tenant or after it.
+      expect(received).toContain(',t0400,');
+      expect(received).not.toContain(',t0500,');
+    } finally {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    }
   });
 });
