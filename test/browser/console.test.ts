@@ -103,7 +103,8 @@ async function acmeStatus(): Promise<number> {
   return (await call(edge, 'GET', '/api/v1/pop/queue/orders?wait=false', { token: acmeJwt })).status;
 }
 
-describe('the operator console', () => {
+// Each step needs a few seconds; a loaded CI machine gets ten times that.
+describe('the operator console', { timeout: 60_000 }, () => {
   it('is served with a strict CSP, and a wrong token is refused', async () => {
     const res = await page.goto(`${edge.adminUrl}/console`);
     expect(res!.status()).toBe(200);
@@ -206,6 +207,16 @@ describe('the operator console', () => {
     await page.waitForSelector('#plans tr[data-plan="starter"]', { timeout: UI_TIMEOUT });
     expect(await page.innerText('#plans tr[data-plan="starter"]')).toContain('50 req/s');
     await shot('plans');
+
+    // Redis is configured, so plans are editable: the JSON goes through the API's validation.
+    await page.click('#plans tr[data-plan="starter"] button');
+    await page.waitForSelector('dialog[open] textarea', { timeout: UI_TIMEOUT });
+    const json = await page.inputValue('dialog[open] textarea');
+    expect(json).toContain('"requestsPerSec": 50,');
+    await page.fill('dialog[open] textarea', json.replace('"requestsPerSec": 50,', '"requestsPerSec": 60,'));
+    await page.click('dialog[open] button[value="ok"]');
+    await page.waitForFunction(() => (globalThis as any).document.querySelector('#plans tr[data-plan="starter"]')?.innerText.includes('60 req/s'), undefined, { timeout: UI_TIMEOUT });
+    expect((await admin(edge, 'GET', '/admin/v1/plans/starter')).json.limits.requestsPerSec).toBe(60);
   });
 
   it('signing out forgets the token', async () => {
