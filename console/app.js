@@ -530,7 +530,7 @@ async function renderPlans() {
               h('td', {}, h('div', { class: 'tags' }, p.features.length ? p.features.map((f) => h('span', { class: 'tag' }, f)) : h('span', { class: 'muted' }, 'none'))),
               h('td', { class: 'num' }, `${L(p, 'requestsPerSec', 'req/s')}`, h('div', { class: 'muted' }, `burst ${num(p.limits.requestBurst)}`)),
               h('td', { class: 'num' }, `${L(p, 'messagesPerSec', 'msg/s')}`, h('div', { class: 'muted' }, `burst ${num(p.limits.messageBurst)}`)),
-              h('td', { class: 'num' }, num(p.limits.parkedPolls)),
+              h('td', { class: 'num' }, `${num(p.limits.parkedPolls)} polls`),
               h('td', { class: 'num' }, bytes(p.limits.maxPayloadBytes)),
               h('td', { class: 'num' }, `${num(p.limits.maxBatch)} items`),
               h('td', { class: 'num' }, Q(p.quotas.messagesPerMonth, (n) => `${num(n)} msg`)),
