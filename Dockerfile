@@ -1,6 +1,6 @@
 # queen-edge container image (docs/deploying.md).
 # Stage 1 installs every dependency and compiles TypeScript; stage 2 carries production
-# dependencies and dist/ only and runs as the unprivileged `node` user (uid 1000).
+# dependencies, dist/ and the console's static files and runs as the unprivileged `node` user (uid 1000).
 # test/deploy/dockerfile.test.ts checks these instructions against the project.
 
 ARG NODE_IMAGE=node:20-bookworm-slim
@@ -20,6 +20,8 @@ WORKDIR /app
 COPY package.json package-lock.json .npmrc ./
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 COPY --from=build /app/dist ./dist
+# The operator console's static files (served at /console by the admin listener; uPlot comes from node_modules).
+COPY console ./console
 # The default configuration; mount your own over it. Certificates go in /etc/queen-edge/tls/
 # (server.https.cert: /etc/queen-edge/tls/tls.crt, key: /etc/queen-edge/tls/tls.key).
 COPY config/default.yaml /etc/queen-edge/config.yaml

@@ -24,6 +24,7 @@ import { createBrokerPools } from './upstream/pools.js';
 import { createUpstreamProxy } from './upstream/proxy.js';
 import { createBrokerMaintenance } from './upstream/maintenance.js';
 import { createAdminHandler } from './admin/api.js';
+import { createLiveStats } from './admin/stats.js';
 
 export interface AppOptions {
   log?: Logger;
@@ -63,7 +64,8 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   const clusters = createClusters(config.upstream, { log, clock });
   const pools = createBrokerPools(config.upstream);
   const proxy = createUpstreamProxy({ clusters, pools, log });
-  const meter = new Meter({ store: createUsageStore(redis, config.redis.keyPrefix), log, clock, ...(opts.usageFlushMs ? { flushMs: opts.usageFlushMs } : {}) });
+  const usageStore = createUsageStore(redis, config.redis.keyPrefix);
+  const meter = new Meter({ store: usageStore, log, clock, ...(opts.usageFlushMs ? { flushMs: opts.usageFlushMs } : {}) });
   const metrics = createMetrics({
     limiterMode: () => limiter.mode(),
     brokers: () => clusters.snapshot(tenants.all()),
@@ -93,6 +95,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     log,
     clock,
   });
+  const metricsText = opts.metricsText ?? (() => metrics.text());
   const admin = createAdminHandler({
     token: config.server.admin.token,
     tenants,
@@ -112,7 +115,10 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
               ? null
               : 'no broker reachable',
     },
-    metricsText: opts.metricsText ?? (() => metrics.text()),
+    usageExport: { flush: () => meter.flush(), read: (id, from, to) => usageStore.read(id, from, to) },
+    stats: createLiveStats(metricsText, { redisConfigured: redis !== null, failMode: config.redis.failMode }, clock),
+    planIds: () => Object.keys(config.plans),
+    metricsText,
     log,
     clock,
   });

@@ -12,10 +12,13 @@
  *   the admin token's id (first 8 hex digits of its SHA-256) and what changed.
  */
 import { createHash, timingSafeEqual } from 'node:crypto';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import FindMyWay from 'find-my-way';
 import type { RawTenant } from '../config/schema.js';
 import type { EdgeRequest, EdgeResponse, RequestHandler } from '../listen/servers.js';
 import { rollUp, UsageCounts, type Granularity } from '../metering/counts.js';
+import { alignRange, exportChunks, type ExportFormat, type ExportGranularity, type HourlyReader } from '../metering/export.js';
 import type { Logger } from '../observability/log.js';
 import { readBody } from '../stages/body.js';
 import { ID_PATTERN, type Plan, type Tenant } from '../tenants/model.js';
@@ -23,6 +26,7 @@ import type { TenantStore, WriteResult } from '../tenants/store.js';
 import type { ClusterSnapshot } from '../upstream/clusters.js';
 import type { BrokerMaintenance, BrokerMaintenanceState, MaintenanceSwitch } from '../upstream/maintenance.js';
 import { answerProbe, type Readiness } from './probes.js';
+import { serveConsole } from './console.js';
 import { isEdgeError } from '../errors.js';
 
 /** What the admin handler reads and writes. */
@@ -33,6 +37,12 @@ export interface AdminDeps {
   /** The raw record in force for a tenant (Redis record or config file entry), for GET. */
   readonly tenantRecord: (id: string) => Promise<RawTenant | null>;
   readonly usage: (tenantId: string, fromMs: number, toMs: number) => Promise<Map<number, UsageCounts>>;
+  /** The billing export's side of the usage store: flush this instance's counts, then read without flushing. */
+  readonly usageExport: { readonly flush: () => Promise<unknown>; readonly read: HourlyReader };
+  /** Live stats (see stats.ts). */
+  readonly stats: () => Promise<Record<string, unknown>>;
+  /** Plan ids to list: the config file's plus those tenants use. */
+  readonly planIds: () => Iterable<string>;
   readonly brokers: () => ClusterSnapshot[];
   /** Reads and switches the brokers' maintenance modes. */
   readonly maintenance: BrokerMaintenance;
@@ -75,7 +85,7 @@ interface Call {
   /** Id of the admin token (for change logs). */
   readonly who: string;
 }
-type Reply = { status: number; body?: unknown };
+type Reply = { status: number; body?: unknown } | { status: 200; headers: Record<string, string>; stream: Readable };
 type Action = (c: Call) => Promise<Reply | AdminError>;
 
 function sha256(text: string): Buffer {
@@ -295,6 +305,39 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
     return maintenanceReply(t, await Promise.all(targets.map((url) => d.maintenance.set(url, t.id, mode as MaintenanceSwitch, enabled))));
   });
 
+  on('GET', '/admin/v1/plans', async () => {
+    const ids = [...new Set([...d.planIds(), ...[...d.tenants.all()].map((t) => t.plan.id)])].sort();
+    return { status: 200, body: { writable: d.tenants.backing === 'redis', plans: ids.flatMap((id) => { const p = d.tenants.planById(id); return p ? [planView(p)] : []; }) } };
+  });
+
+  on('GET', '/admin/v1/stats', async () => ({ status: 200, body: await d.stats() }));
+
+  on('GET', '/admin/v1/usage/export', async (c) => {
+    const range = usageRange(c.query, d.clock(), 'hour');
+    if (range instanceof AdminError) return range;
+    if (range.granularity === 'month') return new AdminError('invalid_request', 'granularity: must be hour or day');
+    const format = c.query.get('format') ?? 'csv';
+    if (format !== 'csv' && format !== 'jsonl') return new AdminError('invalid_request', 'format: must be csv or jsonl');
+    const named = c.query.getAll('tenant');
+    const bad = named.find((id) => !ID_PATTERN.test(id));
+    if (bad !== undefined) return new AdminError('invalid_request', `tenant: must match ${ID_PATTERN.source}`);
+    const granularity = range.granularity as ExportGranularity;
+    const aligned = alignRange(range.fromMs, range.toMs, granularity);
+    // Named tenants may be deleted ones (their last period is still billed); else every current tenant.
+    const tenants = named.length > 0 ? [...new Set(named)] : [...d.tenants.all()].map((t) => t.id).sort();
+    await d.usageExport.flush();
+    const name = `usage-${new Date(aligned.fromMs).toISOString().slice(0, 13)}-${granularity}.${format}`;
+    return {
+      status: 200,
+      headers: {
+        'content-type': format === 'csv' ? 'text/csv; charset=utf-8' : 'application/jsonl; charset=utf-8',
+        'content-disposition': `attachment; filename="${name}"`,
+        'cache-control': 'no-store',
+      },
+      stream: Readable.from(exportChunks({ tenants, ...aligned, granularity, format: format as ExportFormat }, d.usageExport.read)),
+    };
+  });
+
   const authorized = (req: EdgeRequest): boolean => {
     const header = req.headers.authorization;
     if (expected === null || typeof header !== 'string' || !/^bearer /i.test(header)) return false;
@@ -305,6 +348,7 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
+    if (expected !== null && (await serveConsole(path, req, res))) return;
     if (path === '/metrics' && req.method === 'GET') {
       const text = await d.metricsText();
       res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8', 'cache-control': 'no-store' });
@@ -328,7 +372,12 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
       out = new AdminError('unavailable', 'tenant or usage store unavailable (Redis)');
     }
     if (out instanceof AdminError) sendError(res, out);
-    else send(res, out.status, out.body);
+    else if ('stream' in out) {
+      res.writeHead(out.status, out.headers);
+      // A store failure mid-stream cuts the response before its last chunk: clients see a truncated
+      // transfer as an error instead of a short export.
+      await pipeline(out.stream, res).catch((err: unknown) => d.log.warn({ err, path }, 'admin API: usage export interrupted'));
+    } else send(res, out.status, out.body);
   };
 
   return (req, res) => {
@@ -353,7 +402,7 @@ async function jsonBody(req: EdgeRequest): Promise<unknown | AdminError> {
 }
 
 /** `from`/`to` (ISO 8601; default: this UTC month so far) and `granularity` (default day). */
-function usageRange(query: URLSearchParams, now: number): { fromMs: number; toMs: number; granularity: Granularity } | AdminError {
+function usageRange(query: URLSearchParams, now: number, defaultGranularity: Granularity = 'day'): { fromMs: number; toMs: number; granularity: Granularity } | AdminError {
   const d = new Date(now);
   const parse = (name: string, fallback: number): number | AdminError => {
     const v = query.get(name);
@@ -365,7 +414,7 @@ function usageRange(query: URLSearchParams, now: number): { fromMs: number; toMs
   if (fromMs instanceof AdminError) return fromMs;
   const toMs = parse('to', now + 1);
   if (toMs instanceof AdminError) return toMs;
-  const g = query.get('granularity') ?? 'day';
+  const g = query.get('granularity') ?? defaultGranularity;
   if (!GRANULARITIES.includes(g as Granularity)) return new AdminError('invalid_request', 'granularity: must be hour, day or month');
   if (toMs <= fromMs) return new AdminError('invalid_request', 'to: must be after from');
   if (toMs - fromMs > MAX_USAGE_RANGE_MS) return new AdminError('invalid_request', 'to: range longer than 366 days');

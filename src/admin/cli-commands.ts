@@ -5,6 +5,7 @@
  * Exit codes: 0 done (or help shown), 1 the call failed (refused, unreachable), 2 the command line was wrong.
  */
 import { readFile } from 'node:fs/promises';
+import { pipeline } from 'node:stream/promises';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { request } from 'undici';
 
@@ -24,6 +25,8 @@ export interface CommandContext {
   args: string[];
   values: Readonly<Record<string, unknown>>;
   api(method: 'GET' | 'PUT' | 'POST' | 'DELETE', path: string, body?: string): Promise<Json>;
+  /** GETs `path` and streams the answer's body to stdout as it arrives (exports can exceed memory). */
+  download(path: string): Promise<void>;
 }
 
 /** One admin command. */
@@ -39,8 +42,8 @@ export interface AdminCommand {
   /** Options as shown in the help, e.g. `--file FILE.json`. */
   optionsHelp?: string;
   summary: string;
-  /** The API's answer and how to show it to a person. */
-  run(ctx: CommandContext): Promise<{ doc: Json; human(): string }>;
+  /** The API's answer and how to show it to a person; null when the command wrote its output itself. */
+  run(ctx: CommandContext): Promise<{ doc: Json; human(): string } | null>;
 }
 
 /** A wrong command line: exit 2 with the usage. */
@@ -145,6 +148,20 @@ export const COMMANDS: readonly AdminCommand[] = [
     },
   },
   {
+    words: ['usage', 'export'],
+    args: [],
+    options: { from: { type: 'string' }, to: { type: 'string' }, granularity: { type: 'string' }, format: { type: 'string' }, tenant: { type: 'string', multiple: true } },
+    optionsHelp: '[--from ISO] [--to ISO] [--granularity hour|day] [--format csv|jsonl] [--tenant ID]...',
+    summary: 'every tenant\'s usage per period, for billing (docs/usage-export.md)',
+    async run({ download, values }) {
+      const q = new URLSearchParams();
+      for (const name of ['from', 'to', 'granularity', 'format'] as const) if (typeof values[name] === 'string') q.set(name, values[name]);
+      for (const id of (values.tenant as string[] | undefined) ?? []) q.append('tenant', id);
+      await download(`/admin/v1/usage/export?${q}`);
+      return null;
+    },
+  },
+  {
     words: ['maintenance'],
     args: ['TENANT'],
     optional: ['on|off'],
@@ -229,11 +246,13 @@ export async function runAdminCli(argv: string[], io: CliIo): Promise<number> {
 
     const base = String(values.url ?? io.env.QUEEN_EDGE_ADMIN_URL ?? 'http://127.0.0.1:9090').replace(/\/+$/, '');
     const token = typeof values.token === 'string' ? values.token : io.env.QUEEN_EDGE_ADMIN_TOKEN;
-    const api: CommandContext['api'] = async (method, path, body) => {
+    const call = (method: 'GET' | 'PUT' | 'POST' | 'DELETE', path: string, body?: string) => {
       const headers: Record<string, string> = {};
       if (token) headers.authorization = `Bearer ${token}`;
       if (body !== undefined) headers['content-type'] = 'application/json';
-      const res = await request(`${base}${path}`, { method, headers, body });
+      return request(`${base}${path}`, { method, headers, body });
+    };
+    const reply = async (res: Awaited<ReturnType<typeof call>>): Promise<Json> => {
       const text = await res.body.text();
       let doc: Json;
       try {
@@ -244,8 +263,14 @@ export async function runAdminCli(argv: string[], io: CliIo): Promise<number> {
       if (res.statusCode >= 300) throw callError(res.statusCode, doc, text, base);
       return doc;
     };
-    const { doc, human } = await command.run({ args: args.map(encodeURIComponent), values, api });
-    io.stdout.write(values.json === true ? `${JSON.stringify(doc, null, 2)}\n` : human());
+    const api: CommandContext['api'] = async (method, path, body) => reply(await call(method, path, body));
+    const download: CommandContext['download'] = async (path) => {
+      const res = await call('GET', path);
+      if (res.statusCode !== 200) await reply(res);
+      else await pipeline(res.body, io.stdout, { end: false });
+    };
+    const shown = await command.run({ args: args.map(encodeURIComponent), values, api, download });
+    if (shown) io.stdout.write(values.json === true ? `${JSON.stringify(shown.doc, null, 2)}\n` : shown.human());
     return 0;
   } catch (err) {
     if (err instanceof UsageError) {

@@ -145,6 +145,15 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
     },
   });
   new Gauge({
+    name: 'queen_edge_workers',
+    help: 'Worker processes behind this /metrics: 1 per process, summed by a multi-worker primary.',
+    registers: [registry],
+    aggregator: 'sum',
+    collect() {
+      this.set(1);
+    },
+  });
+  new Gauge({
     name: 'queen_edge_broker_up',
     help: 'Broker health as this instance sees it (1 healthy, 0 down), by broker URL.',
     labelNames: ['broker'] as const,
