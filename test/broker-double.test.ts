@@ -588,11 +588,11 @@ describe('field quirks and conveniences', () => {
   });
 
   it('records unknown routes and answers 404', async () => {
-    const res = await call(broker, 'GET', '/api/v1/resources/queues?x=1');
+    const res = await call(broker, 'GET', '/api/v1/resources/nothing-here?x=1');
     expect(res.status).toBe(404);
     expect(res.json).toEqual({ error: 'not found' });
     const [rec] = (await broker.waitForRequests(1)) as [RecordedRequest];
-    expect(rec).toMatchObject({ method: 'GET', path: '/api/v1/resources/queues', url: '/api/v1/resources/queues?x=1', aborted: false });
+    expect(rec).toMatchObject({ method: 'GET', path: '/api/v1/resources/nothing-here', url: '/api/v1/resources/nothing-here?x=1', aborted: false });
     expect(rec.query.get('x')).toBe('1');
   });
 

@@ -245,11 +245,13 @@ class RingClusters implements Clusters {
   }
 
   sync(tenants: Iterable<Tenant>): void {
+    // Read once: the directory may hand over a one-shot iterator.
+    const list = [...tenants];
     this.#generation++;
     const urls = new Set<string>();
     const lists = new Set<string>();
     const current = new WeakSet<Tenant>();
-    for (const t of tenants) {
+    for (const t of list) {
       current.add(t);
       for (const b of t.brokers) urls.add(b);
       lists.add(ringKey(t.brokers));
@@ -264,7 +266,7 @@ class RingClusters implements Clusters {
     }
     this.#dropped = dropped;
     for (const key of this.#rings.keys()) if (!lists.has(key)) this.#rings.delete(key);
-    for (const t of tenants) this.#entry(t);
+    for (const t of list) this.#entry(t);
   }
 
   start(tenants: Iterable<Tenant>): void {

@@ -77,7 +77,7 @@ function slowCall(proto: Proto, method: 'GET' | 'POST', path: string, body?: unk
 
 /** Items whose broker answers (push, ack, transaction, pop) grow with `txLen`. */
 function items(queue: string, n: number, txLen: number, tag: string) {
-  return Array.from({ length: n }, (_, i) => ({ queue, transactionId: `${tag}-${i}-`.padEnd(txLen, 'x'), payload: { i, pad: 'p'.repeat(txLen) } }));
+  return Array.from({ length: n }, (_, i) => ({ queue, transactionId: `${tag}-${i}-`.padEnd(txLen, 'x'), payload: { i, pad: 'p'.repeat(100) } }));
 }
 
 /** [items, transactionId length] giving answers of about 1 KB, 20 KB, 200 KB and 2 MB. */
@@ -88,7 +88,7 @@ const SIZES: ReadonlyArray<readonly [string, number, number]> = [
   ['2MB', 500, 4000],
 ];
 
-describe('metering and logs at any response size', { timeout: 30_000 }, () => {
+describe('metering and logs at any response size', { timeout: 45_000 }, () => {
   it('access log, /metrics and usage equal what a slow client received, h1 and h2', async () => {
     const seen: Received[] = [];
     let pushed = 0;

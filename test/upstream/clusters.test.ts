@@ -264,6 +264,12 @@ describe('clusters: lifecycle and snapshot', () => {
     await vi.waitFor(() => expect(probed).toContain('http://10.0.0.9:6632'), { timeout: 3000 });
   });
 
+  it('tracks the tenants of a one-shot iterator (the directory hands over its map values)', async () => {
+    const { c, probed } = clusters();
+    c.start(new Map([['t1', tenant('t1', [B[0]!])]]).values());
+    await vi.waitFor(() => expect(probed).toContain(B[0]), { timeout: 3000 });
+  });
+
   it('a broker removed from a tenant is no longer probed nor picked, even by a request holding the tenant from before', async () => {
     const { c, probed } = clusters();
     const before = tenant('t1', [B[0]!, B[1]!]);
