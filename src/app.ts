@@ -119,6 +119,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
 
   await Promise.all([verifiers.start(), limiter.start()]);
   clusters.start(tenants.all());
+  verifiers.sync(tenants.all());
   // Brokers and tenant keys follow the directory: removed brokers stop being probed, and the
   // verifiers and JWKS sets of removed or re-keyed tenants are dropped.
   tenants.onChange(() => {
