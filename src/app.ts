@@ -72,6 +72,9 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   if (!config.auth.secret && !config.auth.publicKey && !config.auth.jwksUrl) {
     log.warn('no JWT key configured (auth.secret, auth.publicKey or auth.jwksUrl): every authenticated route answers 401');
   }
+  if (config.auth.defaultTenant && Object.keys(config.tenants).length > 1) {
+    log.warn({ defaultTenant: config.auth.defaultTenant }, 'auth.defaultTenant is set with several tenants: every token of the global issuer without a tenant claim acts for it (docs/tenancy.md)');
+  }
   if (!config.server.admin.token) log.info('no server.admin.token: admin API disabled (probes and /metrics still answer)');
 
   const edge = createPipeline({
