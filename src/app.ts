@@ -78,6 +78,9 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   if (!config.auth.secret && !config.auth.publicKey && !config.auth.jwksUrl) {
     log.warn('no JWT key configured (auth.secret, auth.publicKey or auth.jwksUrl): every authenticated route answers 401');
   }
+  if (config.auth.defaultTenant && Object.keys(config.tenants).length > 1) {
+    log.warn({ defaultTenant: config.auth.defaultTenant }, 'auth.defaultTenant is set with several tenants: every token of the global issuer without a tenant claim acts for it (docs/tenancy.md)');
+  }
   if (!config.server.admin.token) log.info('no server.admin.token: admin API disabled (probes and /metrics still answer)');
 
   const edge = createPipeline({
@@ -130,6 +133,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
 
   await Promise.all([verifiers.start(), limiter.start()]);
   clusters.start(tenants.all());
+  verifiers.sync(tenants.all());
   // Brokers and tenant keys follow the directory: removed brokers stop being probed and lose their
   // pools, and the verifiers and JWKS sets of removed or re-keyed tenants are dropped.
   tenants.onChange(() => {

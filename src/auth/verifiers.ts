@@ -24,7 +24,10 @@ export interface TenantVerifiers {
   readonly global: TokenVerifier;
   /** The verifier for tokens presented to `tenant`: its own settings when it has them, else the global ones. */
   forTenant(tenant: AuthScope): TokenVerifier;
-  /** Forgets the verifiers and JWKS sets of tenants that are gone or changed their settings. */
+  /**
+   * Forgets the verifiers and JWKS sets of tenants that are gone or changed their settings, and
+   * starts fetching the sets of new ones in the background (a slow IdP then delays no request).
+   */
   sync(tenants: Iterable<AuthScope>): void;
   /** Starts the global verifier (tenant verifiers load their keys on first use). */
   start(): Promise<void>;
@@ -119,6 +122,7 @@ class Verifiers implements TenantVerifiers {
       keys.close();
       this.#jwks.delete(url);
     }
+    for (const url of urls) if (!this.#jwks.has(url)) void this.#jwksFor(url).refresh();
   }
 
   start(): Promise<void> {

@@ -329,11 +329,11 @@ class Directory implements TenantStore {
   #install(built: Built): void {
     const reported = new Set<string>();
     for (const r of built.rejected) {
-      if (r.source !== 'redis') continue;
-      const key = r.kind === 'tenant' ? this.#keys.tenant(r.id) : this.#keys.plan(r.id);
+      // A file entry is rejected at run time only when its record lost a host and the file's version clashes too.
+      const key = r.source === 'file' ? `config:tenants.${r.id}` : r.kind === 'tenant' ? this.#keys.tenant(r.id) : this.#keys.plan(r.id);
       const line = `${key}\n${r.problems.join('\n')}`;
       reported.add(line);
-      if (!this.#reported.has(line)) this.#log.warn({ key, problems: r.problems }, 'tenant store: invalid record in Redis ignored; the previous version stays');
+      if (!this.#reported.has(line)) this.#log.warn({ key, problems: r.problems }, 'tenant store: record refused by the directory; the previous version stays');
     }
     this.#reported = reported;
     const before = this.#snap;

@@ -6,6 +6,7 @@ import type { AuthConfig, RawTenantAuth } from '../../src/config/schema.js';
 import { isEdgeError } from '../../src/errors.js';
 import { startJwksServer } from '../helpers/jwks-server.js';
 import { capturingLogger } from '../helpers/logs.js';
+import { waitFor } from '../helpers/redis.js';
 import { epochSec, keyPair, signToken, signWith, type TestKeyPair } from '../helpers/tokens.js';
 
 const GLOBAL_SECRET = 'global-secret-0123456789abcdef-0123';
@@ -76,6 +77,10 @@ describe('tenant verifiers', () => {
       const again = verifiers.forTenant(a);
       expect(isEdgeError(await again.verify(token))).toBe(false);
       expect(idp.requests).toBe(2);
+      // A tenant new to sync has its set fetched before any token arrives.
+      verifiers.sync([]);
+      verifiers.sync([a]);
+      await waitFor(() => idp.requests === 3, 3000, 'the pre-warming fetch');
     } finally {
       await idp.close();
     }
