@@ -14,6 +14,7 @@ import { silentLogger } from '../../src/observability/log.js';
 import type { TenantStore } from '../../src/tenants/store.js';
 import { HOUR_MS, UsageCounts, dayId, hourFields } from '../../src/metering/counts.js';
 import { EXPORT_COLUMNS, batchSize, exportChunks } from '../../src/metering/export.js';
+import { usageDayKey } from '../../src/redis/keys.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix } from '../helpers/redis.js';
@@ -51,7 +52,7 @@ beforeAll(async () => {
       for (let day = 0; day < HOURS / 24; day++) {
         const fields: Array<string | number> = [];
         for (let hh = 0; hh < 24; hh++) for (const [f, n] of hourFields(hh, synthetic(k, day * 24 + hh))) fields.push(f, n);
-        pipe.hset(`${prefix}{usage}:d:${ids[k]}:${dayId(FROM + day * 24 * HOUR_MS)}`, ...fields);
+        pipe.hset(usageDayKey(prefix, ids[k]!, dayId(FROM + day * 24 * HOUR_MS)), ...fields);
       }
     }
     await pipe.exec();
