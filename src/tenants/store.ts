@@ -37,6 +37,8 @@ export interface TenantStore extends TenantDirectory {
   setStorageUsed(id: string, bytes: number): Promise<WriteResult>;
   /** Reloads from Redis now; resolves when a snapshot taken after the call is in place. */
   refresh(): Promise<void>;
+  /** Takes a new config file's plans and tenants (a validated config), over the Redis records last read; the snapshot swaps at once. */
+  reloadFile(cfg: RawConfig): void;
   /** 'redis' when backed by Redis, 'static' for the file alone. */
   readonly backing: 'redis' | 'static';
   close(): Promise<void>;
@@ -82,7 +84,9 @@ function problemsOf(error: z.ZodError): string[] {
 
 class Directory implements TenantStore {
   readonly backing: 'redis' | 'static';
-  readonly #cfg: RawConfig;
+  #cfg: RawConfig;
+  /** The Redis records of the last load, for a rebuild when only the file changes. */
+  #records: RedisRecords = NO_RECORDS;
   readonly #log: Logger;
   readonly #redis: RedisClient | null;
   readonly #owned: boolean;
@@ -164,6 +168,11 @@ class Directory implements TenantStore {
     this.#subscriber = null;
     await this.#inflight?.catch(() => {});
     if (this.#owned) this.#redis?.disconnect();
+  }
+
+  reloadFile(cfg: RawConfig): void {
+    this.#cfg = cfg;
+    this.#snap = this.#build(this.#records, this.#snap.blocked);
   }
 
   refresh(): Promise<void> {
@@ -291,6 +300,7 @@ class Directory implements TenantStore {
       return m;
     };
     const records: RedisRecords = { tenants: zip(tenantIds, 0), plans: zip(planIds, tenantIds.length), deleted: new Set(deleted), status, storage };
+    this.#records = records;
     this.#snap = this.#build(records, this.#snap.blocked);
   }
 
