@@ -5,6 +5,7 @@
 import type { Registry } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
 import { compileTables } from './config/compile.js';
+import { ConfigError } from './config/load.js';
 import { createTenantVerifiers } from './auth/verifiers.js';
 import { createMinter } from './auth/mint.js';
 import { createClientLimits } from './limits/client-limits.js';
@@ -44,9 +45,18 @@ export interface App {
   readonly metrics: Registry;
   /** The tenant directory: `generation` and `onChange` tell when a change arrived; `reloadFile` swaps the file's tenants. */
   readonly tenants: TenantStore;
+  /**
+   * Applies a new configuration's tenants, plans, routes and CORS origins at once (SIGHUP); every
+   * other section needs a restart and is only reported. Throws a ConfigError, changing nothing,
+   * when the tables do not compile (a host listed twice, a bad route override).
+   */
+  reload(next: RawConfig): void;
   /** Stops accepting, lets in-flight requests finish (up to drainMs), flushes usage, then releases everything. */
   close(drainMs?: number): Promise<void>;
 }
+
+/** Sections a reload does not apply: listeners, Redis, keys and pools are built once, at start. */
+const RESTART_SECTIONS = ['server', 'log', 'redis', 'auth', 'upstreamIdentity', 'upstream'] as const;
 
 export async function startApp(config: RawConfig, opts: AppOptions = {}): Promise<App> {
   const log = opts.log ?? processLogger(config.log);
@@ -83,9 +93,11 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   }
   if (!config.server.admin.token) log.info('no server.admin.token: admin API disabled (probes and /metrics still answer)');
 
+  // Swapped whole by reload(); the pipeline reads it through this indirection on every request.
+  let routes = compileRoutes(tables.routes);
   const edge = createPipeline({
     config,
-    routes: compileRoutes(tables.routes),
+    routes: { match: (method, path) => routes.match(method, path) },
     tenants,
     storageBlocked: (id) => tenants.storageBlocked(id),
     verifiers,
@@ -149,6 +161,16 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     log,
     metrics: metrics.registry,
     tenants,
+    reload(next) {
+      const nextRoutes = compileRoutes(compileTables(next).routes);
+      // Synchronous from here: no request sees new tenants with old routes, or the reverse.
+      const swapped = tenants.reloadFile(next);
+      if (!swapped.ok) throw new ConfigError([...swapped.problems]);
+      routes = nextRoutes;
+      const restart = RESTART_SECTIONS.filter((k) => JSON.stringify(next[k]) !== JSON.stringify(config[k]));
+      if (restart.length > 0) log.warn({ sections: restart }, 'configuration reload: these sections changed but apply only after a restart');
+      log.info({ tenants: Object.keys(next.tenants).length, plans: Object.keys(next.plans).length }, 'configuration reloaded: tenants, plans, routes and CORS');
+    },
     async close(drainMs = config.server.drainTimeoutMs): Promise<void> {
       draining = true;
       await listeners.close(drainMs);

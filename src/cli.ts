@@ -12,6 +12,7 @@ import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ADMIN_GROUPS, adminUsage } from './admin/cli-commands.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
+import type { RawConfig } from './config/schema.js';
 
 /** Exit code for a bad command line or an invalid configuration. */
 const EXIT_USAGE = 2;
@@ -24,7 +25,8 @@ const USAGE = `usage: queen-edge [--config PATH] [--port N]   run the gateway
 
 Admin commands (against a running gateway's admin listener):
 ${adminUsage().replace(/^usage:\n/, '')}
-Signals: SIGTERM or SIGINT drains (server.drainTimeoutMs), a second one exits at once.
+Signals: SIGTERM or SIGINT drains (server.drainTimeoutMs), a second one exits at once; SIGHUP
+reloads tenants, plans, routes and CORS from the file (an invalid file keeps the running config).
 Exit codes: 0 drained cleanly, 1 failure or interrupted drain, 2 bad arguments or configuration.
 `;
 
@@ -89,12 +91,15 @@ async function main(argv: string[]): Promise<number> {
     process.stderr.write(`queen-edge: ${args.configPath}: ${err.message}\n`);
     return EXIT_USAGE;
   }
-  if (args.port !== null) config = { ...config, server: { ...config.server, https: { ...config.server.https, port: args.port } } };
   const { processLogger } = await import('./observability/log.js');
   const { runInProcess, runPrimary, workerCount } = await serving();
   const log = processLogger(config.log);
   const workers = workerCount(config, availableParallelism());
-  return workers === 1 ? runInProcess(config, { log }) : runPrimary(config, workers, { log });
+  const port = args.port;
+  const withPort = (c: RawConfig): RawConfig => (port === null ? c : { ...c, server: { ...c.server, https: { ...c.server.https, port } } });
+  const reread = async () => withPort(await loadConfigFile(args.configPath));
+  config = withPort(config);
+  return workers === 1 ? runInProcess(config, { log, reread }) : runPrimary(config, workers, { log, reread });
 }
 
 main(process.argv.slice(2)).then(

@@ -11,12 +11,15 @@ import { join } from 'node:path';
 import { AggregatorRegistry, type PrometheusContentType } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
 import { startApp, type App } from './app.js';
+import { compileTables } from './config/compile.js';
+import { ConfigError } from './config/load.js';
 import { CertificateSet } from './listen/tls.js';
 import { processLogger, type Logger } from './observability/log.js';
 
 /** Primary → worker. The `queen-edge:` prefix keeps them apart from prom-client's own cluster messages. */
 type ToWorker =
   | { type: 'queen-edge:config'; config: RawConfig }
+  | { type: 'queen-edge:reload'; config: RawConfig }
   | { type: 'queen-edge:drain' }
   | { type: 'queen-edge:metrics'; id: number; text?: string; error?: string };
 /** Worker → primary. */
@@ -99,6 +102,21 @@ function shutdownOf(app: App, log: Logger): Shutdown {
   };
 }
 
+/** Reads the configuration file again (what SIGHUP applies); rejects with a ConfigError when it is invalid. */
+export type ConfigSource = () => Promise<RawConfig>;
+
+/** Logs why a reload was refused: every problem, as at start; the running configuration stays. */
+function reloadRefused(log: Logger, err: unknown): void {
+  if (err instanceof ConfigError) log.error({ problems: err.problems }, 'configuration reload refused: keeping the running configuration');
+  else log.error({ err }, 'configuration reload failed: keeping the running configuration');
+}
+
+/** Calls `onHup` on SIGHUP until the returned function is called. */
+function onHangup(onHup: () => void): () => void {
+  process.on('SIGHUP', onHup);
+  return () => void process.off('SIGHUP', onHup);
+}
+
 /** Routes SIGTERM/SIGINT to `onSignal` until the returned function is called. */
 function onSignals(onSignal: (name: string) => void): () => void {
   const handlers = SIGNALS.map((name) => [name, () => onSignal(name)] as const);
@@ -108,13 +126,22 @@ function onSignals(onSignal: (name: string) => void): () => void {
   };
 }
 
-/** `server.workers: 1`: serves in this process until a signal; resolves with the exit code. */
-export async function runInProcess(config: RawConfig, deps: { log: Logger }): Promise<number> {
+/** `server.workers: 1`: serves in this process until a signal (SIGHUP reloads from `reread`); resolves with the exit code. */
+export async function runInProcess(config: RawConfig, deps: { log: Logger; reread?: ConfigSource }): Promise<number> {
   const app = await startApp(config, { log: deps.log });
   const shutdown = shutdownOf(app, deps.log);
   const release = onSignals((name) => shutdown.signal(name));
+  const reread = deps.reread;
+  const releaseHup = reread
+    ? onHangup(() => {
+        reread()
+          .then((next) => app.reload(next))
+          .catch((err: unknown) => reloadRefused(deps.log, err));
+      })
+    : () => {};
   const code = await shutdown.done;
   release();
+  releaseHup();
   return code;
 }
 
@@ -150,11 +177,13 @@ interface WorkerState {
  * die (with backoff), answers their /metrics with prom-client's aggregate over all workers, and on
  * a signal drains them all. Resolves with the exit code once every worker has exited.
  */
-export async function runPrimary(config: RawConfig, count: number, deps: { log: Logger; clock?: () => number; policy?: RestartPolicy }): Promise<number> {
+export async function runPrimary(config: RawConfig, count: number, deps: { log: Logger; clock?: () => number; policy?: RestartPolicy; reread?: ConfigSource }): Promise<number> {
   const { log } = deps;
   const clock = deps.clock ?? Date.now;
   const policy = deps.policy ?? DEFAULT_RESTART_POLICY;
   const shared = await shareSelfSigned(config, log);
+  // What a worker (first or replacement) is handed; a reload replaces all but the listeners' section.
+  let workerConfig = shared.config;
   const workers = new Map<Worker, WorkerState>();
   const streaks = new Array<number>(count).fill(0);
   const restarts = new Set<NodeJS.Timeout>();
@@ -201,7 +230,7 @@ export async function runPrimary(config: RawConfig, count: number, deps: { log: 
   const onMessage = (w: Worker, msg: ToPrimary): void => {
     const state = workers.get(w);
     if (state === undefined || typeof msg !== 'object' || msg === null) return;
-    if (msg.type === 'queen-edge:hello') send(w, { type: 'queen-edge:config', config: shared.config });
+    if (msg.type === 'queen-edge:hello') send(w, { type: 'queen-edge:config', config: workerConfig });
     else if (msg.type === 'queen-edge:listening') {
       state.ready = true;
       log.info({ worker: w.id, workerPid: w.process.pid }, 'worker listening');
@@ -246,12 +275,24 @@ export async function runPrimary(config: RawConfig, count: number, deps: { log: 
     restarts.add(t);
   };
 
+  /** Validated here, once, so an invalid file is logged once; then every worker swaps. */
+  const reload = async (): Promise<void> => {
+    const next = await deps.reread!();
+    compileTables(next);
+    // The listeners keep the primary's shared certificate paths; server changes need a restart anyway.
+    workerConfig = { ...next, server: workerConfig.server };
+    for (const w of workers.keys()) send(w, { type: 'queen-edge:reload', config: workerConfig });
+    log.info({ workers: workers.size }, 'configuration reload sent to the workers');
+  };
+
   cluster.on('message', onMessage);
   cluster.on('exit', onExit);
   const release = onSignals(stop);
+  const releaseHup = deps.reread ? onHangup(() => void reload().catch((err: unknown) => reloadRefused(log, err))) : () => {};
   for (let slot = 0; slot < count; slot++) fork(slot);
   const code = await done;
   release();
+  releaseHup();
   cluster.off('message', onMessage);
   cluster.off('exit', onExit);
   if (backstop !== null) clearTimeout(backstop);
@@ -291,11 +332,13 @@ export async function runWorker(): Promise<number> {
   const metrics = metricsFromPrimary();
   let drainEarly = false;
   let shutdown: Shutdown | null = null;
+  let reloadWorker: ((config: RawConfig) => void) | null = null;
   const configured = new Promise<RawConfig>((resolveConfig) => {
     process.on('message', (msg: ToWorker) => {
       if (typeof msg !== 'object' || msg === null) return;
       if (msg.type === 'queen-edge:config') resolveConfig(msg.config);
       else if (msg.type === 'queen-edge:metrics') metrics.onAnswer(msg);
+      else if (msg.type === 'queen-edge:reload') reloadWorker?.(msg.config);
       else if (msg.type === 'queen-edge:drain') {
         if (shutdown === null) drainEarly = true;
         else shutdown.drain('primary');
@@ -312,6 +355,15 @@ export async function runWorker(): Promise<number> {
   new AggregatorRegistry();
   const current = shutdownOf(app, log);
   shutdown = current;
+  reloadWorker = (next) => {
+    try {
+      app.reload(next);
+    } catch (err) {
+      reloadRefused(log, err);
+    }
+  };
+  // A terminal's hangup reaches the whole group: the primary reloads and forwards; a worker must not die of it.
+  process.on('SIGHUP', () => {});
   // Ctrl-C reaches every process of the group; SIGTERM usually only the primary, which forwards it as 'drain'.
   const release = onSignals((name) => current.signal(name));
   // The primary is gone (killed): nobody will forward a signal, so leave cleanly now.

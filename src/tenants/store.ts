@@ -79,7 +79,7 @@ function fileProblems(built: Built): string[] {
 
 class Directory implements TenantStore {
   readonly backing: 'redis' | 'static';
-  readonly #cfg: RawConfig;
+  #cfg: RawConfig;
   readonly #log: Logger;
   readonly #redis: RedisClient | null;
   readonly #owned: boolean;

@@ -63,6 +63,14 @@ describe('configuration', () => {
     },
   );
 
+  it("README's port tip works in config/default.yaml's flow style, quoted", async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'qe-cfg-'));
+    const file = join(dir, 'c.yaml');
+    await writeFile(file, 'server:\n  https: { host: 0.0.0.0, port: "${PORT:-8443}", cert: null, key: null }\nplans: {}\ntenants: {}\n');
+    expect((await loadConfigFile(file, {})).server.https.port).toBe(8443);
+    expect((await loadConfigFile(file, { PORT: '9443' })).server.https.port).toBe(9443);
+  });
+
   it('names the variable a bad value came from and never prints the value', () => {
     const secret = '*hunter2-very-secret';
     const typed = problemsOf(() => parseConfig({ ...minimal, server: { https: { port: '${EDGE_PORT}' } }, auth: { clockToleranceSec: '${SKEW}' } }, { EDGE_PORT: secret, SKEW: 'abc' }));

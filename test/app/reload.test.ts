@@ -1,0 +1,63 @@
+/** Reloading the configuration file without a restart: tenants, plans, routes and CORS swap together; an invalid file changes nothing. */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ConfigError } from '../../src/config/load.js';
+import type { RawConfig } from '../../src/config/schema.js';
+import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
+import { call, forwarded, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+
+let broker: BrokerDouble;
+let h: EdgeHarness;
+let base: RawConfig;
+
+beforeAll(async () => {
+  broker = await startBrokerDouble({ name: 'reload' });
+  base = testConfig([broker.url]);
+  h = await startEdge(base);
+});
+
+afterAll(async () => {
+  await h?.close();
+  await broker?.close();
+});
+
+const preflight = (origin: string, host = 'acme.localhost') =>
+  call(h, 'OPTIONS', '/api/v1/push', { host, headers: { origin, 'access-control-request-method': 'POST' } });
+const push = async (tenant: string, roles: string[]) =>
+  call(h, 'POST', '/api/v1/push', { host: `${tenant}.localhost`, token: await token({ roles, tenant }), body: { items: [{ queue: 'q', payload: 1 }] } });
+
+describe('App.reload', () => {
+  it('applies new tenants, plans, routes and CORS origins together; an invalid config keeps all of them', async () => {
+    expect((await preflight('https://new.example')).status).toBe(403);
+    expect((await push('beta', ['read-write'])).status).not.toBe(201);
+
+    const next: RawConfig = {
+      ...base,
+      plans: { ...base.plans, small: { ...base.plans.test!, limits: { ...base.plans.test!.limits, maxBatch: 1 } } },
+      tenants: {
+        acme: { ...base.tenants.acme!, cors: { origins: ['https://new.example'] } },
+        beta: { ...base.tenants.acme!, plan: 'small', hosts: ['beta.localhost'], cors: { origins: [] } },
+      },
+      routes: { 'POST /api/v1/ack': ['admin'] },
+    };
+    h.app.reload(next);
+
+    expect((await preflight('https://new.example')).status).toBe(204);
+    expect((await preflight('https://app.example.com')).status).toBe(403);
+    const before = forwarded(broker).length;
+    expect((await push('beta', ['read-write'])).status).toBe(201);
+    expect(forwarded(broker).length).toBe(before + 1);
+    // The new plan's batch limit applies to beta.
+    const batch = await call(h, 'POST', '/api/v1/push', { host: 'beta.localhost', token: await token({ roles: ['read-write'], tenant: 'beta' }), body: { items: [{ queue: 'q', payload: 1 }, { queue: 'q', payload: 2 }] } });
+    expect(batch.json).toMatchObject({ code: 'invalid_request', error: "push of 2 items exceeds the plan's maximum of 1" });
+    // The route override: ack now needs the admin role.
+    const ack = await call(h, 'POST', '/api/v1/ack', { token: await token({ roles: ['read-write'], tenant: 'acme' }), body: { transactionId: 't', partitionId: 'p', leaseId: 'l' } });
+    expect(ack.json).toMatchObject({ code: 'forbidden' });
+
+    // A host listed twice: refused as a whole, nothing changes.
+    const broken: RawConfig = { ...next, tenants: { ...next.tenants, gamma: { ...next.tenants.beta!, hosts: ['acme.localhost'] } }, routes: {} };
+    expect(() => h.app.reload(broken)).toThrow(ConfigError);
+    expect((await preflight('https://new.example')).status).toBe(204);
+    expect((await push('beta', ['read-write'])).status).toBe(201);
+    expect((await call(h, 'POST', '/api/v1/ack', { token: await token({ roles: ['read-write'], tenant: 'acme' }), body: {} })).json).toMatchObject({ code: 'forbidden' });
+  });
+});
