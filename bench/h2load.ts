@@ -14,6 +14,9 @@ import { hasCommand } from './procs.js';
 /** How to get h2load when it is missing. */
 export const H2LOAD_HINT = 'h2load not found: install it with `sudo apt-get install -y nghttp2-client` (Debian/Ubuntu) to run the HTTP/2 scenarios';
 
+/** How long h2load may run past its duration, finishing the streams it started, before it is killed. */
+const H2LOAD_GRACE_S = 30;
+
 /** True when h2load is on the PATH. */
 export function h2loadAvailable(): boolean {
   return hasCommand('h2load');
@@ -42,11 +45,14 @@ export async function runH2Load(base: string, workload: Workload, shape: H2Shape
     args.push(`${base}${workload.path}`);
     const stdout = await new Promise<string>((resolve, reject) => {
       const child = spawn('h2load', args, { stdio: ['ignore', 'pipe', 'pipe'] });
+      // h2load waits for every stream it started: a proxy that leaves one hanging would hang the bench.
+      const watchdog = setTimeout(() => child.kill('SIGKILL'), (shape.seconds + H2LOAD_GRACE_S) * 1000);
+      child.once('exit', () => clearTimeout(watchdog));
       let out = '';
       child.stdout.on('data', (c: Buffer) => (out += c.toString()));
       child.stderr.on('data', (c: Buffer) => (out += c.toString()));
       child.once('error', reject);
-      child.once('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`h2load exited with ${code}:\n${out}`))));
+      child.once('exit', (code, signal) => (code === 0 ? resolve(out) : reject(new Error(`h2load ${signal === 'SIGKILL' ? `still running ${H2LOAD_GRACE_S} s after its duration: streams left unanswered` : `exited with ${code}`}:\n${out}`))));
     });
     return parseH2Load(stdout, await readFile(logFile, 'utf8'), shape.seconds, workload.expectStatus);
   } finally {

@@ -19,7 +19,7 @@ function find(runs: readonly RunRecord[], scenario: ScenarioId, workload: string
 export function renderMarkdown(report: BenchReport, labels: Record<ScenarioId, string>): string {
   const out: string[] = [];
   const m = report.machine;
-  out.push(`Run ${report.date} · ${m.cpus} CPUs · Node ${m.node} · 1-min load ${m.load1AtStart} at start, ${m.load1AtEnd} at end · ${report.options.connections} connections, ${report.options.warmupSeconds} s warm-up + ${report.options.seconds} s per row · edge from ${report.options.edgeFrom}${report.options.quick ? ' · **--quick**' : ''}`);
+  out.push(`Run ${report.date} · ${m.cpus} CPUs · Node ${m.node} · 1-min load ${m.load1AtStart} at start, ${m.load1AtEnd} at end · ${report.options.connections} connections${report.options.h2Streams ? ` (h2 rows: h2load, ${report.options.h2Connections} connections × ${report.options.h2Streams} streams)` : ''}, ${report.options.warmupSeconds} s warm-up + ${report.options.seconds} s per row · edge from ${report.options.edgeFrom}${report.options.quick ? ' · **--quick**' : ''}`);
   out.push('');
   for (const n of report.notes) out.push(`- ${n}`);
   for (const [s, why] of Object.entries(report.skipped)) out.push(`- skipped ${labels[s as ScenarioId]}: ${why}`);

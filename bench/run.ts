@@ -3,8 +3,8 @@
  * invocation (so the ratios compare runs under the same conditions). See BENCHMARKS.md for the
  * method and /work/shared/BENCHMARK-METHOD.md for why CPU per request is the headline.
  *
- * Options: --quick (short runs, one workload, no long polls), --only direct,nginx,edge,full,
- * full-rs256,workers,longpoll, --seconds N, --warmup N, --connections N, --polls 1000,10000,
+ * Options: --quick (short runs, one workload, no long polls), --only <scenarios> (see SCENARIOS),
+ * --seconds N (default 6), --warmup N, --connections N, --h2-streams N, --polls 1000,10000,
  * --hold N (long-poll hold, s), --profile (CPU profile of the full pipeline), --tsx (edge from
  * source instead of a tsc build), --no-write, --render <results.json> (rewrite the BENCHMARKS.md block
  * from a saved run).
@@ -40,7 +40,7 @@ const USES_REDIS: ReadonlySet<ScenarioId> = new Set(['full', 'full-rs256', 'work
 /** Scenarios loaded over HTTP/2 by h2load (the others over HTTP/1.1 by autocannon). */
 export const H2_SCENARIOS: ReadonlySet<ScenarioId> = new Set(['h2-floor', 'h2-edge', 'h2-full', 'h2-throttled']);
 
-/** h2 load shape: this many connections, each with H2_STREAMS concurrent streams. */
+/** h2 load shape: this many connections, each with `--h2-streams` (default H2_STREAMS) concurrent streams. */
 export const H2_CLIENTS = 2;
 export const H2_STREAMS = 100;
 
@@ -53,11 +53,11 @@ export const SCENARIO_LABELS: Record<ScenarioId, string> = {
   full: '4. queen-edge full pipeline (HS256)',
   'full-rs256': '4b. full pipeline, RS256 via JWKS',
   workers: '5. full pipeline, server.workers: 2',
-  'h2-floor': `7a. h2 floor (node:http2 + undici), ${H2_CLIENTS} conn × ${H2_STREAMS} streams`,
-  'h2-edge': `7b. queen-edge plain forwarding, h2, ${H2_CLIENTS} conn × ${H2_STREAMS} streams`,
-  'h2-full': `7c. full pipeline, h2, ${H2_CLIENTS} conn × ${H2_STREAMS} streams`,
+  'h2-floor': '7a. h2 floor (node:http2 + undici)',
+  'h2-edge': '7b. queen-edge plain forwarding, h2',
+  'h2-full': '7c. full pipeline, h2',
   throttled: '8. full pipeline, tenant throttled to 1 req/s (429s), h1',
-  'h2-throttled': `8b. full pipeline, tenant throttled to 1 req/s (429s), h2, ${H2_CLIENTS} conn × ${H2_STREAMS} streams`,
+  'h2-throttled': '8b. full pipeline, tenant throttled to 1 req/s (429s), h2',
   longpoll: '6. parked long polls',
 };
 
@@ -68,6 +68,8 @@ export interface BenchOptions {
   seconds: number;
   warmupSeconds: number;
   connections: number;
+  /** Concurrent streams per h2 connection. */
+  h2Streams: number;
   polls: readonly number[];
   holdSeconds: number;
   profile: boolean;
@@ -100,7 +102,7 @@ export type LongPollRecord = LongPollResult & { redisCommandsPerPoll: number | n
 export interface BenchReport {
   date: string;
   machine: { cpus: number; node: string; load1AtStart: number; load1AtEnd: number };
-  options: { seconds: number; warmupSeconds: number; connections: number; quick: boolean; edgeFrom: 'tsc build' | 'tsx (source)' };
+  options: { seconds: number; warmupSeconds: number; connections: number; h2Connections?: number; h2Streams?: number; quick: boolean; edgeFrom: 'tsc build' | 'tsx (source)' };
   notes: string[];
   skipped: Partial<Record<ScenarioId, string>>;
   runs: RunRecord[];
@@ -147,11 +149,12 @@ export function parseArgs(argv: readonly string[], log: (line: string) => void =
   return {
     quick,
     only,
-    seconds: Number(value('seconds') ?? (quick ? 2 : 10)),
+    seconds: Number(value('seconds') ?? (quick ? 2 : 6)),
     warmupSeconds: Number(value('warmup') ?? (quick ? 0.5 : 2)),
     connections: Number(value('connections') ?? 50),
+    h2Streams: Number(value('h2-streams') ?? H2_STREAMS),
     polls: (value('polls') ?? '1000,10000').split(',').map(Number),
-    holdSeconds: Number(value('hold') ?? 30),
+    holdSeconds: Number(value('hold') ?? 15),
     profile: flag('profile'),
     fromSource: flag('tsx'),
     write: !flag('no-write'),
@@ -199,7 +202,7 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
   const report: BenchReport = {
     date: new Date().toISOString(),
     machine: { cpus: (await import('node:os')).cpus().length, node: process.version, load1AtStart: loadAverage(), load1AtEnd: 0 },
-    options: { seconds: opts.seconds, warmupSeconds: opts.warmupSeconds, connections: opts.connections, quick: opts.quick, edgeFrom: opts.fromSource ? 'tsx (source)' : 'tsc build' },
+    options: { seconds: opts.seconds, warmupSeconds: opts.warmupSeconds, connections: opts.connections, h2Connections: H2_CLIENTS, h2Streams: opts.h2Streams, quick: opts.quick, edgeFrom: opts.fromSource ? 'tsx (source)' : 'tsc build' },
     notes: [],
     skipped: {},
     runs: [],
@@ -238,7 +241,7 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
 
     const measure = async (scenario: ScenarioId, base: string, headers: Record<string, string>, proxyPid: number | null, rows: readonly Workload[] = loads) => {
       const load = (w: Workload, seconds: number): Promise<LoadResult> =>
-        H2_SCENARIOS.has(scenario) ? runH2Load(base, w, { clients: H2_CLIENTS, streams: H2_STREAMS, seconds, headers }) : runLoad(base, w, { connections: opts.connections, seconds, headers });
+        H2_SCENARIOS.has(scenario) ? runH2Load(base, w, { clients: H2_CLIENTS, streams: opts.h2Streams, seconds, headers }) : runLoad(base, w, { connections: opts.connections, seconds, headers });
       for (const w of rows) {
         await load(w, opts.warmupSeconds);
         const before = await snapshot(proxyPid, double.child.pid!, stats);

@@ -163,6 +163,35 @@ describe('admit before the body', () => {
     heads = [];
   });
 
+  it('a client that leaves in the middle of a streamed upload costs the broker the request, not the edge its health', async () => {
+    const c = await rawClient(Number(new URL(h.url).port));
+    const arrived = new Promise<void>((r) => heads.push(r));
+    c.socket.write(head('/api/v1/configure', tok, 100_000));
+    c.socket.write(Buffer.alloc(1000, 'c'));
+    await arrived;
+    c.socket.destroy();
+    const r = await call(h, 'POST', '/api/v1/configure', { token: tok, body: { after: true } });
+    expect(r.status).toBe(200);
+  });
+
+  it('over h2 a streamed body reaches the broker byte for byte too', async () => {
+    const body = Buffer.alloc(200_000, 'b');
+    bodies = [];
+    const session = h2connect(h.url, { rejectUnauthorized: false });
+    try {
+      const stream = session.request({ ':method': 'POST', ':path': '/api/v1/configure', ':authority': HOST, authorization: `Bearer ${tok}`, 'content-type': 'application/json', 'content-length': String(body.length) });
+      stream.end(body);
+      const status = await new Promise<number>((r) => stream.once('response', (hd) => r(Number(hd[':status']))));
+      stream.resume();
+      await new Promise<void>((r) => stream.once('close', () => r()));
+      expect(status).toBe(200);
+      expect(bodies).toHaveLength(1);
+      expect(bodies[0]!.equals(body)).toBe(true);
+    } finally {
+      session.destroy();
+    }
+  });
+
   it('a streamed body declared over the plan limit is refused with 413 and never forwarded', async () => {
     bodies = [];
     const r = await call(h, 'POST', '/api/v1/configure', { token: tok, body: 'x'.repeat(TEST_PLAN.limits.maxPayloadBytes + 1) });
