@@ -27,8 +27,9 @@ beforeAll(async () => {
     plans: { test: TEST_PLAN },
     tenants: { acme: { plan: 'test', hosts: ['acme.localhost'], brokers: [broker.url] } },
   });
-  await edge.waitForLog((l) => l.msg === 'all workers listening', 20000);
-}, 30000);
+  // Three processes starting under tsx: seconds when idle, far more on a busy CI machine.
+  await edge.waitForLog((l) => l.msg === 'all workers listening', 60000);
+}, 90000);
 
 afterAll(async () => {
   await edge?.kill();
