@@ -307,7 +307,8 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
 
   on('GET', '/admin/v1/plans', async () => {
     const ids = [...new Set([...d.planIds(), ...[...d.tenants.all()].map((t) => t.plan.id)])].sort();
-    return { status: 200, body: { writable: d.tenants.backing === 'redis', plans: ids.flatMap((id) => { const p = d.tenants.planById(id); return p ? [planView(p)] : []; }) } };
+    const plans = ids.map((id) => d.tenants.planById(id)).filter((p) => p !== undefined);
+    return { status: 200, body: { writable: d.tenants.backing === 'redis', plans: plans.map(planView) } };
   });
 
   on('GET', '/admin/v1/stats', async () => ({ status: 200, body: await d.stats() }));
@@ -401,7 +402,7 @@ async function jsonBody(req: EdgeRequest): Promise<unknown | AdminError> {
   }
 }
 
-/** `from`/`to` (ISO 8601; default: this UTC month so far) and `granularity` (default day). */
+/** `from`/`to` (ISO 8601; default: this UTC month so far) and `granularity` (default `defaultGranularity`). */
 function usageRange(query: URLSearchParams, now: number, defaultGranularity: Granularity = 'day'): { fromMs: number; toMs: number; granularity: Granularity } | AdminError {
   const d = new Date(now);
   const parse = (name: string, fallback: number): number | AdminError => {

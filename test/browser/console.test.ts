@@ -27,6 +27,7 @@ let edge: EdgeHarness;
 let browser: Browser;
 let page: Page;
 let acmeJwt: string;
+const pageErrors: string[] = [];
 
 /** 48 hours of synthetic history for acme, in the usage store's layout, ending before this hour. */
 async function writeHistory(): Promise<void> {
@@ -74,6 +75,13 @@ beforeAll(async () => {
   for (let i = 0; i < 5; i++) expect((await call(edge, 'POST', '/api/v1/push', { token: acmeJwt, body: { items: [{ queue: 'orders', payload: { i } }] } })).status).toBe(201);
   browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
   page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+  // Whatever the CSP blocks is recorded: the console must need nothing it forbids.
+  await page.addInitScript(() => {
+    const w = globalThis as any;
+    w.cspViolations = [];
+    w.document.addEventListener('securitypolicyviolation', (e: any) => w.cspViolations.push(`${e.violatedDirective} ${e.blockedURI}`));
+  });
+  page.on('pageerror', (err) => pageErrors.push(err.message));
   await mkdir(ARTIFACTS_DIR, { recursive: true });
 }, 60000);
 
@@ -219,9 +227,11 @@ describe('the operator console', { timeout: 60_000 }, () => {
     expect((await admin(edge, 'GET', '/admin/v1/plans/starter')).json.limits.requestsPerSec).toBe(60);
   });
 
-  it('signing out forgets the token', async () => {
+  it('signing out forgets the token; nothing was blocked by the CSP and no script failed', async () => {
     await page.click('#logout');
     await page.waitForSelector('#login:not([hidden])', { timeout: UI_TIMEOUT });
     expect(await page.evaluate(() => (globalThis as any).sessionStorage.length)).toBe(0);
+    expect(await page.evaluate(() => (globalThis as any).cspViolations)).toEqual([]);
+    expect(pageErrors).toEqual([]);
   });
 });

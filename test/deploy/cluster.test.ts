@@ -5,12 +5,11 @@
  * at drainTimeoutMs) before the primary exits 0.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Agent, request } from 'undici';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { TEST_PLAN, TEST_SECRET, token } from '../helpers/edge.js';
 import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix, waitFor } from '../helpers/redis.js';
 import { FIELD_NAMES } from '../../src/metering/counts.js';
-import { connectionRefused, freePort, spawnEdge, type EdgeProcess, type LogLine } from './edge-process.js';
+import { connectionRefused, freePort, freshRequest, spawnEdge, type EdgeProcess, type LogLine } from './edge-process.js';
 
 /**
  * Long enough that "refused while a parked poll still runs" is observable on a loaded machine:
@@ -64,19 +63,12 @@ afterAll(async () => {
 });
 
 /** One request on a connection of its own, so the primary's round-robin hands it to the next worker. */
-async function send(method: 'GET' | 'POST', path: string, body?: unknown, tenant = { host: 'acme.localhost', jwt: '' }): Promise<{ status: number; text: string }> {
-  const agent = new Agent({ connect: { rejectUnauthorized: false } });
-  try {
-    const res = await request(`https://127.0.0.1:${httpsPort}${path}`, {
-      method,
-      dispatcher: agent,
-      headers: { host: tenant.host, authorization: `Bearer ${tenant.jwt || rw}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    return { status: res.statusCode, text: await res.body.text() };
-  } finally {
-    await agent.destroy();
-  }
+function send(method: 'GET' | 'POST', path: string, body?: unknown, tenant = { host: 'acme.localhost', jwt: '' }): Promise<{ status: number; text: string }> {
+  return freshRequest(`https://127.0.0.1:${httpsPort}${path}`, {
+    method,
+    headers: { host: tenant.host, authorization: `Bearer ${tenant.jwt || rw}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
 }
 
 const push = (queue: string, n: number) => send('POST', '/api/v1/push', { items: [{ queue, transactionId: `${queue}-${n}`, payload: { n } }] });

@@ -98,6 +98,17 @@ export async function spawnEdge(config: unknown, args?: string[], env: NodeJS.Pr
   };
 }
 
+/** One request on a connection of its own, so the cluster primary's round-robin hands it to the next worker. */
+export async function freshRequest(url: string, opts: { method?: 'GET' | 'POST'; headers?: Record<string, string>; body?: string } = {}): Promise<{ status: number; text: string }> {
+  const agent = new Agent({ connect: { rejectUnauthorized: false } });
+  try {
+    const res = await request(url, { method: opts.method ?? 'GET', dispatcher: agent, headers: opts.headers, body: opts.body });
+    return { status: res.statusCode, text: await res.body.text() };
+  } finally {
+    await agent.destroy();
+  }
+}
+
 /** Whether a TCP connection to 127.0.0.1:port is refused. */
 export function connectionRefused(port: number): Promise<boolean> {
   return new Promise((done) => {

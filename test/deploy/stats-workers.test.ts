@@ -3,12 +3,11 @@
  * both, since it is derived from the primary's aggregate of every worker's metrics.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Agent, request } from 'undici';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { TEST_PLAN, TEST_SECRET, token } from '../helpers/edge.js';
 import { ADMIN_TOKEN } from '../admin/admin-call.js';
 import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix } from '../helpers/redis.js';
-import { freePort, spawnEdge, type EdgeProcess } from './edge-process.js';
+import { freePort, freshRequest, spawnEdge, type EdgeProcess } from './edge-process.js';
 
 let broker: BrokerDouble;
 let edge: EdgeProcess;
@@ -28,8 +27,9 @@ beforeAll(async () => {
     plans: { test: TEST_PLAN },
     tenants: { acme: { plan: 'test', hosts: ['acme.localhost'], brokers: [broker.url] } },
   });
-  await edge.waitForLog((l) => l.msg === 'all workers listening', 20000);
-}, 30000);
+  // Three processes starting under tsx: seconds when idle, far more on a busy CI machine.
+  await edge.waitForLog((l) => l.msg === 'all workers listening', 60000);
+}, 90000);
 
 afterAll(async () => {
   await edge?.kill();
@@ -39,27 +39,20 @@ afterAll(async () => {
   redis.disconnect();
 });
 
-/** A fresh connection per call, so the primary hands calls to the workers in turn. */
-async function fresh(url: string, headers: Record<string, string>, body?: string): Promise<{ status: number; text: string }> {
-  const agent = new Agent({ connect: { rejectUnauthorized: false } });
-  try {
-    const res = await request(url, { method: body === undefined ? 'GET' : 'POST', dispatcher: agent, headers, body });
-    return { status: res.statusCode, text: await res.body.text() };
-  } finally {
-    await agent.destroy();
-  }
-}
-
 describe('GET /admin/v1/stats with two workers', () => {
   it('counts both workers and the requests either of them served', async () => {
     const jwt = await token({ roles: ['read-write'], tenant: 'acme' });
     for (let i = 0; i < 10; i++) {
-      const r = await fresh(`https://127.0.0.1:${httpsPort}/api/v1/push`, { host: 'acme.localhost', authorization: `Bearer ${jwt}`, 'content-type': 'application/json' }, JSON.stringify({ items: [{ queue: 'q', payload: i }] }));
+      const r = await freshRequest(`https://127.0.0.1:${httpsPort}/api/v1/push`, {
+        method: 'POST',
+        headers: { host: 'acme.localhost', authorization: `Bearer ${jwt}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ items: [{ queue: 'q', payload: i }] }),
+      });
       expect(r.status).toBe(201);
     }
     // Asked twice on fresh connections: whichever worker answers, the figures are the cluster's.
     for (let i = 0; i < 2; i++) {
-      const r = await fresh(`http://127.0.0.1:${adminPort}/admin/v1/stats`, { authorization: `Bearer ${ADMIN_TOKEN}` });
+      const r = await freshRequest(`http://127.0.0.1:${adminPort}/admin/v1/stats`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
       expect(r.status).toBe(200);
       const stats = JSON.parse(r.text);
       expect(stats.workers).toBe(2);
