@@ -232,7 +232,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         headers: upstreamHeaders(req.headers, {
           clientIp: req.socket?.remoteAddress ?? '',
           proto: isTls(req) ? 'https' : 'http',
-          host,
+          host: hostTenant ? host : null,
           requestId: ctx.id,
           trustProxy: config.server.trustProxy,
           authorization,
