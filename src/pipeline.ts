@@ -308,12 +308,16 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
    * tokens gets 429 without costing a verification. A cache hit never gets here.
    */
   async function verifyThrottled(req: EdgeRequest, token: string): Promise<Identity | EdgeError> {
-    const client = clientKey(req.socket?.remoteAddress, req.headers['x-forwarded-for'], config.server.trustProxy);
+    const client = clientOf(req);
     const blocked = await d.clientLimits.authBlocked(client);
     if (blocked) return blocked;
     const verified = await d.verifier.verify(token);
     if (isEdgeError(verified)) d.clientLimits.authFailed(client);
     return verified;
+  }
+
+  function clientOf(req: EdgeRequest): string {
+    return clientKey(req.socket?.remoteAddress, req.headers['x-forwarded-for'], config.server.trustProxy);
   }
 
   /**
@@ -322,7 +326,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
    * (their own /health is never relayed to anonymous callers).
    */
   async function answerPublic(req: EdgeRequest, res: EdgeResponse, ctx: RequestContext, tenant: Tenant): Promise<void> {
-    const limited = await d.clientLimits.publicRequest(clientKey(req.socket?.remoteAddress, req.headers['x-forwarded-for'], config.server.trustProxy));
+    const limited = await d.clientLimits.publicRequest(clientOf(req));
     if (limited) return refuse(res, ctx, limited);
     if (hasBody(req)) {
       closeAfterResponse(req, res);
