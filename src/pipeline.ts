@@ -332,7 +332,8 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       closeAfterResponse(req, res);
       return refuse(res, ctx, edgeError('invalid_request', 'this route takes no body'));
     }
-    if (d.clusters.pick(tenant, null, null) === undefined) return refuse(res, ctx, edgeError('no_upstream'));
+    // Read-only (snapshot, not pick): a health check is not a placement.
+    if (!d.clusters.snapshot([tenant])[0]!.brokers.some((b) => b.healthy)) return refuse(res, ctx, edgeError('no_upstream'));
     ctx.status = 200;
     res.writeHead(200, { ...ctx.headers, 'content-type': 'application/json', 'content-length': String(HEALTHY.length), 'cache-control': 'no-store' });
     res.end(HEALTHY);

@@ -96,6 +96,21 @@ describe('public routes', () => {
     expect(forwarded(broker).length).toBe(before);
   });
 
+  it('answer 503 no_upstream once the active checks see every broker of the tenant down', async () => {
+    const down = await startEdge(testConfig(['http://127.0.0.1:1']));
+    try {
+      let r = await call(down, 'GET', '/health');
+      for (let i = 0; i < 100 && r.status !== 503; i++) {
+        await new Promise((res) => setTimeout(res, 100));
+        r = await call(down, 'GET', '/health');
+      }
+      expect(r.status).toBe(503);
+      expect(r.json).toEqual({ error: 'no healthy broker', code: 'no_upstream' });
+    } finally {
+      await down.close();
+    }
+  });
+
   it('take no body: 400, nothing buffered or forwarded', async () => {
     const before = forwarded(broker).length;
     const r = await call(edge, 'GET', '/health', { body: { items: items(50) } });
