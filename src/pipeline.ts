@@ -243,7 +243,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         headers: upstreamHeaders(req.headers, {
           clientIp: req.socket?.remoteAddress ?? '',
           proto: isTls(req) ? 'https' : 'http',
-          host,
+          host: hostTenant ? host : null,
           requestId: ctx.id,
           trustProxy: config.server.trustProxy,
           authorization,
@@ -271,12 +271,16 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
    * tokens gets 429 without costing a verification. A cache hit never gets here.
    */
   async function verifyThrottled(req: EdgeRequest, verifier: TokenVerifier, token: string): Promise<Identity | EdgeError> {
-    const client = clientKey(req.socket?.remoteAddress, req.headers['x-forwarded-for'], config.server.trustProxy);
+    const client = clientOf(req);
     const blocked = await d.clientLimits.authBlocked(client);
     if (blocked) return blocked;
     const verified = await verifier.verify(token);
     if (isEdgeError(verified)) d.clientLimits.authFailed(client);
     return verified;
+  }
+
+  function clientOf(req: EdgeRequest): string {
+    return clientKey(req.socket?.remoteAddress, req.headers['x-forwarded-for'], config.server.trustProxy);
   }
 
   /**
@@ -285,7 +289,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
    * (their own /health is never relayed to anonymous callers).
    */
   async function answerPublic(req: EdgeRequest, res: EdgeResponse, ctx: RequestContext, tenant: Tenant): Promise<void> {
-    const limited = await d.clientLimits.publicRequest(clientKey(req.socket?.remoteAddress, req.headers['x-forwarded-for'], config.server.trustProxy));
+    const limited = await d.clientLimits.publicRequest(clientOf(req));
     if (limited) return refuse(res, ctx, limited);
     if (hasBody(req)) return refuse(res, ctx, edgeError('invalid_request', 'this route takes no body'));
     if (!d.proxy.reachable(tenant)) return refuse(res, ctx, edgeError('no_upstream'));

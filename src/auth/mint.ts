@@ -2,7 +2,11 @@
  * Upstream identity in `mint` mode (DESIGN §6): the edge signs a short-lived token for the broker
  * carrying the verified caller's `sub`, `roles` and tenant.
  *
- * Minted headers are cached per (sub, roles, tenant) and reused until shortly before they expire
+ * Only the four role names the broker knows are carried (anything else in the client's roles claim
+ * is dropped, never passed on for a broker to interpret), and a minted token never outlives the
+ * client token it stands for: its exp is capped at the client token's.
+ *
+ * Minted headers are cached per (sub, roles, client exp, tenant) and reused until shortly before they expire
  * (REFRESH_MARGIN_MS or 10% of the ttl, whichever is smaller), so a hit is a Map lookup and the
  * broker never receives a token about to lapse in transit. Concurrent misses for one identity
  * share one signature. The cache is bounded and evicts in insertion order: every entry lives at
@@ -10,10 +14,12 @@
  */
 import { readFile } from 'node:fs/promises';
 import { importPKCS8, SignJWT, type CryptoKey } from 'jose';
-import type { RawConfig } from '../config/schema.js';
+import { ROLE_NAMES, type RawConfig } from '../config/schema.js';
 import type { Identity } from './jwt.js';
 
 type MintConfig = RawConfig['upstreamIdentity']['mint'];
+
+const KNOWN_ROLES: ReadonlySet<string> = new Set(ROLE_NAMES);
 
 /** Minted headers kept at most. */
 const MINT_CACHE_SIZE = 10_000;
@@ -65,7 +71,7 @@ class Minter implements UpstreamMinter {
   authorizationFor(identity: Identity, tenantId: string): string | Promise<string> {
     let identityKey = this.#identityKeys.get(identity);
     if (identityKey === undefined) {
-      identityKey = JSON.stringify([identity.sub, sortedRoles(identity)]);
+      identityKey = JSON.stringify([identity.sub, sortedRoles(identity), identity.expMs]);
       this.#identityKeys.set(identity, identityKey);
     }
     // A JSON array is self-delimiting, so appending the tenant id keeps keys unambiguous.
@@ -73,12 +79,14 @@ class Minter implements UpstreamMinter {
     const now = this.#clock();
     const hit = this.#cache.get(cacheKey);
     if (hit !== undefined && now < hit.refreshAtMs) return hit.header;
-    return this.#pending.get(cacheKey) ?? this.#mint(cacheKey, identity.sub, sortedRoles(identity), tenantId, now);
+    return this.#pending.get(cacheKey) ?? this.#mint(cacheKey, identity, tenantId, now);
   }
 
-  #mint(cacheKey: string, sub: string | null, roles: string[], tenant: string, now: number): Promise<string> {
+  #mint(cacheKey: string, identity: Identity, tenant: string, now: number): Promise<string> {
+    const { sub } = identity;
+    const roles = sortedRoles(identity);
     const iat = Math.floor(now / 1000);
-    const exp = iat + this.#cfg.ttlSec;
+    const exp = identity.expMs === null ? iat + this.#cfg.ttlSec : Math.min(iat + this.#cfg.ttlSec, Math.floor(identity.expMs / 1000));
     const jwt = new SignJWT({ roles, tenant })
       .setProtectedHeader({ alg: this.#cfg.algorithm, typ: 'JWT' })
       .setIssuer(this.#cfg.issuer)
@@ -109,5 +117,5 @@ class Minter implements UpstreamMinter {
 }
 
 function sortedRoles(identity: Identity): string[] {
-  return [...identity.roles].sort();
+  return [...identity.roles].filter((r) => KNOWN_ROLES.has(r)).sort();
 }

@@ -113,6 +113,8 @@ export const configSchema = z.strictObject({
     trustProxy: z.boolean().default(false),
     /** added: time allowed to receive request headers (slowloris guard). */
     headersTimeoutMs: z.number().int().positive().default(20000),
+    /** added: time to receive a whole request, body included (h1 and h2); never below the longest long poll or headersTimeoutMs. */
+    requestTimeoutMs: z.number().int().positive().default(300000),
     /** added: idle keep-alive time on client connections. */
     keepAliveTimeoutMs: z.number().int().positive().default(65000),
     /** added: processes serving traffic (node:cluster); 1 = no cluster; 0 (default) = one per CPU with Redis, 1 without (docs/deploying.md). */

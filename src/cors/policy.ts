@@ -5,6 +5,8 @@
 
 /** Methods a browser may use against Queen through the edge. */
 export const CORS_ALLOWED_METHODS = 'GET, POST, PUT, DELETE, PATCH';
+/** The same methods as tokens: a preflight's method must be one of them exactly (`GE` or `T, D` is not). */
+const ALLOWED_METHOD_TOKENS: ReadonlySet<string> = new Set([...CORS_ALLOWED_METHODS.split(', '), 'OPTIONS']);
 /** Request headers a browser may send (lower-case). */
 export const CORS_ALLOWED_HEADERS: ReadonlySet<string> = new Set([
   'authorization',
@@ -73,7 +75,7 @@ export function preflightVerdict(
 ): PreflightVerdict {
   if (!policy.allows(origin)) return { allowed: false };
   const method = requestMethod.toUpperCase();
-  if (!CORS_ALLOWED_METHODS.includes(method) && method !== 'OPTIONS') return { allowed: false };
+  if (!ALLOWED_METHOD_TOKENS.has(method)) return { allowed: false };
   const headers: Record<string, string> = {
     'access-control-allow-origin': origin,
     'access-control-allow-methods': CORS_ALLOWED_METHODS,

@@ -5,7 +5,7 @@
  * what a request means is the handlers' business.
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
-import http2, { type Http2SecureServer, type Http2ServerRequest, type Http2ServerResponse, type ServerHttp2Session } from 'node:http2';
+import http2, { Http2ServerRequest, type Http2SecureServer, type Http2ServerResponse, type ServerHttp2Session } from 'node:http2';
 import https from 'node:https';
 import type { AddressInfo, Server as NetServer, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
@@ -43,8 +43,6 @@ export interface Listeners {
 export const MAX_HEADER_BYTES = 16 * 1024;
 /** Concurrent h2 streams per session: room for a browser's parked polls, bounded against stream floods (Node's default is 2^32-1). */
 const MAX_CONCURRENT_STREAMS = 256;
-/** Node's default requestTimeout, kept as the floor: it bounds how long a slow client may take to upload a body. */
-const REQUEST_TIMEOUT_FLOOR_MS = 300_000;
 /** Idle time allowed beyond the longest parked poll before a silent connection is dropped. */
 const IDLE_MARGIN_MS = 5_000;
 /** While closing, how often keep-alive connections that became idle are closed. */
@@ -73,8 +71,8 @@ export function listenerTimeouts(server: ServerConfig): ListenerTimeouts {
     headersTimeoutMs: server.headersTimeoutMs,
     // Node's requestTimeout runs from the request's first byte until its body is fully received and is
     // then cleared, so it never cuts a parked poll's response; it only stops a slow upload. Node refuses
-    // a headersTimeout above it.
-    requestTimeoutMs: Math.max(REQUEST_TIMEOUT_FLOOR_MS, longestPoll, server.headersTimeoutMs),
+    // a headersTimeout above it. h2 streams get the same deadline (h2RequestDeadline).
+    requestTimeoutMs: Math.max(server.requestTimeoutMs, longestPoll, server.headersTimeoutMs),
     keepAliveTimeoutMs: server.keepAliveTimeoutMs,
     // A parked poll is silent (no bytes either way) for up to longestPoll.
     idleTimeoutMs: Math.max(longestPoll, server.keepAliveTimeoutMs) + IDLE_MARGIN_MS,
@@ -229,7 +227,7 @@ class EdgeListeners implements Listeners {
       ...tlsOptions,
       allowHTTP1: true,
       settings: { maxConcurrentStreams: MAX_CONCURRENT_STREAMS, maxHeaderListSize: MAX_HEADER_BYTES },
-    }, handler);
+    }, h2Guarded(handler, t));
     // The h1 fallback reads these before 'listening' (the deadline checker starts then).
     const knobs: Http1Knobs = {
       headersTimeout: t.headersTimeoutMs,
@@ -245,6 +243,7 @@ class EdgeListeners implements Listeners {
     server.on('sessionError', (err: Error) => this.#log.debug({ err }, 'HTTP/2 session error'));
     server.on('session', (session: ServerHttp2Session) => {
       if (this.#draining) session.close();
+      prefaceDeadline(session, t.headersTimeoutMs);
       this.#sessions.add(session);
       session.once('close', () => this.#sessions.delete(session));
     });
@@ -292,6 +291,50 @@ function http1Options(t: ListenerTimeouts): http.ServerOptions {
     connectionsCheckingInterval: t.checkIntervalMs,
     maxHeaderSize: MAX_HEADER_BYTES,
   };
+}
+
+/**
+ * Gives h2 streams the deadlines Node gives h1 requests, which its h2 server does not have: a
+ * request head over MAX_HEADER_BYTES gets 431 (nghttp2 only advertises the limit), and a request
+ * whose body is still arriving after requestTimeoutMs gets 408 and its stream is reset, so a
+ * trickle of DATA frames cannot hold a stream (and its buffered body) open indefinitely.
+ */
+function h2Guarded(handler: RequestHandler, t: ListenerTimeouts): RequestHandler {
+  return (req, res) => {
+    if (!(req instanceof Http2ServerRequest)) return handler(req, res);
+    if (headerListBytes(req.rawHeaders) > MAX_HEADER_BYTES) {
+      res.writeHead(431, { 'content-type': 'application/json' });
+      res.end('{"error":"request header fields too large","code":"invalid_request"}');
+      return;
+    }
+    const stream = req.stream;
+    if (!stream.endAfterHeaders) {
+      const deadline = setTimeout(() => {
+        if (!res.headersSent) res.writeHead(408, { 'content-type': 'application/json' }).end('{"error":"request body not received in time","code":"invalid_request"}');
+        stream.close(http2.constants.NGHTTP2_CANCEL);
+      }, t.requestTimeoutMs);
+      const clear = (): void => clearTimeout(deadline);
+      // 'end': the whole body was read; 'close': the stream is gone either way.
+      stream.once('end', clear);
+      stream.once('close', clear);
+    }
+    handler(req, res);
+  };
+}
+
+/** Header list size as HTTP/2 counts it (RFC 9113 §6.5.2: name + value + 32 per field). */
+function headerListBytes(raw: readonly string[]): number {
+  let n = 0;
+  for (let i = 0; i < raw.length; i++) n += raw[i]!.length + (i % 2 === 0 ? 32 : 0);
+  return n;
+}
+
+/** An h2 connection must send its preface (and SETTINGS) within the header timeout, as an h1 request must send its head. */
+function prefaceDeadline(session: ServerHttp2Session, ms: number): void {
+  const timer = setTimeout(() => session.destroy(), ms);
+  const clear = (): void => clearTimeout(timer);
+  session.once('remoteSettings', clear);
+  session.once('close', clear);
 }
 
 function plainServer(t: ListenerTimeouts, handler: RequestHandler, log: Logger): http.Server {

@@ -57,7 +57,7 @@ export interface UpstreamProxy {
    * more are no longer probed, picked or kept connected (see Clusters.sync).
    */
   sync(tenants: Iterable<Tenant>): void;
-  /** True while at least one of the tenant's brokers is healthy (what the public health check tells). */
+  /** True while at least one of the tenant's brokers is healthy (what the public health check tells); read-only, no placement. */
   reachable(tenant: Tenant): boolean;
 }
 
@@ -136,5 +136,5 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
     pools.retain(new Set(list.flatMap((t) => t.brokers)));
   }
 
-  return { forward, sync, reachable: (tenant) => clusters.pick(tenant, null, null) !== undefined };
+  return { forward, sync, reachable: (tenant) => clusters.snapshot([tenant])[0]!.brokers.some((b) => b.healthy) };
 }

@@ -5,13 +5,21 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 
-/** Client headers copied upstream as they are. */
-const FORWARDED: readonly string[] = ['content-type', 'accept', 'accept-encoding', 'traceparent', 'tracestate'];
+/** Client headers copied upstream as they are (trace context too, once validated). */
+const FORWARDED: readonly string[] = ['content-type', 'accept', 'accept-encoding'];
+
+/** W3C Trace Context `traceparent`: version, trace-id, parent-id, flags; a future version may append fields. */
+const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-.*)?$/;
+/** One `tracestate` list member: simple or multi-tenant key, `=`, a value of printable ASCII without `,` or `=`. */
+const TRACESTATE_MEMBER = /^(?:[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13})=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]$/;
+const TRACESTATE_MAX_MEMBERS = 32;
+const TRACESTATE_MAX_LENGTH = 512;
 
 export interface UpstreamHeaderFacts {
   readonly clientIp: string;
   readonly proto: 'https' | 'http';
-  readonly host: string;
+  /** The host the edge resolved the tenant by (normalised), or null when none matched: never the raw Host. */
+  readonly host: string | null;
   readonly requestId: string;
   /** Trust the client's X-Forwarded-For (a trusted load balancer in front). */
   readonly trustProxy: boolean;
@@ -29,15 +37,44 @@ export function upstreamHeaders(client: IncomingHttpHeaders, f: UpstreamHeaderFa
     const v = client[name];
     if (typeof v === 'string') out[name] = v;
   }
+  const traceparent = client.traceparent;
+  if (typeof traceparent === 'string' && validTraceparent(traceparent)) {
+    out.traceparent = traceparent;
+    // tracestate means nothing without the traceparent it belongs to.
+    const tracestate = client.tracestate;
+    if (typeof tracestate === 'string' && validTracestate(tracestate)) out.tracestate = tracestate;
+  }
   const xff = client['x-forwarded-for'];
   out['x-forwarded-for'] = f.trustProxy && typeof xff === 'string' && xff !== '' ? `${xff}, ${f.clientIp}` : f.clientIp;
   out['x-forwarded-proto'] = f.proto;
-  out['x-forwarded-host'] = f.host;
+  if (f.host !== null) out['x-forwarded-host'] = f.host;
   out['x-request-id'] = f.requestId;
   if (f.authorization !== null) out.authorization = f.authorization;
   if (f.tenantHeader !== null) out['x-queen-tenant'] = f.tenantHeader;
   if (f.contentLength !== null) out['content-length'] = String(f.contentLength);
   return out;
+}
+
+/**
+ * W3C rules: version `ff` is invalid, version 00 is exactly 55 chars, an all-zero trace-id or
+ * parent-id is invalid. Anything else would reach the broker's tracing as the client wrote it.
+ */
+export function validTraceparent(v: string): boolean {
+  const m = TRACEPARENT.exec(v);
+  if (m === null || m[1] === 'ff' || (m[1] === '00' && v.length !== 55)) return false;
+  return !/^0+$/.test(m[2]!) && !/^0+$/.test(m[3]!);
+}
+
+/** At most 32 well-formed members (empty ones allowed) in at most 512 chars. */
+export function validTracestate(v: string): boolean {
+  if (v.length > TRACESTATE_MAX_LENGTH) return false;
+  const members = v.split(',');
+  if (members.length > TRACESTATE_MAX_MEMBERS) return false;
+  for (const m of members) {
+    const t = m.trim();
+    if (t !== '' && !TRACESTATE_MEMBER.test(t)) return false;
+  }
+  return true;
 }
 
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;

@@ -63,14 +63,29 @@ describe('createMinter with HS256', () => {
 
   it('mints separately per sub, roles and tenant', async () => {
     const minter = await createMinter(mintConfig(), { clock: manualClock().now });
-    const base = await minter.authorizationFor(identity('u', ['a']), 't');
+    const base = await minter.authorizationFor(identity('u', ['read-only']), 't');
     const others = await Promise.all([
-      minter.authorizationFor(identity('v', ['a']), 't'),
-      minter.authorizationFor(identity('u', ['a', 'b']), 't'),
-      minter.authorizationFor(identity('u', ['a']), 't2'),
-      minter.authorizationFor(identity(null, ['a']), 't'),
+      minter.authorizationFor(identity('v', ['read-only']), 't'),
+      minter.authorizationFor(identity('u', ['read-only', 'admin']), 't'),
+      minter.authorizationFor(identity('u', ['read-only']), 't2'),
+      minter.authorizationFor(identity(null, ['read-only']), 't'),
     ]);
     expect(new Set([base, ...others]).size).toBe(5);
+  });
+
+  it('carries only the role names the broker knows', async () => {
+    const minter = await createMinter(mintConfig(), { clock: manualClock().now });
+    const payload = decodeJwt(jwtOf(await minter.authorizationFor(identity('u', ['read-only', 'superuser', 'ADMIN', 'admin ']), 't')));
+    expect(payload['roles']).toEqual(['read-only']);
+  });
+
+  it('never outlives the client token', async () => {
+    const minter = await createMinter(mintConfig({ ttlSec: 300 }), { clock: manualClock().now });
+    const shortLived = { ...identity('u', ['read-only']), expMs: T0 + 60_000 };
+    expect(decodeJwt(jwtOf(await minter.authorizationFor(shortLived, 't'))).exp).toBe(T0 / 1000 + 60);
+    // Same sub and roles, a longer-lived client token: its own minted token, not the capped one.
+    const longLived = { ...identity('u', ['read-only']), expMs: T0 + 3_600_000 };
+    expect(decodeJwt(jwtOf(await minter.authorizationFor(longLived, 't'))).exp).toBe(T0 / 1000 + 300);
   });
 
   it('shares one signature between concurrent misses', async () => {

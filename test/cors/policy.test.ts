@@ -47,4 +47,14 @@ describe('CORS policy', () => {
     expect(preflightVerdict(policy, 'https://evil.com', 'POST', undefined).allowed).toBe(false);
     expect(preflightVerdict(policy, 'https://app.example.com', 'TRACE', undefined).allowed).toBe(false);
   });
+
+  it.each(['GE', 'T, D', 'ET', 'POST, PUT', '', ' GET'])('refuses a preflight method that is only part of the allowed list: %j', (method) => {
+    const policy = compileCorsPolicy(['https://app.example.com']);
+    expect(preflightVerdict(policy, 'https://app.example.com', method, undefined).allowed).toBe(false);
+  });
+
+  it.each(['GET', 'patch', 'OPTIONS'])('allows the listed method %s', (method) => {
+    const policy = compileCorsPolicy(['https://app.example.com']);
+    expect(preflightVerdict(policy, 'https://app.example.com', method, undefined).allowed).toBe(true);
+  });
 });

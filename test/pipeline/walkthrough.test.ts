@@ -25,7 +25,7 @@ describe('seed walkthrough through the edge', () => {
   let leaseId = '';
   let partitionId = '';
 
-  it('1. /health is public and reaches a broker', async () => {
+  it('1. /health is public and reports the brokers\' health', async () => {
     const r = await call(edge, 'GET', '/health');
     expect(r.status).toBe(200);
     expect(r.json).toMatchObject({ status: 'healthy' });

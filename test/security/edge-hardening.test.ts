@@ -68,6 +68,25 @@ describe('accounting', () => {
   });
 });
 
+describe('forwarded headers', () => {
+  it('X-Forwarded-Host is the host the edge resolved, never a Host that matched no tenant', async () => {
+    const before = forwarded(broker).length;
+    expect((await call(edge, 'GET', '/api/v1/pop/queue/q', { token: rw, host: 'ACME.localhost:8443' })).status).toBe(204);
+    expect((await call(edge, 'GET', '/api/v1/pop/queue/q', { token: rw, host: 'Evil.Example' })).status).toBe(204);
+    const sent = forwarded(broker).slice(before);
+    expect(sent.map((q) => q.headers['x-forwarded-host'])).toEqual(['acme.localhost', undefined]);
+  });
+
+  it('a malformed traceparent is not forwarded', async () => {
+    const before = forwarded(broker).length;
+    await call(edge, 'GET', '/api/v1/pop/queue/q', { token: rw, headers: { traceparent: '00-zz-bad-01', tracestate: 'a=b' } });
+    const sent = forwarded(broker).slice(before);
+    expect(sent).toHaveLength(1);
+    expect(sent[0]!.headers.traceparent).toBeUndefined();
+    expect(sent[0]!.headers.tracestate).toBeUndefined();
+  });
+});
+
 describe('public routes', () => {
   it('answer status only, from the edge: the broker\'s own /health is never relayed', async () => {
     const before = forwarded(broker).length;
@@ -75,6 +94,21 @@ describe('public routes', () => {
     expect(r.status).toBe(200);
     expect(r.json).toEqual({ status: 'healthy' });
     expect(forwarded(broker).length).toBe(before);
+  });
+
+  it('answer 503 no_upstream once the active checks see every broker of the tenant down', async () => {
+    const down = await startEdge(testConfig(['http://127.0.0.1:1']));
+    try {
+      let r = await call(down, 'GET', '/health');
+      for (let i = 0; i < 100 && r.status !== 503; i++) {
+        await new Promise((res) => setTimeout(res, 100));
+        r = await call(down, 'GET', '/health');
+      }
+      expect(r.status).toBe(503);
+      expect(r.json).toEqual({ error: 'no healthy broker', code: 'no_upstream' });
+    } finally {
+      await down.close();
+    }
   });
 
   it('take no body: 400, nothing buffered or forwarded', async () => {

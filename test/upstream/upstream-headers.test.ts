@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { acceptableRequestId, upstreamHeaders } from '../../src/upstream/upstream-headers.js';
+import { acceptableRequestId, upstreamHeaders, validTraceparent, validTracestate } from '../../src/upstream/upstream-headers.js';
 
+const TP = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
 const facts = { clientIp: '10.0.0.9', proto: 'https' as const, host: 'acme.queen.example.com', requestId: 'r1', trustProxy: false, authorization: 'Bearer t', tenantHeader: null, contentLength: 12 };
 
 describe('upstreamHeaders', () => {
@@ -9,7 +10,7 @@ describe('upstreamHeaders', () => {
       {
         'content-type': 'application/json',
         accept: '*/*',
-        traceparent: '00-aaaa-bbbb-01',
+        traceparent: TP,
         cookie: 'sid=1',
         host: 'evil',
         connection: 'keep-alive, x-foo',
@@ -23,7 +24,7 @@ describe('upstreamHeaders', () => {
     expect(out).toEqual({
       'content-type': 'application/json',
       accept: '*/*',
-      traceparent: '00-aaaa-bbbb-01',
+      traceparent: TP,
       'x-forwarded-for': '10.0.0.9',
       'x-forwarded-proto': 'https',
       'x-forwarded-host': 'acme.queen.example.com',
@@ -45,5 +46,44 @@ describe('upstreamHeaders', () => {
     expect(acceptableRequestId('a b')).toBeUndefined();
     expect(acceptableRequestId(['a', 'b'])).toBeUndefined();
     expect(acceptableRequestId('x'.repeat(200))).toBeUndefined();
+  });
+
+  it('forwards trace context only when it is valid W3C, and tracestate only with its traceparent', () => {
+    expect(upstreamHeaders({ traceparent: TP, tracestate: 'congo=t61rcWkgMzE,rojo=00f067aa0ba902b7' }, facts)).toMatchObject({ traceparent: TP, tracestate: 'congo=t61rcWkgMzE,rojo=00f067aa0ba902b7' });
+    const bad = upstreamHeaders({ traceparent: '00-aaaa-bbbb-01', tracestate: 'congo=t61rcWkgMzE' }, facts);
+    expect(bad.traceparent).toBeUndefined();
+    expect(bad.tracestate).toBeUndefined();
+    expect(upstreamHeaders({ traceparent: TP, tracestate: 'a=b\r\nx: y' }, facts).tracestate).toBeUndefined();
+  });
+
+  it.each([
+    [TP, true],
+    ['01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future', true],
+    ['00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra', false],
+    ['ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01', false],
+    ['00-00000000000000000000000000000000-00f067aa0ba902b7-01', false],
+    ['00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01', false],
+    ['00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01', false],
+    ['00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\n', false],
+  ])('traceparent %j valid: %s', (v, ok) => {
+    expect(validTraceparent(v)).toBe(ok);
+  });
+
+  it.each([
+    ['congo=t61rcWkgMzE', true],
+    ['rojo=00f067aa0ba902b7, congo=t61rcWkgMzE', true],
+    ['tenant@vendor=x', true],
+    ['', true],
+    ['Upper=x', false],
+    ['a=b=c', false],
+    ['a=', false],
+    [Array.from({ length: 33 }, (_, i) => `k${i}=v`).join(','), false],
+    [`k=${'v'.repeat(600)}`, false],
+  ])('tracestate %j valid: %s', (v, ok) => {
+    expect(validTracestate(v)).toBe(ok);
+  });
+
+  it('sends X-Forwarded-Host only for a host the edge resolved', () => {
+    expect(upstreamHeaders({}, { ...facts, host: null })['x-forwarded-host']).toBeUndefined();
   });
 });
