@@ -178,22 +178,33 @@ describe('the operator console', { timeout: 60_000 }, () => {
         await page.waitForSelector(`button[aria-pressed="true"]:has-text("${range}")`, { timeout: UI_TIMEOUT });
         await page.waitForSelector('[data-chart="refusals"] canvas', { timeout: UI_TIMEOUT });
       }
-      const drawn = await page.evaluate(() => {
+      // uPlot paints on an animation frame after its data arrives: poll until every chart's line is
+      // on the canvas (or the wait runs out and the assertions below say which chart is blank).
+      const measure = () => page.evaluate(() => {
         const charts = (globalThis as any).qeCharts as Record<string, { data: number[][]; ctx: any }>;
         return Object.fromEntries(
           Object.entries(charts).map(([name, u]) => {
             const sum = u.data.slice(1).reduce((n, s) => n + s.reduce((a, v) => a + (v ?? 0), 0), 0);
-            // Pixels of the plot in the first series' stroke colour (#2452c5): the line was drawn.
+            // Pixels of the plot in a series stroke colour (the first two: blue #2452c5, green
+            // #1d7a3d): the lines were drawn. Either may lie on top of the other where they meet.
             const { width, height } = u.ctx.canvas;
             const px = u.ctx.getImageData(0, 0, width, height).data;
+            const near = (i: number, r: number, g: number, b: number) => Math.abs(px[i]! - r) < 24 && Math.abs(px[i + 1]! - g) < 24 && Math.abs(px[i + 2]! - b) < 24;
             let stroke = 0;
-            for (let i = 0; i < px.length; i += 4) if (Math.abs(px[i]! - 0x24) < 24 && Math.abs(px[i + 1]! - 0x52) < 24 && Math.abs(px[i + 2]! - 0xc5) < 24) stroke++;
+            for (let i = 0; i < px.length; i += 4) if (near(i, 0x24, 0x52, 0xc5) || near(i, 0x1d, 0x7a, 0x3d)) stroke++;
             return [name, { points: u.data[0]!.length, sum, stroke }];
           }),
         );
       });
+      const names = ['requests', 'messages', 'bytes', 'refusals'];
+      const deadline = Date.now() + UI_TIMEOUT;
+      let drawn = await measure();
+      while (Date.now() < deadline && !names.every((n) => (drawn[n]?.stroke ?? 0) > 50)) {
+        await new Promise((r) => setTimeout(r, 100));
+        drawn = await measure();
+      }
       const hours = range === '24 h' ? 24 : 168;
-      for (const name of ['requests', 'messages', 'bytes', 'refusals']) {
+      for (const name of names) {
         expect(drawn[name], name).toMatchObject({ points: hours });
         expect(drawn[name]!.sum, name).toBeGreaterThan(0);
         expect(drawn[name]!.stroke, name).toBeGreaterThan(50);

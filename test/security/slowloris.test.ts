@@ -1,5 +1,5 @@
 /**
- * Slowloris and connection floods (issue 8 §3): many half-open connections do not starve real
+ * Slowloris and connection floods: many half-open connections do not starve real
  * clients, and the edge sheds them after the headers timeout.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -50,13 +50,15 @@ describe('slowloris', () => {
       await Promise.all(slow.map(closed));
       const elapsed = Date.now() - started;
       expect(elapsed).toBeGreaterThanOrEqual(900);
-      expect(elapsed).toBeLessThan(8000);
+      // Cut by the 1-s headers timeout, not by a later one (keep-alive 65 s, request 300 s); the
+      // margin is for a loaded machine, where the edge's periodic timeout check runs late.
+      expect(elapsed).toBeLessThan(30000);
       expect((await call(edge, 'GET', '/health')).status).toBe(200);
     } finally {
       clearInterval(trickle);
       for (const s of slow) s.destroy();
     }
-  });
+  }, 90000);
 
   it('a flood of idle TLS connections that never send a byte does not block real requests', async () => {
     const port = Number(new URL(edge.url).port);
