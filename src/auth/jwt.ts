@@ -37,6 +37,7 @@ import {
   type JWTVerifyOptions,
   type ProtectedHeaderParameters,
 } from 'jose';
+import { ExpiringMap } from '../cache/expiring-map.js';
 import type { AuthConfig } from '../config/schema.js';
 import { edgeError, EdgeError } from '../errors.js';
 import type { Logger } from '../observability/log.js';
@@ -110,7 +111,8 @@ class Verifier implements TokenVerifier {
   readonly #cfg: AuthConfig;
   readonly #log: Logger;
   readonly #clock: () => number;
-  readonly #cache: TokenCache;
+  /** Verified tokens by exact string, least recently used evicted first. */
+  readonly #cache: ExpiringMap<string, Identity>;
   readonly #algorithms: ReadonlySet<string>;
   readonly #toleranceMs: number;
   readonly #secret: Uint8Array | null;
@@ -123,7 +125,7 @@ class Verifier implements TokenVerifier {
     this.#cfg = cfg;
     this.#log = log;
     this.#clock = clock;
-    this.#cache = new TokenCache(cfg.cacheSize);
+    this.#cache = new ExpiringMap(cfg.cacheSize, { touchOnGet: true });
     this.#algorithms = new Set(cfg.algorithms);
     this.#toleranceMs = cfg.clockToleranceSec * 1000;
     this.#secret = cfg.secret ? new TextEncoder().encode(cfg.secret) : null;
@@ -186,7 +188,7 @@ class Verifier implements TokenVerifier {
     const identity = identityFrom(token, payload, this.#cfg);
     if (identity instanceof EdgeError) return identity;
     const validUntil = identity.expMs === null ? this.#clock() + NO_EXP_CACHE_MS : identity.expMs + this.#toleranceMs;
-    this.#cache.set(token, identity, validUntil);
+    this.#cache.set(token, identity, validUntil, this.#clock());
     return identity;
   }
 
@@ -290,41 +292,6 @@ function collectRoles(value: unknown, roles: Set<string>, stringAllowed: boolean
   if (!Array.isArray(value) || !value.every((r) => typeof r === 'string')) return false;
   for (const r of value as string[]) roles.add(r);
   return true;
-}
-
-interface CacheEntry {
-  readonly identity: Identity;
-  readonly validUntilMs: number;
-}
-
-/** Bounded LRU by exact token string; a Map's insertion order is the recency order. */
-class TokenCache {
-  readonly #max: number;
-  readonly #entries = new Map<string, CacheEntry>();
-
-  constructor(max: number) {
-    this.#max = max;
-  }
-
-  get(token: string, now: number): Identity | undefined {
-    const entry = this.#entries.get(token);
-    if (entry === undefined) return undefined;
-    this.#entries.delete(token);
-    if (now > entry.validUntilMs) return undefined;
-    this.#entries.set(token, entry);
-    return entry.identity;
-  }
-
-  set(token: string, identity: Identity, validUntilMs: number): void {
-    if (this.#max === 0) return;
-    this.#entries.delete(token);
-    while (this.#entries.size >= this.#max) {
-      const oldest = this.#entries.keys().next();
-      if (oldest.done) break;
-      this.#entries.delete(oldest.value);
-    }
-    this.#entries.set(token, { identity, validUntilMs });
-  }
 }
 
 type JwksLookup = (header: ProtectedHeaderParameters) => Promise<CryptoKey>;
