@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RawConfig } from '../../src/config/schema.js';
 import { ADMIT_LUA, HEARTBEAT_LUA, scriptSha } from '../../src/limits/script.js';
 import { NO_USAGE } from '../../src/metering/recorder.js';
-import { parkedKey } from '../../src/tenants/keys.js';
+import { instancesKey, parkedKey } from '../../src/tenants/keys.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness, type Reply } from '../helpers/edge.js';
 import { commandCalls, connectTest, PrivateRedis, uniquePrefix, waitFor } from '../helpers/redis.js';
@@ -19,7 +19,6 @@ import { capturingLogger } from '../helpers/logs.js';
 const TIMEOUT_MS = 1000;
 /** Health probes that a busy machine does not fail (the defaults of testConfig time out at 200 ms). */
 const SLOW_MACHINE_HEALTH = { healthIntervalMs: 1000, healthTimeoutMs: 2000, downAfter: 3 };
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 let server: PrivateRedis;
 let broker: BrokerDouble;
@@ -150,9 +149,9 @@ describe('Redis down and back', () => {
   let closed: EdgeHarness;
   let localA: EdgeHarness;
   let localB: EdgeHarness;
+  const localPrefix = uniquePrefix();
 
   beforeAll(async () => {
-    const localPrefix = uniquePrefix();
     [open, closed, localA, localB] = await Promise.all([
       startEdge(config('open', uniquePrefix()), { log: logs.open.log }),
       startEdge(config('closed', uniquePrefix()), { log: logs.closed.log }),
@@ -170,8 +169,19 @@ describe('Redis down and back', () => {
 
   it('killed: open lets through, closed answers 503 limiter_unavailable, local enforces the limit / live instances; none waits on Redis', async () => {
     for (const h of [open, closed, localA, localB]) expect((await pop(h)).headers['ratelimit-policy']).toBe('"requests";q=6;w=6');
-    // Both local instances have heartbeated and read the live count (period 1 s).
-    await sleep(1500);
+    // Both local instances are live, and each has heartbeated since: each has read a live count of 2.
+    const probe = await connectTest(server.url, 2000);
+    try {
+      const key = instancesKey(localPrefix);
+      await waitFor(async () => (await probe.zcard(key)) === 2, 5000, 'both local instances live');
+      const since = Date.now();
+      await waitFor(async () => {
+        const scores = (await probe.zrange(key, '0', '-1', 'WITHSCORES')).filter((_, i) => i % 2 === 1).map(Number);
+        return scores.length === 2 && scores.every((s) => s > since);
+      }, 5000, 'a heartbeat of each local instance after both were live');
+    } finally {
+      probe.disconnect();
+    }
     expect((await fetch(`${closed.adminUrl}/readyz`)).status).toBe(200);
 
     await server.kill();
