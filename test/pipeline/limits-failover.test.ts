@@ -150,13 +150,25 @@ describe('Redis down and back', () => {
   let localA: EdgeHarness;
   let localB: EdgeHarness;
   const localPrefix = uniquePrefix();
+  /** Set, every instance's clock stands still there: a burst is not refilled by a slow machine. */
+  let frozen: number | null = null;
+  const clock = () => frozen ?? Date.now();
+  /** Runs `fn` on a stopped clock (Redis's own expiry still runs: keep it short). */
+  async function stopped<T>(fn: () => Promise<T>): Promise<T> {
+    frozen = Date.now();
+    try {
+      return await fn();
+    } finally {
+      frozen = null;
+    }
+  }
 
   beforeAll(async () => {
     [open, closed, localA, localB] = await Promise.all([
-      startEdge(config('open', uniquePrefix()), { log: logs.open.log }),
-      startEdge(config('closed', uniquePrefix()), { log: logs.closed.log }),
-      startEdge(config('local', localPrefix), { log: logs.local.log }),
-      startEdge(config('local', localPrefix)),
+      startEdge(config('open', uniquePrefix()), { log: logs.open.log, clock }),
+      startEdge(config('closed', uniquePrefix()), { log: logs.closed.log, clock }),
+      startEdge(config('local', localPrefix), { log: logs.local.log, clock }),
+      startEdge(config('local', localPrefix), { clock }),
     ]);
   });
   afterAll(async () => {
@@ -200,13 +212,15 @@ describe('Redis down and back', () => {
     expect(await ready.json()).toMatchObject({ status: 'not_ready', reason: expect.stringContaining('limiter') });
 
     // Burst 6 over 2 live instances: 3 each, with the local share advertised.
-    for (const h of [localA, localB]) {
-      const l = await pops(h, 4);
-      expect(l.map((r) => r.status)).toEqual([204, 204, 204, 429]);
-      expect(l[0]!.headers['ratelimit-policy']).toBe('"requests";q=3;w=6');
-      expect(l[3]!.json).toMatchObject({ code: 'rate_limited' });
-      expect(l[3]!.headers['retry-after']).toBe('2');
-    }
+    await stopped(async () => {
+      for (const h of [localA, localB]) {
+        const l = await pops(h, 4);
+        expect(l.map((r) => r.status)).toEqual([204, 204, 204, 429]);
+        expect(l[0]!.headers['ratelimit-policy']).toBe('"requests";q=3;w=6');
+        expect(l[3]!.json).toMatchObject({ code: 'rate_limited' });
+        expect(l[3]!.headers['retry-after']).toBe('2');
+      }
+    });
 
     // After the first request of each instance, nothing waits for a Redis timeout.
     for (const batch of [o, c]) for (const r of batch.slice(1)) expect(r.ms).toBeLessThan(TIMEOUT_MS);
@@ -226,10 +240,12 @@ describe('Redis down and back', () => {
     expect(backLines(logs.closed)).toHaveLength(1);
 
     // A tenant untouched so far: burst 6 in Redis, shared by the two local instances again.
-    const a = await pops(localA, 7, 'fresh');
-    expect(a.map((r) => r.status)).toEqual([204, 204, 204, 204, 204, 204, 429]);
-    expect((await pop(localB, 'fresh')).status).toBe(429);
-    for (const h of [open, closed]) expect((await pops(h, 7, 'fresh')).map((r) => r.status)).toEqual([204, 204, 204, 204, 204, 204, 429]);
+    await stopped(async () => {
+      const a = await pops(localA, 7, 'fresh');
+      expect(a.map((r) => r.status)).toEqual([204, 204, 204, 204, 204, 204, 429]);
+      expect((await pop(localB, 'fresh')).status).toBe(429);
+      for (const h of [open, closed]) expect((await pops(h, 7, 'fresh')).map((r) => r.status)).toEqual([204, 204, 204, 204, 204, 204, 429]);
+    });
   });
 
   it('frozen (commands time out): the first request waits one timeout, the next ones are decided at once', async () => {
