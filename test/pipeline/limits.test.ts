@@ -252,9 +252,13 @@ describe('limits through the proxy (Redis)', () => {
       expect(await c.park('idle?wait=true&timeout=200')).toBe(204);
       await slotsBackTo(0, 'slot released after the long-poll timeout');
 
-      // The broker never answers: the edge gives up after timeout + slackMs (100 + 300 ms).
-      parkBroker.fault('hang', 1);
-      expect(await c.park('idle?wait=true&timeout=100')).toBe(504);
+      // The broker never answers: the edge gives up after timeout + slackMs (100 + 300 ms). Until
+      // the pop arrived: a health probe in between must not take the only fault.
+      parkBroker.fault('hang');
+      const hung = c.park('idle?wait=true&timeout=100');
+      await parkBroker.waitForRequests(1, (r) => r.path.endsWith('/idle') && r.query.get('timeout') === '100');
+      parkBroker.clearFaults();
+      expect(await hung).toBe(504);
       await slotsBackTo(0, 'slot released after the upstream timeout');
 
       // Nothing leaked: two can park again.
