@@ -38,6 +38,7 @@ import {
   type JWTVerifyOptions,
   type ProtectedHeaderParameters,
 } from 'jose';
+import { ExpiringMap } from '../cache/expiring-map.js';
 import type { AuthConfig } from '../config/schema.js';
 import { edgeError, EdgeError } from '../errors.js';
 import type { Logger } from '../observability/log.js';
@@ -104,7 +105,7 @@ export interface TokenVerifier {
  * one JWKS set per URL.
  */
 export interface KeyContext {
-  readonly cache: TokenCache;
+  readonly cache: ExpiringMap<string, Identity>;
   /** '' for the global settings; unique per tenant verifier otherwise. */
   readonly scope: string;
   jwks(url: string): JwksKeys;
@@ -116,7 +117,7 @@ export function createTokenVerifier(cfg: AuthConfig, deps: { log: Logger; clock?
   if (deps.keys) return new Verifier(cfg, deps.log, clock, deps.keys, false);
   const own = new Map<string, JwksKeys>();
   const keys: KeyContext = {
-    cache: new TokenCache(cfg.cacheSize),
+    cache: new ExpiringMap<string, Identity>(cfg.cacheSize, { touchOnGet: true }),
     scope: '',
     jwks: (url) => own.get(url) ?? own.set(url, new JwksKeys(url, deps.log, clock)).get(url)!,
   };
@@ -131,7 +132,8 @@ class Verifier implements TokenVerifier {
   readonly #cfg: AuthConfig;
   readonly #log: Logger;
   readonly #clock: () => number;
-  readonly #cache: TokenCache;
+  /** Verified tokens by exact string, least recently used evicted first. */
+  readonly #cache: ExpiringMap<string, Identity>;
   readonly #algorithms: ReadonlySet<string>;
   readonly #toleranceMs: number;
   readonly #secret: Uint8Array | null;
@@ -220,7 +222,7 @@ class Verifier implements TokenVerifier {
       identity.expMs === null ? this.#clock() + NO_EXP_CACHE_MS : identity.expMs + this.#toleranceMs,
       this.#cfg.maxTokenAgeSec === null ? Infinity : ((payload.iat as number) + this.#cfg.maxTokenAgeSec) * 1000 + this.#toleranceMs,
     );
-    this.#cache.set(this.#scoped(token), identity, validUntil);
+    this.#cache.set(this.#scoped(token), identity, validUntil, this.#clock());
     return identity;
   }
 
@@ -336,41 +338,6 @@ function collectRoles(value: unknown, roles: Set<string>, stringAllowed: boolean
   if (!Array.isArray(value) || !value.every((r) => typeof r === 'string')) return false;
   for (const r of value as string[]) roles.add(r);
   return true;
-}
-
-interface CacheEntry {
-  readonly identity: Identity;
-  readonly validUntilMs: number;
-}
-
-/** Bounded LRU by exact (scoped) token string; a Map's insertion order is the recency order. */
-export class TokenCache {
-  readonly #max: number;
-  readonly #entries = new Map<string, CacheEntry>();
-
-  constructor(max: number) {
-    this.#max = max;
-  }
-
-  get(token: string, now: number): Identity | undefined {
-    const entry = this.#entries.get(token);
-    if (entry === undefined) return undefined;
-    this.#entries.delete(token);
-    if (now > entry.validUntilMs) return undefined;
-    this.#entries.set(token, entry);
-    return entry.identity;
-  }
-
-  set(token: string, identity: Identity, validUntilMs: number): void {
-    if (this.#max === 0) return;
-    this.#entries.delete(token);
-    while (this.#entries.size >= this.#max) {
-      const oldest = this.#entries.keys().next();
-      if (oldest.done) break;
-      this.#entries.delete(oldest.value);
-    }
-    this.#entries.set(token, { identity, validUntilMs });
-  }
 }
 
 type JwksLookup = (header: ProtectedHeaderParameters) => Promise<CryptoKey>;

@@ -14,6 +14,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { importPKCS8, SignJWT, type CryptoKey } from 'jose';
+import { ExpiringMap } from '../cache/expiring-map.js';
 import { ROLE_NAMES, type RawConfig } from '../config/schema.js';
 import type { Identity } from './jwt.js';
 
@@ -46,17 +47,13 @@ async function signingKey(cfg: MintConfig): Promise<Uint8Array | CryptoKey> {
   return importPKCS8(await readFile(cfg.privateKey, 'utf8'), cfg.algorithm);
 }
 
-interface Minted {
-  readonly header: string;
-  readonly refreshAtMs: number;
-}
-
 class Minter implements UpstreamMinter {
   readonly #cfg: MintConfig;
   readonly #key: Uint8Array | CryptoKey;
   readonly #clock: () => number;
   readonly #marginMs: number;
-  readonly #cache = new Map<string, Minted>();
+  /** Authorization header by identity and tenant, until its refresh time; oldest insert evicted first. */
+  readonly #cache = new ExpiringMap<string, string>(MINT_CACHE_SIZE);
   readonly #pending = new Map<string, Promise<string>>();
   /** Identities come from the verifier's cache, so memoising their (sub, roles) key spares a sort per request. */
   readonly #identityKeys = new WeakMap<Identity, string>();
@@ -77,8 +74,8 @@ class Minter implements UpstreamMinter {
     // A JSON array is self-delimiting, so appending the tenant id keeps keys unambiguous.
     const cacheKey = identityKey + tenantId;
     const now = this.#clock();
-    const hit = this.#cache.get(cacheKey);
-    if (hit !== undefined && now < hit.refreshAtMs) return hit.header;
+    const hit = this.#cache.get(cacheKey, now);
+    if (hit !== undefined) return hit;
     return this.#pending.get(cacheKey) ?? this.#mint(cacheKey, identity, tenantId, now);
   }
 
@@ -97,22 +94,12 @@ class Minter implements UpstreamMinter {
       .sign(this.#key)
       .then((token) => {
         const header = `Bearer ${token}`;
-        this.#remember(cacheKey, { header, refreshAtMs: exp * 1000 - this.#marginMs });
+        this.#cache.set(cacheKey, header, exp * 1000 - this.#marginMs, this.#clock());
         return header;
       })
       .finally(() => this.#pending.delete(cacheKey));
     this.#pending.set(cacheKey, minted);
     return minted;
-  }
-
-  #remember(cacheKey: string, minted: Minted): void {
-    this.#cache.delete(cacheKey);
-    while (this.#cache.size >= MINT_CACHE_SIZE) {
-      const oldest = this.#cache.keys().next();
-      if (oldest.done) break;
-      this.#cache.delete(oldest.value);
-    }
-    this.#cache.set(cacheKey, minted);
   }
 }
 

@@ -11,7 +11,8 @@
 import { decodeJwt } from 'jose';
 import type { AuthConfig, RawTenantAuth } from '../config/schema.js';
 import type { Logger } from '../observability/log.js';
-import { createTokenVerifier, JwksKeys, TokenCache, type KeyContext, type TokenVerifier } from './jwt.js';
+import { ExpiringMap } from '../cache/expiring-map.js';
+import { createTokenVerifier, JwksKeys, type Identity, type KeyContext, type TokenVerifier } from './jwt.js';
 
 /** The part of a tenant the verifiers read. */
 export interface AuthScope {
@@ -76,7 +77,7 @@ class Verifiers implements TenantVerifiers {
   readonly #cfg: AuthConfig;
   readonly #log: Logger;
   readonly #clock: () => number;
-  readonly #cache: TokenCache;
+  readonly #cache: ExpiringMap<string, Identity>;
   readonly #jwks = new Map<string, JwksKeys>();
   readonly #own = new Map<string, Own>();
   /** Makes every tenant verifier's cache scope unique, so changed settings never reuse old entries. */
@@ -86,7 +87,7 @@ class Verifiers implements TenantVerifiers {
     this.#cfg = cfg;
     this.#log = log;
     this.#clock = clock;
-    this.#cache = new TokenCache(cfg.cacheSize);
+    this.#cache = new ExpiringMap<string, Identity>(cfg.cacheSize, { touchOnGet: true });
     this.global = createTokenVerifier(cfg, { log, clock, keys: this.#context('') });
   }
 

@@ -3,6 +3,7 @@
  * lease extend and transaction go back to the same broker. Brokers share one PostgreSQL, so a miss
  * is only a lost locality; the map is therefore bounded and forgetful by design.
  */
+import { ExpiringMap } from '../cache/expiring-map.js';
 
 /** Options of a lease map. */
 export interface LeaseMapOptions {
@@ -14,56 +15,35 @@ export interface LeaseMapOptions {
   clock?: () => number;
 }
 
-interface Entry {
-  readonly url: string;
-  readonly expiresAt: number;
-}
-
 /**
- * A bounded leaseId to broker URL map with a TTL. A Map iterates in insertion order and learn()
- * re-inserts, so the first key is always the oldest: eviction and expiry sweep from the front in
- * O(1) amortised, with no timer per entry.
+ * A bounded leaseId to broker URL map with a TTL. learn() re-inserts and every entry lives the
+ * same TTL, so the oldest entry is also the first to expire: eviction and expiry sweep from the
+ * front in O(1) amortised, with no timer per entry.
  */
 export class LeaseMap {
-  readonly #entries = new Map<string, Entry>();
+  readonly #entries: ExpiringMap<string, string>;
   readonly #ttlMs: number;
-  readonly #maxEntries: number;
   readonly #clock: () => number;
 
   constructor(opts: LeaseMapOptions = {}) {
     this.#ttlMs = opts.ttlMs ?? 10 * 60 * 1000;
-    this.#maxEntries = Math.max(1, opts.maxEntries ?? 100_000);
+    this.#entries = new ExpiringMap(Math.max(1, opts.maxEntries ?? 100_000));
     this.#clock = opts.clock ?? Date.now;
   }
 
   /** Remembers that `url` served `leaseId` (a later pop of the same lease refreshes it). */
   learn(leaseId: string, url: string): void {
     const now = this.#clock();
-    this.#entries.delete(leaseId);
-    this.#entries.set(leaseId, { url, expiresAt: now + this.#ttlMs });
-    this.#sweep(now);
+    this.#entries.set(leaseId, url, now + this.#ttlMs, now);
   }
 
   /** The broker that served `leaseId`, unless forgotten or expired. */
   brokerFor(leaseId: string): string | undefined {
-    const e = this.#entries.get(leaseId);
-    if (e === undefined) return undefined;
-    if (e.expiresAt <= this.#clock()) {
-      this.#entries.delete(leaseId);
-      return undefined;
-    }
-    return e.url;
+    return this.#entries.get(leaseId, this.#clock());
   }
 
   /** Entries held, expired ones not yet swept included. */
   get size(): number {
     return this.#entries.size;
-  }
-
-  #sweep(now: number): void {
-    for (const [id, e] of this.#entries) {
-      if (this.#entries.size <= this.#maxEntries && e.expiresAt > now) return;
-      this.#entries.delete(id);
-    }
   }
 }

@@ -24,17 +24,7 @@ afterAll(async () => {
   redis.disconnect();
 });
 
-/**
- * Longer than any run takes in real time: Redis expires the parked ZSET by its own clock, so a
- * TTL the run could outlive would drop slots the explicit clock still counts as live.
- */
 const SLOT_TTL_MS = 60_000;
-/**
- * Redis keeps a bucket's TAT key until 1 s (its own clock) after the bucket is full; a run slower
- * than that in real time could see the key gone while the explicit clock says it is still needed.
- * Such a run compares nothing and is discarded (fast-check fails the test if too many are).
- */
-const MAX_REAL_RUN_MS = 900;
 
 const planArb = fc.record({
   requestsPerSec: fc.constantFrom(0.25, 0.5, 1, 3, 7, 1000),
@@ -63,9 +53,8 @@ let run = 0;
 
 describe('limiter stores: TypeScript verdict vs Lua script', () => {
   it('decide every admit of random sequences identically', async () => {
-    let compared = 0;
     await fc.assert(
-      fc.asyncProperty(planArb, startArb, fc.array(stepArb, { minLength: 1, maxLength: 25 }), async (p, start, steps) => {
+      fc.asyncProperty(planArb, startArb, fc.array(stepArb, { minLength: 1, maxLength: 20 }), async (p, start, steps) => {
         const plan = compileLimitPlan(
           { requestsPerSec: p.requestsPerSec, requestBurst: p.requestBurst, messagesPerSec: p.messagesPerSec, messageBurst: p.messageBurst, parkedPolls: p.parkedPolls, maxPayloadBytes: 1 << 20, maxBatch: 1000 },
           { messagesPerMonth: p.messagesPerMonth, ingressBytesPerMonth: p.ingressBytesPerMonth },
@@ -76,9 +65,13 @@ describe('limiter stores: TypeScript verdict vs Lua script', () => {
         const held: string[] = [];
         const realStart = Date.now();
         const pairs: { step: number; now: number; ts: Decision; lua: Decision }[] = [];
-        let now = start;
+        let offset = 0;
         for (const [i, s] of steps.entries()) {
-          now += s.dtMs;
+          // The explicit clock runs the real time elapsed plus the generated steps: Redis expires
+          // keys (bucket TATs, the parked ZSET) by its own clock, so a clock slower than real time
+          // would find keys gone that it still needs, on a loaded machine.
+          offset += s.dtMs;
+          const now = start + offset + (Date.now() - realStart);
           if (s.release && held.length > 0) {
             const slot = held.shift()!;
             memory.release(tenant, slot);
@@ -92,8 +85,6 @@ describe('limiter stores: TypeScript verdict vs Lua script', () => {
           if (ts.refused === 0 && s.parkedPoll) held.push(slot);
           pairs.push({ step: i, now, ts, lua });
         }
-        fc.pre(Date.now() - realStart <= MAX_REAL_RUN_MS);
-        compared++;
         for (const { step, now: at, ts, lua } of pairs) {
           const where = `step ${step} at +${at - start} ms`;
           expect(lua.refused, where).toBe(ts.refused);
@@ -111,7 +102,7 @@ describe('limiter stores: TypeScript verdict vs Lua script', () => {
         }
       }),
       {
-        numRuns: 120,
+        numRuns: 60,
         examples: [
           // A fractional clock reading: the script once failed on a fractional month-key TTL, halfway through its writes.
           [
@@ -122,7 +113,5 @@ describe('limiter stores: TypeScript verdict vs Lua script', () => {
         ],
       },
     );
-    // Discarded slow runs must stay the exception, or this test would prove little.
-    expect(compared).toBeGreaterThanOrEqual(60);
   });
 });

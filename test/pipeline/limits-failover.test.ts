@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RawConfig } from '../../src/config/schema.js';
 import { ADMIT_LUA, HEARTBEAT_LUA, scriptSha } from '../../src/limits/script.js';
 import { NO_USAGE } from '../../src/metering/recorder.js';
-import { parkedKey } from '../../src/redis/keys.js';
+import { instancesKey, parkedKey } from '../../src/redis/keys.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness, type Reply } from '../helpers/edge.js';
 import { commandCalls, connectTest, PrivateRedis, uniquePrefix, waitFor } from '../helpers/redis.js';
@@ -19,7 +19,6 @@ import { capturingLogger } from '../helpers/logs.js';
 const TIMEOUT_MS = 1000;
 /** Health probes that a busy machine does not fail (the defaults of testConfig time out at 200 ms). */
 const SLOW_MACHINE_HEALTH = { healthIntervalMs: 1000, healthTimeoutMs: 2000, downAfter: 3 };
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 let server: PrivateRedis;
 let broker: BrokerDouble;
@@ -150,14 +149,26 @@ describe('Redis down and back', () => {
   let closed: EdgeHarness;
   let localA: EdgeHarness;
   let localB: EdgeHarness;
+  const localPrefix = uniquePrefix();
+  /** Set, every instance's clock stands still there: a burst is not refilled by a slow machine. */
+  let frozen: number | null = null;
+  const clock = () => frozen ?? Date.now();
+  /** Runs `fn` on a stopped clock (Redis's own expiry still runs: keep it short). */
+  async function stopped<T>(fn: () => Promise<T>): Promise<T> {
+    frozen = Date.now();
+    try {
+      return await fn();
+    } finally {
+      frozen = null;
+    }
+  }
 
   beforeAll(async () => {
-    const localPrefix = uniquePrefix();
     [open, closed, localA, localB] = await Promise.all([
-      startEdge(config('open', uniquePrefix()), { log: logs.open.log }),
-      startEdge(config('closed', uniquePrefix()), { log: logs.closed.log }),
-      startEdge(config('local', localPrefix), { log: logs.local.log }),
-      startEdge(config('local', localPrefix)),
+      startEdge(config('open', uniquePrefix()), { log: logs.open.log, clock }),
+      startEdge(config('closed', uniquePrefix()), { log: logs.closed.log, clock }),
+      startEdge(config('local', localPrefix), { log: logs.local.log, clock }),
+      startEdge(config('local', localPrefix), { clock }),
     ]);
   });
   afterAll(async () => {
@@ -170,8 +181,19 @@ describe('Redis down and back', () => {
 
   it('killed: open lets through, closed answers 503 limiter_unavailable, local enforces the limit / live instances; none waits on Redis', async () => {
     for (const h of [open, closed, localA, localB]) expect((await pop(h)).headers['ratelimit-policy']).toBe('"requests";q=6;w=6');
-    // Both local instances have heartbeated and read the live count (period 1 s).
-    await sleep(1500);
+    // Both local instances are live, and each has heartbeated since: each has read a live count of 2.
+    const probe = await connectTest(server.url, 2000);
+    try {
+      const key = instancesKey(localPrefix);
+      await waitFor(async () => (await probe.zcard(key)) === 2, 5000, 'both local instances live');
+      const since = Date.now();
+      await waitFor(async () => {
+        const scores = (await probe.zrange(key, '0', '-1', 'WITHSCORES')).filter((_, i) => i % 2 === 1).map(Number);
+        return scores.length === 2 && scores.every((s) => s > since);
+      }, 5000, 'a heartbeat of each local instance after both were live');
+    } finally {
+      probe.disconnect();
+    }
     expect((await fetch(`${closed.adminUrl}/readyz`)).status).toBe(200);
 
     await server.kill();
@@ -190,13 +212,15 @@ describe('Redis down and back', () => {
     expect(await ready.json()).toMatchObject({ status: 'not_ready', reason: expect.stringContaining('limiter') });
 
     // Burst 6 over 2 live instances: 3 each, with the local share advertised.
-    for (const h of [localA, localB]) {
-      const l = await pops(h, 4);
-      expect(l.map((r) => r.status)).toEqual([204, 204, 204, 429]);
-      expect(l[0]!.headers['ratelimit-policy']).toBe('"requests";q=3;w=6');
-      expect(l[3]!.json).toMatchObject({ code: 'rate_limited' });
-      expect(l[3]!.headers['retry-after']).toBe('2');
-    }
+    await stopped(async () => {
+      for (const h of [localA, localB]) {
+        const l = await pops(h, 4);
+        expect(l.map((r) => r.status)).toEqual([204, 204, 204, 429]);
+        expect(l[0]!.headers['ratelimit-policy']).toBe('"requests";q=3;w=6');
+        expect(l[3]!.json).toMatchObject({ code: 'rate_limited' });
+        expect(l[3]!.headers['retry-after']).toBe('2');
+      }
+    });
 
     // After the first request of each instance, nothing waits for a Redis timeout.
     for (const batch of [o, c]) for (const r of batch.slice(1)) expect(r.ms).toBeLessThan(TIMEOUT_MS);
@@ -216,10 +240,12 @@ describe('Redis down and back', () => {
     expect(backLines(logs.closed)).toHaveLength(1);
 
     // A tenant untouched so far: burst 6 in Redis, shared by the two local instances again.
-    const a = await pops(localA, 7, 'fresh');
-    expect(a.map((r) => r.status)).toEqual([204, 204, 204, 204, 204, 204, 429]);
-    expect((await pop(localB, 'fresh')).status).toBe(429);
-    for (const h of [open, closed]) expect((await pops(h, 7, 'fresh')).map((r) => r.status)).toEqual([204, 204, 204, 204, 204, 204, 429]);
+    await stopped(async () => {
+      const a = await pops(localA, 7, 'fresh');
+      expect(a.map((r) => r.status)).toEqual([204, 204, 204, 204, 204, 204, 429]);
+      expect((await pop(localB, 'fresh')).status).toBe(429);
+      for (const h of [open, closed]) expect((await pops(h, 7, 'fresh')).map((r) => r.status)).toEqual([204, 204, 204, 204, 204, 204, 429]);
+    });
   });
 
   it('frozen (commands time out): the first request waits one timeout, the next ones are decided at once', async () => {

@@ -65,7 +65,9 @@ describe('limits through the proxy (Redis)', () => {
   let twin: EdgeHarness;
   /** Both instances' clock runs this far ahead of the real one: a test waits out a Retry-After by moving it. */
   let ahead = 0;
-  const clock = () => Date.now() + ahead;
+  /** Set, the clock stands still there (plus `ahead`): a burst is not refilled by a slow machine. */
+  let frozen: number | null = null;
+  const clock = () => (frozen ?? Date.now()) + ahead;
 
   beforeAll(async () => {
     broker = await startBrokerDouble({ name: 'main' });
@@ -104,30 +106,33 @@ describe('limits through the proxy (Redis)', () => {
     await (await client(edge, 'caps')).pop();
     const c = await client(edge, 'rate');
     const before = forwarded(broker).length;
-    const passes: Reply[] = [];
-    for (let i = 0; i < 4; i++) passes.push(await c.pop());
-    for (const r of passes) {
-      expect(r.status).toBe(204);
-      expect(r.headers['ratelimit-policy']).toBe('"requests";q=4;w=4');
+    frozen = Date.now();
+    try {
+      const passes: Reply[] = [];
+      for (let i = 0; i < 4; i++) passes.push(await c.pop());
+      for (const r of passes) {
+        expect(r.status).toBe(204);
+        expect(r.headers['ratelimit-policy']).toBe('"requests";q=4;w=4');
+      }
+      // Remaining counts down as the burst drains (the clock stands still, so exactly).
+      const fields = passes.map((r) => /^"requests";r=(\d+);t=([1-4])$/.exec(String(r.headers.ratelimit)));
+      expect(fields.every((f) => f !== null)).toBe(true);
+      expect(fields.map((f) => Number(f![1]))).toEqual([3, 2, 1, 0]);
+
+      const refused = await c.pop();
+      // 1/s: the next token is at most 1 s away, so the ceiling is 1 s.
+      expectRateLimited(refused, 1);
+      expect(refused.headers['ratelimit-policy']).toBe('"requests";q=4;w=4');
+      expect(refused.headers.ratelimit).toMatch(/^"requests";r=0;t=[1-4]$/);
+      expect(forwarded(broker).length).toBe(before + 4);
+
+      ahead += Number(refused.headers['retry-after']) * 1000;
+      const again = await c.pop();
+      expect(again.status).toBe(204);
+      expect(again.headers.ratelimit).toMatch(/^"requests";r=\d;t=\d$/);
+    } finally {
+      frozen = null;
     }
-    // Remaining counts down as the burst drains (unless the machine stalls for a whole token).
-    const fields = passes.map((r) => /^"requests";r=(\d+);t=([1-4])$/.exec(String(r.headers.ratelimit)));
-    expect(fields.every((f) => f !== null)).toBe(true);
-    const remaining = fields.map((f) => Number(f![1]));
-    expect(remaining[0]).toBe(3);
-    for (let i = 1; i < 4; i++) expect(remaining[i]).toBeLessThanOrEqual(remaining[i - 1]!);
-
-    const refused = await c.pop();
-    // 1/s: the next token is at most 1 s away, so the ceiling is 1 s.
-    expectRateLimited(refused, 1);
-    expect(refused.headers['ratelimit-policy']).toBe('"requests";q=4;w=4');
-    expect(refused.headers.ratelimit).toMatch(/^"requests";r=0;t=[1-4]$/);
-    expect(forwarded(broker).length).toBe(before + 4);
-
-    ahead += Number(refused.headers['retry-after']) * 1000;
-    const again = await c.pop();
-    expect(again.status).toBe(204);
-    expect(again.headers.ratelimit).toMatch(/^"requests";r=\d;t=\d$/);
   });
 
   it('Retry-After is the ceiling of the wait for the plan (0.25/s: 4 s)', async () => {
@@ -247,9 +252,13 @@ describe('limits through the proxy (Redis)', () => {
       expect(await c.park('idle?wait=true&timeout=200')).toBe(204);
       await slotsBackTo(0, 'slot released after the long-poll timeout');
 
-      // The broker never answers: the edge gives up after timeout + slackMs (100 + 300 ms).
-      parkBroker.fault('hang', 1);
-      expect(await c.park('idle?wait=true&timeout=100')).toBe(504);
+      // The broker never answers: the edge gives up after timeout + slackMs (100 + 300 ms). Until
+      // the pop arrived: a health probe in between must not take the only fault.
+      parkBroker.fault('hang');
+      const hung = c.park('idle?wait=true&timeout=100');
+      await parkBroker.waitForRequests(1, (r) => r.path.endsWith('/idle') && r.query.get('timeout') === '100');
+      parkBroker.clearFaults();
+      expect(await hung).toBe(504);
       await slotsBackTo(0, 'slot released after the upstream timeout');
 
       // Nothing leaked: two can park again.

@@ -1,0 +1,47 @@
+import { describe, expect, it } from 'vitest';
+import { ExpiringMap } from '../../src/cache/expiring-map.js';
+
+describe('ExpiringMap', () => {
+  it('serves an entry until its expiry, exclusive, and drops it when read after', () => {
+    const m = new ExpiringMap<string, number>(10);
+    m.set('a', 1, 100, 0);
+    expect(m.get('a', 99)).toBe(1);
+    expect(m.get('a', 100)).toBeUndefined();
+    expect(m.size).toBe(0);
+  });
+
+  it('evicts the oldest insert at max; set() of a present key makes it the newest', () => {
+    const m = new ExpiringMap<string, number>(2);
+    m.set('a', 1, 1000, 0);
+    m.set('b', 2, 1000, 0);
+    m.set('a', 3, 1000, 0);
+    m.set('c', 4, 1000, 0);
+    expect([m.get('a', 1), m.get('b', 1), m.get('c', 1)]).toEqual([3, undefined, 4]);
+  });
+
+  it('with touchOnGet, a read makes an entry the newest (least recently used goes first)', () => {
+    const lru = new ExpiringMap<string, number>(2, { touchOnGet: true });
+    const fifo = new ExpiringMap<string, number>(2);
+    for (const m of [lru, fifo]) {
+      m.set('a', 1, 1000, 0);
+      m.set('b', 2, 1000, 0);
+      m.get('a', 1);
+      m.set('c', 3, 1000, 0);
+    }
+    expect([lru.get('a', 1), lru.get('b', 1)]).toEqual([1, undefined]);
+    expect([fifo.get('a', 1), fifo.get('b', 1)]).toEqual([undefined, 2]);
+  });
+
+  it('drops expired entries at the front on set, before the size bound is reached', () => {
+    const m = new ExpiringMap<string, number>(100);
+    for (let i = 0; i < 10; i++) m.set(`k${i}`, i, 50, 0);
+    m.set('late', 1, 500, 60);
+    expect(m.size).toBe(1);
+  });
+
+  it('keeps nothing with max 0', () => {
+    const m = new ExpiringMap<string, number>(0);
+    m.set('a', 1, 1000, 0);
+    expect(m.get('a', 1)).toBeUndefined();
+  });
+});
