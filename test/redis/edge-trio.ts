@@ -126,8 +126,8 @@ export async function adminCall(edge: TrioEdge, method: 'POST' | 'PUT' | 'GET', 
  * The access-log lines of `tenant` on every edge, by the edge's own time of arrival (line time
  * minus duration): close to when the limiter decided, however late the test reads the reply.
  */
-export function accessLines(edges: readonly TrioEdge[], tenant: string): Array<{ edge: number; time: number; status: number }> {
+export function accessLines(edges: readonly TrioEdge[], tenant: string): Array<{ edge: number; time: number; ms: number; status: number }> {
   return edges
-    .flatMap((e, edge) => e.proc.lines.filter((l) => l.msg === 'request' && l.tenant === tenant).map((l) => ({ edge, time: Number(l.time) - Number(l.ms), status: Number(l.status) })))
+    .flatMap((e, edge) => e.proc.lines.filter((l) => l.msg === 'request' && l.tenant === tenant).map((l) => ({ edge, time: Number(l.time) - Number(l.ms), ms: Number(l.ms), status: Number(l.status) })))
     .sort((a, b) => a.time - b.time);
 }
