@@ -233,7 +233,7 @@ class RedisLimiter implements EdgeLimiter {
   constructor(cfg: RawConfig['redis'], redis: RedisClient, owned: boolean, deps: LimiterDeps) {
     this.#redis = redis;
     this.#owned = owned;
-    this.#store = new RedisLimitStore(redis, cfg.keyPrefix);
+    this.#store = new RedisLimitStore(redis, cfg.keyPrefix, cfg.timeoutMs);
     this.#failMode = cfg.failMode;
     this.#log = deps.log;
     this.#clock = deps.clock ?? Date.now;
@@ -288,6 +288,8 @@ class RedisLimiter implements EdgeLimiter {
     try {
       d = await this.#store.admit(input.tenant.id, entry.plan, input, now, month, slot, this.#slotTtlMs);
     } catch (err) {
+      // A failed admit may still take its slot in Redis later; give it back once Redis answers again.
+      if (input.parkedPoll) this.#store.releaseLater(input.tenant.id, slot);
       if (isScriptError(err)) this.#scriptFailed(input.tenant, err);
       else this.#failed(err);
       return this.#fallback(input, this.#clock());

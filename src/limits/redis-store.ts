@@ -20,8 +20,8 @@ const MAX_PENDING_RELEASES = 10_000;
 interface QueuedAdmit {
   readonly keys: string[];
   readonly args: (string | number)[];
-  resolve(v: unknown): void;
-  reject(e: unknown): void;
+  resolve: (v: unknown) => void;
+  reject: (e: unknown) => void;
 }
 
 /** Limiter state in Redis; every method may reject (timeout, connection down). */
@@ -35,9 +35,13 @@ export class RedisLimitStore {
   /** Admits waiting for this turn's write; null when none is queued. */
   #batch: QueuedAdmit[] | null = null;
 
-  constructor(redis: RedisClient, prefix: string) {
+  /** An admit not answered within this is failed, whatever the client still retries; 0 = none. */
+  readonly #deadlineMs: number;
+
+  constructor(redis: RedisClient, prefix: string, deadlineMs = 0) {
     this.#redis = redis;
     this.#prefix = prefix;
+    this.#deadlineMs = deadlineMs;
   }
 
   /**
@@ -85,6 +89,15 @@ export class RedisLimitStore {
   /** Gives a parked slot back, off the request path; a failure is kept for retryReleases(). */
   release(tenantId: string, slot: string): void {
     this.#redis.zrem(parkedKey(this.#prefix, tenantId), slot).catch(() => this.#keep(tenantId, slot));
+  }
+
+  /**
+   * Queues a release for the next retryReleases() without sending it now: for the slot of an admit
+   * that failed (timed out). Redis may still run that admit late (a Cluster client re-sends
+   * commands to the promoted replica after a failover), and a release sent now could arrive first.
+   */
+  releaseLater(tenantId: string, slot: string): void {
+    this.#keep(tenantId, slot);
   }
 
   /** Sends the releases that failed earlier again (one ZREM per tenant); failures stay kept. */
@@ -143,6 +156,31 @@ export class RedisLimitStore {
   #flush(): void {
     const batch = this.#batch!;
     this.#batch = null;
+    if (this.#deadlineMs > 0) {
+      // The command timeout alone does not bound an admit on a Cluster: while a master is down the
+      // client re-sends to it (redirections, slot refreshes), each try with a fresh timeout. One
+      // timer per batch fails what is still unanswered, so the fail mode decides in time; a late
+      // reply is then ignored (the promise is settled).
+      const timer = setTimeout(() => {
+        for (const b of batch) b.reject(new Error(`limiter: no reply from Redis within ${this.#deadlineMs} ms`));
+      }, this.#deadlineMs);
+      timer.unref();
+      let open = batch.length;
+      const settled = (): void => {
+        if (--open === 0) clearTimeout(timer);
+      };
+      for (const b of batch) {
+        const { resolve, reject } = b;
+        b.resolve = (v) => {
+          settled();
+          resolve(v);
+        };
+        b.reject = (e) => {
+          settled();
+          reject(e);
+        };
+      }
+    }
     for (const group of this.#byNode(batch)) this.#send(group);
   }
 

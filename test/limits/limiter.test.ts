@@ -42,7 +42,7 @@ describe.each(['memory', 'redis', 'cluster'] as const)('limiter (%s store)', (ki
       cluster = await RedisCluster.start();
       client = await cluster.client();
     }
-  });
+  }, 40_000);
   afterAll(async () => {
     // The cluster is private and goes whole; the shared Redis loses only this file's keys.
     if (cluster) await cluster.stop();

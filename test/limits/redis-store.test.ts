@@ -50,3 +50,25 @@ describe('RedisLimitStore batching', () => {
     expect(again.map((d) => d.refused === 0)).toEqual([true, true, true, false]);
   });
 });
+
+describe('RedisLimitStore deadline', () => {
+  it('fails an unanswered admit at its deadline, even when the client would wait longer (a Cluster client re-sending to a dead master)', async () => {
+    const frozen = await PrivateRedis.start();
+    // The client's own timeout is far longer than the deadline, as a Cluster's retries add up.
+    const slow = await connectTest(frozen.url, 10_000);
+    try {
+      const store = new RedisLimitStore(slow, uniquePrefix(), 200);
+      await store.preload();
+      frozen.pause();
+      const now = Date.now();
+      const started = Date.now();
+      const outcome = await store.admit('t', plan, cost, now, monthWindow(now), 's', 60000).then(() => 'answered', (err: Error) => err.message);
+      expect(outcome).toMatch(/within 200 ms/);
+      expect(Date.now() - started).toBeLessThan(5000);
+    } finally {
+      frozen.resume();
+      slow.disconnect();
+      await frozen.kill();
+    }
+  });
+});

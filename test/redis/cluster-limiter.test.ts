@@ -17,7 +17,7 @@ beforeAll(async () => {
   cluster = await RedisCluster.start();
   client = await cluster.client();
   for (const port of await cluster.masters()) nodes.set(port, await cluster.nodeClient(port));
-});
+}, 40_000);
 afterAll(async () => {
   await cluster?.stop();
 });

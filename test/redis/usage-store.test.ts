@@ -40,7 +40,7 @@ describe.each(['redis', 'cluster'] as const)('usage store (%s)', (kind) => {
     store = createUsageStore(client, prefix);
     // The store opens a connection of its own, without an offline queue: wait until it answers.
     await waitFor(() => store.read('nobody', HOUR, HOUR + 1).then(() => true, () => false), 10_000, 'the usage store connection');
-  });
+  }, 40_000);
   afterAll(async () => {
     await store?.close();
     if (cluster) await cluster.stop();
