@@ -27,8 +27,10 @@ describe.each(['closed', 'open', 'local'] as const)('a script error in failMode 
   let limiter: EdgeLimiter;
 
   beforeAll(async () => {
-    client = await connectTest(SHARED_REDIS_URL);
-    const cfg: RawConfig['redis'] = { url: null, cluster: [], keyPrefix: prefix, timeoutMs: 200, failMode };
+    // Generous timeouts: this suite is about script errors, and a slow moment of a loaded machine
+    // must not look like an unavailable Redis.
+    client = await connectTest(SHARED_REDIS_URL, 2000);
+    const cfg: RawConfig['redis'] = { url: null, cluster: [], keyPrefix: prefix, timeoutMs: 2000, failMode };
     limiter = createLimiter(cfg, { log: silentLogger(), redis: client, heartbeatMs: 60_000 });
     await limiter.start();
   });
