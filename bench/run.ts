@@ -1,7 +1,7 @@
 /**
  * `npm run bench`: what the edge costs against direct access and nginx, on this machine, in one
  * invocation (so the ratios compare runs under the same conditions). See BENCHMARKS.md for the
- * method and /work/shared/BENCHMARK-METHOD.md for why CPU per request is the headline.
+ * method and why CPU per request is the headline (BENCHMARKS.md).
  *
  * Options: --quick (short runs, one workload, no long polls), --only <scenarios> (see SCENARIOS),
  * --seconds N (default 6), --warmup N, --connections N, --h2-streams N, --polls 1000,10000,

@@ -1,6 +1,6 @@
 /**
  * `npm run soak [-- --requests N --concurrency C --parked P]`: a long mixed run through a real
- * queen-edge process, with Redis and broker restarts along the way (issue 8 §4). Reports RSS of
+ * queen-edge process, with Redis and broker restarts along the way. Reports RSS of
  * the proxy over time, answers by status and code, and admin-probe latency as a stand-in for the
  * proxy's event-loop delay. Everything runs on loopback and stops by itself.
  */

@@ -1,5 +1,5 @@
 /**
- * The refusal catalogue (DESIGN §5). Errors are values: decisions return an EdgeError, the
+ * The refusal catalogue (docs/limits.md). Errors are values: decisions return an EdgeError, the
  * pipeline renders it with renderError(). Throwing is reserved for bugs.
  */
 

@@ -1,5 +1,5 @@
 /**
- * The request path, in the order of DESIGN §1: host tenant, CORS, route, authenticate, token
+ * The request path (docs/architecture.md): host tenant, CORS, route, authenticate, token
  * tenant, authorize, gates, body, limits, pick a broker, forward, respond. Each step either yields
  * a value for the next or a refusal (an EdgeError), and the first refusal ends the request.
  * Decisions live in their modules; this file only sequences them and writes the response.
@@ -36,7 +36,7 @@ export interface PipelineDeps {
   readonly config: RawConfig;
   readonly routes: RouteMatcher;
   readonly tenants: TenantDirectory;
-  /** Storage gate (DESIGN §5): true while the tenant is over its plan's storage. */
+  /** Storage gate (docs/limits.md): true while the tenant is over its plan's storage. */
   readonly storageBlocked: (tenantId: string) => boolean;
   /** The global verifier and each tenant's own (tenants with their own identity provider). */
   readonly verifiers: TenantVerifiers;

@@ -1,5 +1,5 @@
 /**
- * The process model (DESIGN §9): one process serving everything, or a node:cluster primary that
+ * The process model (docs/deploying.md): one process serving everything, or a node:cluster primary that
  * forks workers sharing the listening ports (the primary accepts and hands connections out
  * round-robin). Owns the drain on SIGTERM/SIGINT and the replacement of workers that die. Nothing
  * here exits the process: each entry point resolves with the exit code and cli.ts exits.

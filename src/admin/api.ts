@@ -1,5 +1,5 @@
 /**
- * The admin listener's handler (DESIGN §8, issue 5 §2): probes, `/metrics`, and the admin API
+ * The admin listener's handler (docs/operating.md): probes, `/metrics`, and the admin API
  * under `/admin/v1`, JSON in and out, behind `Authorization: Bearer <server.admin.token>`.
  *
  * - No token configured (null or empty): `/admin/*` answers 404, probes and metrics still work.

@@ -6,7 +6,7 @@
  *
  * The page's own files live in the package's top-level `console/` folder, which sits at the same
  * place relative to this module in the source tree (src/admin) and in the build (dist/admin).
- * uPlot is read from its installed package (docs/decisions/console-assets.md).
+ * uPlot is read from its installed package (docs/decisions/0008-console-assets.md).
  */
 import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';

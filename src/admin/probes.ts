@@ -1,5 +1,5 @@
 /**
- * The admin listener's probes (DESIGN §8): `/livez` answers while the process runs, `/readyz`
+ * The admin listener's probes (docs/operating.md): `/livez` answers while the process runs, `/readyz`
  * while it should receive traffic.
  */
 import type { EdgeRequest, EdgeResponse } from '../listen/servers.js';

@@ -1,5 +1,5 @@
 /**
- * Role sets against access sets (DESIGN §3): a token passes when any of its roles is in the
+ * Role sets against access sets (docs/reference.md): a token passes when any of its roles is in the
  * route's set. Sets, not a ladder: `admin` passes only where it is listed.
  */
 import type { RouteSpec } from '../routes/table.js';

@@ -1,5 +1,5 @@
 /**
- * Token verification (DESIGN §1.5) with jose, and the verified-token cache that keeps signature
+ * Token verification (docs/architecture.md) with jose, and the verified-token cache that keeps signature
  * checks off the hot path.
  *
  * Key choice is by the token header's `alg` family, so a key of one kind can never be used as

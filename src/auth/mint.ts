@@ -1,5 +1,5 @@
 /**
- * Upstream identity in `mint` mode (DESIGN §6): the edge signs a short-lived token for the broker
+ * Upstream identity in `mint` mode (docs/security.md): the edge signs a short-lived token for the broker
  * carrying the verified caller's `sub`, `roles` and tenant.
  *
  * Only the four role names the broker knows are carried (anything else in the client's roles claim

@@ -1,5 +1,5 @@
 /**
- * The configuration contract (DESIGN §2) as a schema. Keys named in DESIGN are kept as they are;
+ * The configuration contract (README.md, Configuration) as a schema. The documented keys are kept as they are;
  * additions are marked "added". Strict objects, so a typo is reported instead of ignored.
  */
 import { z } from 'zod';
@@ -78,7 +78,7 @@ export const tenantSchema = z.strictObject({
   cors: z.strictObject({ origins: z.array(z.string().min(1)).default([]) }).default({ origins: [] }),
   /** added: per-tenant overrides of the plan's limits. */
   limits: limits.partial().optional(),
-  /** added: bounded-load factor for this tenant's ring (DESIGN §4); null = off. */
+  /** added: bounded-load factor for this tenant's ring (docs/clusters.md); null = off. */
   boundedLoadFactor: z.number().gt(1).nullable().default(null),
   /** added: this tenant's own identity provider; null = the global `auth` keys with the tenant claim. */
   auth: tenantAuthSchema.nullable().default(null),
@@ -175,7 +175,7 @@ export const configSchema = z.strictObject({
       issuer: z.string().default('queen-edge'),
     }).prefault({}),
   }).prefault({}),
-  /** added: upstream pools and health (DESIGN §4). */
+  /** added: upstream pools and health (docs/clusters.md). */
   upstream: z.strictObject({
     connections: z.number().int().positive().default(128),
     connectTimeoutMs: z.number().int().positive().default(2000),

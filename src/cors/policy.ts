@@ -1,5 +1,5 @@
 /**
- * CORS decisions (DESIGN §1.3), pure. A tenant's origin list is compiled once into a matcher and
+ * CORS decisions (docs/architecture.md), pure. A tenant's origin list is compiled once into a matcher and
  * fixed header strings; the stage only asks and copies.
  */
 

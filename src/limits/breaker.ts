@@ -1,5 +1,5 @@
 /**
- * Circuit breaker for the limiter's Redis (DESIGN §5: an outage costs one timeout, not one per
+ * Circuit breaker for the limiter's Redis (docs/limits.md: an outage costs one timeout, not one per
  * request). Pure state machine on an injected clock: `closed` sends every call; a failure opens
  * it for `openMs`; after that the next caller becomes the one half-open probe, whose result
  * closes or re-opens it. Calls that are not sent are decided by the fail mode.

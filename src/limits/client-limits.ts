@@ -3,7 +3,7 @@
  * authentication (a 401 flood costs a signature check each, RS256 especially) and anonymous
  * public routes. rate-limiter-flexible's memory limiter, one per process, keyed by client address
  * (an IPv6 client by its /64, which one host usually owns whole). Why memory only and not Redis:
- * docs/decisions/0101-failed-auth-throttle.md.
+ * docs/decisions/0007-failed-auth-throttle.md.
  */
 import { isIPv6 } from 'node:net';
 import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';

@@ -1,5 +1,5 @@
 /**
- * The limiter the pipeline calls (DESIGN §5, stage 9): request rate, message rate, parked
+ * The limiter the pipeline calls (docs/limits.md): request rate, message rate, parked
  * polls and monthly quotas per tenant, decided in one step. Two implementations behind one
  * interface: memory (no Redis configured) and Redis (one EVALSHA per admit, a local deny cache,
  * and a circuit breaker whose fail mode decides while Redis is away).

@@ -1,6 +1,6 @@
 /**
  * The Lua side of the limiter: one EVALSHA per admit checks and takes every dimension of one
- * tenant atomically (DESIGN §5). ADMIT_LUA mirrors limitVerdict() in verdict.ts step by step;
+ * tenant atomically (docs/limits.md). ADMIT_LUA mirrors limitVerdict() in verdict.ts step by step;
  * change both together. The time comes from the caller (ARGV[1]) so both stores share one
  * injected clock and behave alike; instances are assumed NTP-synchronised.
  */

@@ -1,5 +1,5 @@
 /**
- * The limit decision (DESIGN §5), pure: one function checks every dimension of one admit and
+ * The limit decision (docs/limits.md), pure: one function checks every dimension of one admit and
  * takes from all of them only when all pass. The memory store calls it directly; the Lua script
  * in script.ts mirrors it line for line, so both stores behave identically.
  *
@@ -144,7 +144,7 @@ export function monthWindow(now: number): { readonly id: string; readonly endMs:
   return { id: `${y}${String(m + 1).padStart(2, '0')}`, endMs: Date.UTC(y, m + 1, 1) };
 }
 
-/** A refusal class and its Retry-After in whole seconds (DESIGN §5: at least 1). */
+/** A refusal class and its Retry-After in whole seconds (docs/limits.md: at least 1). */
 export interface RefusalClass {
   readonly code: 'rate_limited' | 'quota_exceeded';
   readonly retryAfterSec: number;

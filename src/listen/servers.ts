@@ -1,5 +1,5 @@
 /**
- * The listeners (DESIGN §1.1): HTTPS with HTTP/2 by ALPN, an optional plain HTTP listener for
+ * The listeners (docs/architecture.md): HTTPS with HTTP/2 by ALPN, an optional plain HTTP listener for
  * deployments behind a TLS-terminating load balancer, and the admin listener. This module owns the
  * socket-level guards (timeouts, header size, malformed input), connection tracking and draining;
  * what a request means is the handlers' business.
@@ -356,7 +356,7 @@ function rawResponse(status: string, body = ''): Buffer {
   return Buffer.from(`HTTP/1.1 ${status}\r\nConnection: close\r\n${type}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`, 'latin1');
 }
 
-/** Answers to h1 parse errors; Node's own codes for the special cases, the DESIGN §5 body for the rest. */
+/** Answers to h1 parse errors; Node's own codes for the special cases, the refusal body of src/errors.ts for the rest. */
 const PARSE_ERROR_RESPONSES: Record<string, Buffer> = {
   HPE_HEADER_OVERFLOW: rawResponse('431 Request Header Fields Too Large'),
   HPE_CHUNK_EXTENSIONS_OVERFLOW: rawResponse('413 Payload Too Large'),

@@ -1,5 +1,5 @@
 /**
- * The HTTPS listener's certificates (DESIGN §1.1): the default pair from PEM files or a generated
+ * The HTTPS listener's certificates (docs/architecture.md): the default pair from PEM files or a generated
  * self-signed one, SNI pairs chosen by server name, the client CA, and hot reload when the files
  * change on disk. Reload is per slot: a broken new pair is logged and the slot keeps its old one.
  */
@@ -15,7 +15,7 @@ import type { Logger } from '../observability/log.js';
 
 type HttpsConfig = RawConfig['server']['https'];
 
-/** Oldest TLS version offered (DESIGN §1.1). Part of every context, since setSecureContext() resets it. */
+/** Oldest TLS version offered (docs/architecture.md). Part of every context, since setSecureContext() resets it. */
 export const MIN_TLS_VERSION = 'TLSv1.2';
 
 /** Names the generated certificate covers when no certificate is configured. */

@@ -1,5 +1,5 @@
 /**
- * What one exchange adds to a tenant's usage (DESIGN §7), and the arithmetic of usage buckets:
+ * What one exchange adds to a tenant's usage (docs/operating.md), and the arithmetic of usage buckets:
  * pure functions on plain values. Counting rules:
  * - push: items of the broker's response array whose status is `queued` or `duplicate`;
  * - pop: length of `messages` in a 200 response (a 204 delivers nothing);

@@ -1,5 +1,5 @@
 /**
- * The meter (DESIGN §7): counts each exchange in memory, per tenant and UTC hour, and flushes
+ * The meter (docs/operating.md): counts each exchange in memory, per tenant and UTC hour, and flushes
  * the counts to the usage store once per `flushMs`. The hot path touches only a per-tenant
  * object (the current hour's counts are cached on it), never Redis.
  *

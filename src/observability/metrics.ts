@@ -1,5 +1,5 @@
 /**
- * Prometheus metrics (issue 5 §4) on a registry owned by app.ts, never prom-client's global one.
+ * Prometheus metrics (docs/operating.md) on a registry owned by app.ts, never prom-client's global one.
  *
  * Hot path: request() and parked() bump plain counters in nested Maps keyed by strings the
  * pipeline already holds (tenant id, route name, code), so a request allocates nothing here;

@@ -1,5 +1,5 @@
 /**
- * Path normalisation and route matching (DESIGN §1.4). Pure: a request target in, a route and a
+ * Path normalisation and route matching (docs/architecture.md). Pure: a request target in, a route and a
  * canonical path out. The canonical path is what the broker receives, so the proxy and the broker
  * can never disagree about which route a request is.
  */

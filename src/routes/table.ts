@@ -1,14 +1,14 @@
 /**
- * DESIGN §3 as data: every route the edge knows, with its access set and the flags the pipeline
+ * The route table (docs/reference.md) as data: every route the edge knows, with its access set and the flags the pipeline
  * branches on. Routes are data and one pipeline reads them; there are no per-route handlers.
  */
 import type { Feature, Role } from '../config/schema.js';
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE' | 'PATCH';
 
-/** How the lane key is derived (DESIGN §4). */
+/** How the lane key is derived (docs/clusters.md). */
 export type LaneKind = 'push' | 'pop-queue' | 'pop-ns' | 'lease' | 'none';
-/** What the proxy meters from the request and response (DESIGN §7). */
+/** What the proxy meters from the request and response (docs/operating.md). */
 export type MeterKind = 'push' | 'pop' | 'ack' | 'transaction' | 'none';
 /** What the proxy parses from the request body: only where it must read it. */
 export type BodyKind = 'push' | 'transaction' | 'ack' | 'stream';
@@ -80,7 +80,7 @@ const ANALYTICS_TENANT = ['queue-lag', 'queue-ops', 'queue-parked-replicas', 're
 const ANALYTICS_UNRELEASED = ['dlq-signatures', 'partition-liveness', 'workload'];
 const ANALYTICS_OPERATOR = ['system-metrics', 'worker-metrics', 'postgres-stats'];
 
-/** The default route table, in the order of DESIGN §3. */
+/** The default route table, in the order of docs/reference.md. */
 export const ROUTES: readonly RouteSpec[] = Object.freeze([
   // Message plane.
   route({ name: 'push', methods: ['POST'], path: '/api/v1/push', access: WO_RW, lane: 'push', meter: 'push', body: 'push', writes: true }),

@@ -1,5 +1,5 @@
 /**
- * Reading and parsing request bodies, only where the proxy must read them (DESIGN §1.11): push
+ * Reading and parsing request bodies, only where the proxy must read them (docs/architecture.md): push
  * items (count, lane, quota), transaction pushes, ack lease ids. The bytes forwarded are the bytes
  * received; the parse is only read, so a body the broker could read differently (duplicate keys,
  * unknown operation types) is refused (docs/security.md).

@@ -1,5 +1,5 @@
 /**
- * Pop query parameters (seed "Pop", DESIGN §1 long polls), pure: validated once, the long-poll
+ * Pop query parameters (the broker's pop contract; long polls in docs/architecture.md), pure: validated once, the long-poll
  * `timeout` capped at the maximum, and the query rewritten only when the proxy changed it.
  */
 import { edgeError, type EdgeError } from '../errors.js';

@@ -1,5 +1,5 @@
 /**
- * The broker selector the pipeline calls (DESIGN §1.10, §4): each tenant's ring of brokers, their
+ * The broker selector the pipeline calls (docs/architecture.md): each tenant's ring of brokers, their
  * health, in-flight counts for bounded loads, and the lease map. The hot path (pick, begin, end)
  * is synchronous and allocation-free; rings are built once per broker list.
  */

@@ -1,9 +1,9 @@
 /**
- * Forwards one request to one broker and relays the answer (DESIGN §1.11–1.12).
+ * Forwards one request to one broker and relays the answer (docs/architecture.md).
  *
  * Uses undici's dispatch() with a handler in undici's own (non-wrapped) callback style: no stream
  * pipeline, no header object parsed by undici, backpressure by returning false from onData
- * (STACK.md: stream.pipeline halves throughput on Node 20).
+ * (stream.pipeline halved throughput on Node 20 when measured: docs/decisions/0001-undici-dispatch-not-http-proxy.md).
  */
 import type { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
@@ -73,7 +73,7 @@ const CONNECT_CODES: ReadonlySet<string> = new Set([
   'UND_ERR_CONNECT_TIMEOUT',
 ]);
 
-/** The one mapping from transport errors to failure kinds (STYLE: Caddy's statusError). */
+/** The one mapping from transport errors to failure kinds (as Caddy's statusError does). */
 export function classifyUpstreamError(err: unknown): UpstreamFailure {
   const code = (err as { code?: unknown } | null)?.code;
   if (typeof code !== 'string') return 'reset';
@@ -145,7 +145,7 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
         body: req.body,
         headersTimeout: req.headersTimeoutMs,
         bodyTimeout: req.bodyTimeoutMs,
-        // Never let undici replay a request on another connection: DESIGN §1 "no retry once sent".
+        // Never let undici replay a request on another connection: nothing is retried once sent (docs/architecture.md).
         idempotent: false,
       },
       {

@@ -1,5 +1,5 @@
 /**
- * Broker health (DESIGN §4): active `GET /health` checks on every tracked broker, plus passive
+ * Broker health (docs/clusters.md): active `GET /health` checks on every tracked broker, plus passive
  * signals from the proxied traffic. The verdict is a flag per URL read synchronously on the hot
  * path; everything else (probes, counters, logs, listeners) happens off it.
  */

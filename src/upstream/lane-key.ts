@@ -1,5 +1,5 @@
 /**
- * Lane keys (DESIGN §4, seed client rule 9): the string a request hashes onto its tenant's ring so
+ * Lane keys (docs/clusters.md; the Queen clients' own lane rule): the string a request hashes onto its tenant's ring so
  * that one lane keeps meeting one broker and its long-poll wake-ups stay local. Pure.
  * Empty query values count as absent, as the SDKs treat them. Placement is a performance matter
  * (brokers share one PostgreSQL), so an odd key costs locality, never correctness.

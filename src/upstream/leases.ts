@@ -1,5 +1,5 @@
 /**
- * Which broker served a lease (DESIGN §4): learnt from pop responses so that ack, ack batch,
+ * Which broker served a lease (docs/clusters.md): learnt from pop responses so that ack, ack batch,
  * lease extend and transaction go back to the same broker. Brokers share one PostgreSQL, so a miss
  * is only a lost locality; the map is therefore bounded and forgetful by design.
  */

@@ -1,5 +1,5 @@
 /**
- * Keep-alive undici Pools per broker (DESIGN §1.11), created on first use (the broker set can
+ * Keep-alive undici Pools per broker (docs/architecture.md), created on first use (the broker set can
  * change at runtime through tenant records) and kept until close().
  *
  * Parked long polls get a pool of their own with no connection cap: each holds its connection

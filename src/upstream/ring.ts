@@ -1,5 +1,5 @@
 /**
- * The consistent-hash ring of DESIGN §4, the same as the Queen SDKs' so an SDK holding several
+ * The consistent-hash ring (docs/clusters.md), the same as the Queen SDKs' so an SDK holding several
  * broker URLs and queen-edge agree on a lane's placement: 32-bit FNV-1a over UTF-8 bytes, 128
  * virtual nodes per broker labelled `<url>#vnode<i>`, first node with hash >= the key's, wrapping.
  * The `avalanche` variant passes every FNV-1a value (nodes and keys) through murmur3's fmix32, as
@@ -7,7 +7,7 @@
  * Pure: no clock, no sockets, no state outside the frozen ring.
  */
 
-/** Virtual nodes per broker (DESIGN §4); changing it moves every lane, so it is fixed. */
+/** Virtual nodes per broker (docs/clusters.md); changing it moves every lane, so it is fixed. */
 export const VNODES_PER_BROKER = 128;
 
 const FNV_OFFSET_BASIS = 2166136261;

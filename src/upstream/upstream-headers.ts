@@ -1,5 +1,5 @@
 /**
- * Request headers for the broker (DESIGN §1.11), pure: an allowlist, never a denylist, so cookies,
+ * Request headers for the broker (docs/architecture.md), pure: an allowlist, never a denylist, so cookies,
  * hop-by-hop headers, the client's Host and any client-sent x-queen-tenant or x-forwarded-* never
  * reach a broker.
  */

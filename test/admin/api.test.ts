@@ -1,5 +1,5 @@
 /**
- * The admin API (issue 5 §2) through real sockets: two instances sharing Redis, each route,
+ * The admin API through real sockets: two instances sharing Redis, each route,
  * authentication, body validation, propagation to the other instance, and persistence.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

@@ -1,4 +1,4 @@
-/** The admin CLI commands (issue 5 §3) against a running proxy, with captured streams. */
+/** The admin CLI commands against a running proxy, with captured streams. */
 import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

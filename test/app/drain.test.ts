@@ -1,4 +1,4 @@
-/** Drain order (issue 6): traffic listeners stop first, the admin listener answers /readyz 503 meanwhile. */
+/** Drain order: traffic listeners stop first, the admin listener answers /readyz 503 meanwhile. */
 import { describe, expect, it } from 'vitest';
 import { request } from 'undici';
 import { startBrokerDouble } from '../helpers/broker-double.js';

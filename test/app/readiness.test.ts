@@ -1,4 +1,4 @@
-/** /readyz (DESIGN §8): not ready while no broker is reachable; ready again when one is. */
+/** /readyz (docs/operating.md): not ready while no broker is reachable; ready again when one is. */
 import { describe, expect, it } from 'vitest';
 import { request } from 'undici';
 import { startBrokerDouble } from '../helpers/broker-double.js';

@@ -1,6 +1,6 @@
 /**
  * The example page (examples/browser) in Debian's Chromium against queen-edge over HTTPS and a
- * broker double (issue 9): CORS as a browser enforces it, exposed headers, a wildcard origin, and
+ * broker double: CORS as a browser enforces it, exposed headers, a wildcard origin, and
  * ten parked long polls multiplexed on one HTTP/2 connection while a push and its pop complete.
  *
  * Names under .test resolve to 127.0.0.1 inside Chromium (--host-resolver-rules), so one loopback

@@ -2,7 +2,7 @@
  * A test double of a Queen broker on 127.0.0.1 (test fixture, never product code). It follows the
  * broker's HTTP contract (seed/using-queen-over-http.md) closely enough that pipeline tests can
  * assert real push/pop/ack semantics through the proxy, and it can imitate the field quirks the
- * proxy must survive (DESIGN §1.12: 200 pushes, 200 empty long polls, a 204 with stray bytes) and
+ * proxy must survive (200 pushes, 200 empty long polls, a 204 with stray bytes) and
  * transport failures (hangs, resets, garbage, truncation).
  *
  * Deliberate simplifications, so tests know what they can lean on:
@@ -58,7 +58,7 @@ export interface BrokerDoubleOptions {
   headerLimitBytes?: number;
   /** Stamped as `x-broker` on every response, so tests know which broker served. */
   name?: string;
-  /** Add `Access-Control-Allow-Origin: *` to every response, as real brokers do (DESIGN §1.3). */
+  /** Add `Access-Control-Allow-Origin: *` to every response, as real brokers do. */
   cors?: boolean;
 }
 

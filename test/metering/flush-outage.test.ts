@@ -1,5 +1,5 @@
 /**
- * Usage flushes through Redis outages (issue 5 §1): counts are kept while Redis is away and
+ * Usage flushes through Redis outages: counts are kept while Redis is away and
  * flushed once it is back, and a batch that landed while its reply was lost is not counted twice.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

@@ -1,5 +1,5 @@
 /**
- * Metering end to end (issue 5 §1): two proxy instances sharing Redis and a key prefix, in front
+ * Metering end to end: two proxy instances sharing Redis and a key prefix, in front
  * of one broker double; usage read back through the admin API.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

@@ -1,4 +1,4 @@
-/** `/metrics` on the admin listener (issue 5 §4): valid Prometheus text with the edge's families. */
+/** `/metrics` on the admin listener: valid Prometheus text with the edge's families. */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';

@@ -1,4 +1,4 @@
-/** Tracing (issue 5 §5): the W3C traceparent reaches the broker and its trace id the access log. */
+/** Tracing: the W3C traceparent reaches the broker and its trace id the access log. */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, forwarded, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';

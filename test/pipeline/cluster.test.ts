@@ -30,7 +30,7 @@ function predicted(urls: readonly string[], key: string, hash: RingHash = 'sdk',
   return urls[ringLookup(ring, key, (b) => !down.includes(urls[b]!))]!;
 }
 
-/** The pop-by-queue lane key DESIGN §4 gives `GET /api/v1/pop/queue/<q>` with no group. */
+/** The pop-by-queue lane key docs/clusters.md gives `GET /api/v1/pop/queue/<q>` with no group. */
 const popKey = (queue: string) => `${queue}:*:__QUEUE_MODE__`;
 
 /** An empty, non-waiting pop of a queue: 204 from whichever broker serves its lane. */
@@ -202,7 +202,7 @@ describe('three brokers, SDK ring', () => {
     await b[0]!.close();
     closedAt = performance.now();
     await load;
-    // Only a request already written to the victim may fail (never retried: DESIGN §1), so at most
+    // Only a request already written to the victim may fail (never retried once sent), so at most
     // one per request in flight; every later one finds the port closed and is retried elsewhere.
     // (The double cannot vouch for these: one written just before its sockets died is never read.)
     expect(failed.map((f) => [f.reply.status, (f.reply.json as { code?: string } | undefined)?.code, f.startedAfterClose])).toEqual(failed.map(() => [502, 'bad_gateway', false]));

@@ -1,4 +1,4 @@
-/** CORS at the edge (DESIGN §1.3): preflights before auth, per-tenant origins, broker headers replaced. */
+/** CORS at the edge (docs/architecture.md): preflights before auth, per-tenant origins, broker headers replaced. */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, forwarded, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';

@@ -1,4 +1,4 @@
-/** Forwarding (DESIGN §1.11-1.12): headers, bodies, 204s, long polls, aborts, upstream failures. */
+/** Forwarding (docs/architecture.md): headers, bodies, 204s, long polls, aborts, upstream failures. */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { createServer } from 'node:net';
 import { request } from 'undici';

@@ -1,5 +1,5 @@
 /**
- * The pipeline's main behaviours over HTTP/2 (issue 9): the same requests as the h1 suites, sent
+ * The pipeline's main behaviours over HTTP/2: the same requests as the h1 suites, sent
  * on one node:http2 session, so CORS, auth, the bodiless 204, abort on stream reset, the access log
  * and multiplexed long polls are proven for the protocol browsers use.
  */

@@ -1,5 +1,5 @@
 /**
- * Fault injection through the edge (issue 8 §1): brokers that die, hang or answer garbage, and an
+ * Fault injection through the edge: brokers that die, hang or answer garbage, and an
  * identity provider that is down. No crash, every client gets a documented status and code in
  * time, and no push is sent twice by the proxy.
  */

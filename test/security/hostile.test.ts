@@ -1,5 +1,5 @@
 /**
- * Hostile input (issue 8 §2): property-based and a fixed corpus. Every answer is a documented
+ * Hostile input: property-based and a fixed corpus. Every answer is a documented
  * status with a JSON code, nothing is forwarded that should not be, and the edge keeps serving.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

@@ -78,7 +78,7 @@ describe('buildRing', () => {
 describe('ringLookup', () => {
   const ring = buildRing(BROKERS);
 
-  // Expected brokers computed by an independent script from the DESIGN §4 rules.
+  // Expected brokers computed by an independent script from the ring rules in docs/clusters.md.
   it.each([
     ['orders:acct-42:billing', 0, 1],
     ['orders:*:__QUEUE_MODE__', 1, 0],
@@ -137,7 +137,7 @@ describe('ringLookup', () => {
   // FNV-1a mixes its last input bytes weakly, so the labels `#vnode0`..`#vnode9` of one broker land
   // in one tight run (hashes 16777619 apart), and so on by tens: a broker has far fewer than 128
   // independent points and the split depends on the URLs. It is the SDKs' ring, kept for agreement
-  // (DESIGN §4); these URLs split within ±15%, the 10.0.0.x ones above split 44 / 22 / 34.
+  // (docs/clusters.md); these URLs split within ±15%, the 10.0.0.x ones above split 44 / 22 / 34.
   it.each([10_000, 100_000])('splits %i distinct lanes within ±15 percent for well-spread URLs', (n) => {
     const urls = ['http://queen-a.internal:6632', 'http://queen-b.internal:6632', 'http://queen-c.internal:6632'];
     const counts = spread(buildRing(urls), n, urls.join(', '));
