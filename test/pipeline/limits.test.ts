@@ -68,6 +68,15 @@ describe('limits through the proxy (Redis)', () => {
   /** Set, the clock stands still there (plus `ahead`): a burst is not refilled by a slow machine. */
   let frozen: number | null = null;
   const clock = () => (frozen ?? Date.now()) + ahead;
+  /** Runs `fn` with both instances' clock stopped (Redis's own key expiry still runs: keep it short). */
+  async function stopped<T>(fn: () => Promise<T>): Promise<T> {
+    frozen = Date.now();
+    try {
+      return await fn();
+    } finally {
+      frozen = null;
+    }
+  }
 
   beforeAll(async () => {
     broker = await startBrokerDouble({ name: 'main' });
@@ -136,12 +145,14 @@ describe('limits through the proxy (Redis)', () => {
   });
 
   it('Retry-After is the ceiling of the wait for the plan (0.25/s: 4 s)', async () => {
-    const c = await client(edge, 'slow');
-    expect((await c.pop()).status).toBe(204);
-    expect((await c.pop()).status).toBe(204);
-    const refused = await c.pop();
-    expectRateLimited(refused, 4);
-    expect(refused.headers['ratelimit-policy']).toBe('"requests";q=2;w=8');
+    await stopped(async () => {
+      const c = await client(edge, 'slow');
+      expect((await c.pop()).status).toBe(204);
+      expect((await c.pop()).status).toBe(204);
+      const refused = await c.pop();
+      expectRateLimited(refused, 4);
+      expect(refused.headers['ratelimit-policy']).toBe('"requests";q=2;w=8');
+    });
   });
 
   it('two proxy instances on one Redis share one budget', async () => {
@@ -159,26 +170,30 @@ describe('limits through the proxy (Redis)', () => {
   });
 
   it('pushes of 100 items drain a 300-message burst 100 at a time; the 4th waits for refill', async () => {
-    const c = await client(edge, 'msgs');
-    for (let i = 0; i < 3; i++) expect((await c.push(100)).status).toBe(201);
-    const before = forwarded(broker).length;
-    const refused = await c.push(100);
-    // 50 messages/s: 100 more need just under 2 s.
-    expectRateLimited(refused, 2);
-    expect(refused.headers['ratelimit-policy']).toBeDefined();
-    expect(forwarded(broker).length).toBe(before);
-    // Requests without messages still pass: the message bucket is not the request bucket.
-    expect((await c.pop()).status).toBe(200);
+    await stopped(async () => {
+      const c = await client(edge, 'msgs');
+      for (let i = 0; i < 3; i++) expect((await c.push(100)).status).toBe(201);
+      const before = forwarded(broker).length;
+      const refused = await c.push(100);
+      // 50 messages/s: 100 more need just under 2 s.
+      expectRateLimited(refused, 2);
+      expect(refused.headers['ratelimit-policy']).toBeDefined();
+      expect(forwarded(broker).length).toBe(before);
+      // Requests without messages still pass: the message bucket is not the request bucket.
+      expect((await c.pop()).status).toBe(200);
+    });
   });
 
   it("a transaction's pushed items count against the message rate", async () => {
-    const c = await client(edge, 'txn');
-    const txn = (n: number) => c.send('POST', '/api/v1/transaction', { operations: [{ type: 'push', ...items(n, 'tq') }] });
-    for (let i = 0; i < 3; i++) expect((await txn(100)).status).toBe(200);
-    expectRateLimited(await txn(100), 2);
-    expectRateLimited(await c.push(100), 2);
-    // A transaction that pushes nothing costs no messages.
-    expect((await c.send('POST', '/api/v1/transaction', { operations: [] })).status).not.toBe(429);
+    await stopped(async () => {
+      const c = await client(edge, 'txn');
+      const txn = (n: number) => c.send('POST', '/api/v1/transaction', { operations: [{ type: 'push', ...items(n, 'tq') }] });
+      for (let i = 0; i < 3; i++) expect((await txn(100)).status).toBe(200);
+      expectRateLimited(await txn(100), 2);
+      expectRateLimited(await c.push(100), 2);
+      // A transaction that pushes nothing costs no messages.
+      expect((await c.send('POST', '/api/v1/transaction', { operations: [] })).status).not.toBe(429);
+    });
   });
 
   it('plan caps: a push over maxBatch and a pop batch over it are 400, a body over maxPayloadBytes 413, none forwarded', async () => {
