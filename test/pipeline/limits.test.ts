@@ -10,6 +10,7 @@ import { limiterKeys, parkedKey } from '../../src/tenants/keys.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, forwarded, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness, type Reply } from '../helpers/edge.js';
 import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix, waitFor } from '../helpers/redis.js';
+import { testClock } from '../helpers/clock.js';
 
 /** Generous: on a loaded CI machine the 50 ms default would trip the breaker and test fail modes instead. */
 const REDIS_TIMEOUT_MS = 1000;
@@ -63,20 +64,9 @@ describe('limits through the proxy (Redis)', () => {
   let redis: Redis;
   let edge: EdgeHarness;
   let twin: EdgeHarness;
-  /** Both instances' clock runs this far ahead of the real one: a test waits out a Retry-After by moving it. */
-  let ahead = 0;
-  /** Set, the clock stands still there (plus `ahead`): a burst is not refilled by a slow machine. */
-  let frozen: number | null = null;
-  const clock = () => (frozen ?? Date.now()) + ahead;
-  /** Runs `fn` with both instances' clock stopped (Redis's own key expiry still runs: keep it short). */
-  async function stopped<T>(fn: () => Promise<T>): Promise<T> {
-    frozen = Date.now();
-    try {
-      return await fn();
-    } finally {
-      frozen = null;
-    }
-  }
+  /** Both instances' clock. */
+  const clock = testClock();
+  const stopped = clock.stopped;
 
   beforeAll(async () => {
     broker = await startBrokerDouble({ name: 'main' });
@@ -100,8 +90,8 @@ describe('limits through the proxy (Redis)', () => {
         ...tenantsOf(['parked'], [parkBroker.url]),
       },
     });
-    edge = await startEdge(config, { clock });
-    twin = await startEdge(config, { clock });
+    edge = await startEdge(config, { clock: clock.now });
+    twin = await startEdge(config, { clock: clock.now });
   });
   afterAll(async () => {
     await Promise.all([edge.close(), twin.close()]);
@@ -115,8 +105,7 @@ describe('limits through the proxy (Redis)', () => {
     await (await client(edge, 'caps')).pop();
     const c = await client(edge, 'rate');
     const before = forwarded(broker).length;
-    frozen = Date.now();
-    try {
+    await stopped(async () => {
       const passes: Reply[] = [];
       for (let i = 0; i < 4; i++) passes.push(await c.pop());
       for (const r of passes) {
@@ -135,13 +124,11 @@ describe('limits through the proxy (Redis)', () => {
       expect(refused.headers.ratelimit).toMatch(/^"requests";r=0;t=[1-4]$/);
       expect(forwarded(broker).length).toBe(before + 4);
 
-      ahead += Number(refused.headers['retry-after']) * 1000;
+      clock.advance(Number(refused.headers['retry-after']) * 1000);
       const again = await c.pop();
       expect(again.status).toBe(204);
       expect(again.headers.ratelimit).toMatch(/^"requests";r=\d;t=\d$/);
-    } finally {
-      frozen = null;
-    }
+    });
   });
 
   it('Retry-After is the ceiling of the wait for the plan (0.25/s: 4 s)', async () => {
