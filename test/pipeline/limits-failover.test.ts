@@ -14,6 +14,7 @@ import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.j
 import { call, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness, type Reply } from '../helpers/edge.js';
 import { commandCalls, connectTest, PrivateRedis, uniquePrefix, waitFor } from '../helpers/redis.js';
 import { capturingLogger } from '../helpers/logs.js';
+import { testClock } from '../helpers/clock.js';
 
 /** Long enough that a busy machine's ordinary request stays well under it. */
 const TIMEOUT_MS = 1000;
@@ -150,18 +151,8 @@ describe('Redis down and back', () => {
   let localA: EdgeHarness;
   let localB: EdgeHarness;
   const localPrefix = uniquePrefix();
-  /** Set, every instance's clock stands still there: a burst is not refilled by a slow machine. */
-  let frozen: number | null = null;
-  const clock = () => frozen ?? Date.now();
-  /** Runs `fn` on a stopped clock (Redis's own expiry still runs: keep it short). */
-  async function stopped<T>(fn: () => Promise<T>): Promise<T> {
-    frozen = Date.now();
-    try {
-      return await fn();
-    } finally {
-      frozen = null;
-    }
-  }
+  /** Every instance's clock; bursts run with it stopped. */
+  const { now: clock, stopped } = testClock();
 
   beforeAll(async () => {
     [open, closed, localA, localB] = await Promise.all([

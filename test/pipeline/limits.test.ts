@@ -10,6 +10,7 @@ import { limiterKeys, parkedKey } from '../../src/redis/keys.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, forwarded, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness, type Reply } from '../helpers/edge.js';
 import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix, waitFor } from '../helpers/redis.js';
+import { testClock } from '../helpers/clock.js';
 
 /** Generous: on a loaded CI machine the 50 ms default would trip the breaker and test fail modes instead. */
 const REDIS_TIMEOUT_MS = 1000;
@@ -63,11 +64,9 @@ describe('limits through the proxy (Redis)', () => {
   let redis: Redis;
   let edge: EdgeHarness;
   let twin: EdgeHarness;
-  /** Both instances' clock runs this far ahead of the real one: a test waits out a Retry-After by moving it. */
-  let ahead = 0;
-  /** Set, the clock stands still there (plus `ahead`): a burst is not refilled by a slow machine. */
-  let frozen: number | null = null;
-  const clock = () => (frozen ?? Date.now()) + ahead;
+  /** Both instances' clock. */
+  const clock = testClock();
+  const stopped = clock.stopped;
 
   beforeAll(async () => {
     broker = await startBrokerDouble({ name: 'main' });
@@ -91,8 +90,8 @@ describe('limits through the proxy (Redis)', () => {
         ...tenantsOf(['parked'], [parkBroker.url]),
       },
     });
-    edge = await startEdge(config, { clock });
-    twin = await startEdge(config, { clock });
+    edge = await startEdge(config, { clock: clock.now });
+    twin = await startEdge(config, { clock: clock.now });
   });
   afterAll(async () => {
     await Promise.all([edge.close(), twin.close()]);
@@ -106,8 +105,7 @@ describe('limits through the proxy (Redis)', () => {
     await (await client(edge, 'caps')).pop();
     const c = await client(edge, 'rate');
     const before = forwarded(broker).length;
-    frozen = Date.now();
-    try {
+    await stopped(async () => {
       const passes: Reply[] = [];
       for (let i = 0; i < 4; i++) passes.push(await c.pop());
       for (const r of passes) {
@@ -126,22 +124,22 @@ describe('limits through the proxy (Redis)', () => {
       expect(refused.headers.ratelimit).toMatch(/^"requests";r=0;t=[1-4]$/);
       expect(forwarded(broker).length).toBe(before + 4);
 
-      ahead += Number(refused.headers['retry-after']) * 1000;
+      clock.advance(Number(refused.headers['retry-after']) * 1000);
       const again = await c.pop();
       expect(again.status).toBe(204);
       expect(again.headers.ratelimit).toMatch(/^"requests";r=\d;t=\d$/);
-    } finally {
-      frozen = null;
-    }
+    });
   });
 
   it('Retry-After is the ceiling of the wait for the plan (0.25/s: 4 s)', async () => {
-    const c = await client(edge, 'slow');
-    expect((await c.pop()).status).toBe(204);
-    expect((await c.pop()).status).toBe(204);
-    const refused = await c.pop();
-    expectRateLimited(refused, 4);
-    expect(refused.headers['ratelimit-policy']).toBe('"requests";q=2;w=8');
+    await stopped(async () => {
+      const c = await client(edge, 'slow');
+      expect((await c.pop()).status).toBe(204);
+      expect((await c.pop()).status).toBe(204);
+      const refused = await c.pop();
+      expectRateLimited(refused, 4);
+      expect(refused.headers['ratelimit-policy']).toBe('"requests";q=2;w=8');
+    });
   });
 
   it('two proxy instances on one Redis share one budget', async () => {
@@ -159,26 +157,30 @@ describe('limits through the proxy (Redis)', () => {
   });
 
   it('pushes of 100 items drain a 300-message burst 100 at a time; the 4th waits for refill', async () => {
-    const c = await client(edge, 'msgs');
-    for (let i = 0; i < 3; i++) expect((await c.push(100)).status).toBe(201);
-    const before = forwarded(broker).length;
-    const refused = await c.push(100);
-    // 50 messages/s: 100 more need just under 2 s.
-    expectRateLimited(refused, 2);
-    expect(refused.headers['ratelimit-policy']).toBeDefined();
-    expect(forwarded(broker).length).toBe(before);
-    // Requests without messages still pass: the message bucket is not the request bucket.
-    expect((await c.pop()).status).toBe(200);
+    await stopped(async () => {
+      const c = await client(edge, 'msgs');
+      for (let i = 0; i < 3; i++) expect((await c.push(100)).status).toBe(201);
+      const before = forwarded(broker).length;
+      const refused = await c.push(100);
+      // 50 messages/s: 100 more need just under 2 s.
+      expectRateLimited(refused, 2);
+      expect(refused.headers['ratelimit-policy']).toBeDefined();
+      expect(forwarded(broker).length).toBe(before);
+      // Requests without messages still pass: the message bucket is not the request bucket.
+      expect((await c.pop()).status).toBe(200);
+    });
   });
 
   it("a transaction's pushed items count against the message rate", async () => {
-    const c = await client(edge, 'txn');
-    const txn = (n: number) => c.send('POST', '/api/v1/transaction', { operations: [{ type: 'push', ...items(n, 'tq') }] });
-    for (let i = 0; i < 3; i++) expect((await txn(100)).status).toBe(200);
-    expectRateLimited(await txn(100), 2);
-    expectRateLimited(await c.push(100), 2);
-    // A transaction that pushes nothing costs no messages.
-    expect((await c.send('POST', '/api/v1/transaction', { operations: [] })).status).not.toBe(429);
+    await stopped(async () => {
+      const c = await client(edge, 'txn');
+      const txn = (n: number) => c.send('POST', '/api/v1/transaction', { operations: [{ type: 'push', ...items(n, 'tq') }] });
+      for (let i = 0; i < 3; i++) expect((await txn(100)).status).toBe(200);
+      expectRateLimited(await txn(100), 2);
+      expectRateLimited(await c.push(100), 2);
+      // A transaction that pushes nothing costs no messages.
+      expect((await c.send('POST', '/api/v1/transaction', { operations: [] })).status).not.toBe(429);
+    });
   });
 
   it('plan caps: a push over maxBatch and a pop batch over it are 400, a body over maxPayloadBytes 413, none forwarded', async () => {
