@@ -25,6 +25,19 @@ export function leaseSlice(plan: LimitPlan, instances: number, lease: LeaseSetti
 }
 
 /**
+ * ms before an instance whose slice is spent may call again, after a grant of `granted` of
+ * `wanted` tokens and a bucket that could give `wanted` again in `waitMs`. A short grant means
+ * other instances drain the bucket too, so the instance also leaves each of them half a slice of
+ * refill: contending instances call less often than once per slice each (fewer round trips),
+ * while together they can still take (instances / (1 + (instances − 1) / 2)) × the rate, e.g.
+ * 1.5× with three, so a backlog after a stall drains instead of overflowing the burst.
+ */
+export function callAgainAfterMs(granted: number, wanted: number, waitMs: number, instances: number, intervalMs: number): number {
+  const backOff = granted < wanted ? ((Math.max(1, instances) - 1) * wanted * intervalMs) / 2 : 0;
+  return waitMs + backOff;
+}
+
+/**
  * Whether a request's only shared dimension is the request rate, so a slice may admit it: no
  * messages (message rate and monthly messages stay exact), no parked-poll slot, and no bytes
  * counted against a byte quota. Every other request takes the one exact admit.

@@ -17,7 +17,7 @@ import type { Cluster, Redis } from 'ioredis';
 import type { Tenant } from '../tenants/model.js';
 import { requestBucketKey } from '../redis/keys.js';
 import { rateLimitHeaders } from './headers.js';
-import { leasable, leaseSlice, type LeaseSettings } from './lease-slice.js';
+import { callAgainAfterMs, leasable, leaseSlice, type LeaseSettings } from './lease-slice.js';
 import { LEASE_LUA } from './lease-script.js';
 import { PlanCache, refusedAdmission, type Admission, type AdmitInput, type EdgeLimiter, type PlanEntry } from './limiter.js';
 import { scriptSha } from './script.js';
@@ -27,9 +27,9 @@ const LEASE_SHA = scriptSha(LEASE_LUA);
 
 /** One tenant's slice on this instance. */
 interface Lease {
-  /** The tenant object the slice was taken for: a plan change (a new object) starts a new lease. */
-  readonly tenant: Tenant;
-  readonly entry: PlanEntry;
+  /** The tenant object the slice was taken for (a directory change makes a new one). */
+  tenant: Tenant;
+  entry: PlanEntry;
   /** Unspent tokens of the current slice. */
   tokens: number;
   /** After this, unspent tokens may not be spent: they go back with the next call. */
@@ -71,8 +71,8 @@ export class LeasedLimiter implements EdgeLimiter {
     if (!leasable(entry.plan, input) || this.#exact.mode() !== 'redis') return this.#exact.admit(input);
     const now = this.#clock();
     let lease = this.#leases.get(input.tenant.id);
-    if (lease?.tenant !== input.tenant) {
-      // A replaced plan drops the old slice unreturned: at most one slice of under-admission.
+    if (lease && lease.tenant !== input.tenant) lease = this.#replaced(lease, input.tenant, entry);
+    if (!lease) {
       lease = { tenant: input.tenant, entry, tokens: 0, expiresAt: 0, readyAt: 0, bucketRemaining: 0, bucketFullAt: 0, inflight: null };
       this.#leases.set(input.tenant.id, lease);
     }
@@ -110,6 +110,19 @@ export class LeasedLimiter implements EdgeLimiter {
     await this.#exact.close();
   }
 
+  /** A tenant whose record changed: the slice stays if its bucket did, else it goes back (priced at the old rate). */
+  #replaced(lease: Lease, tenant: Tenant, entry: PlanEntry): Lease | undefined {
+    const was = lease.entry.plan;
+    if (was.requestIntervalMs === entry.plan.requestIntervalMs && was.requestBurst === entry.plan.requestBurst) {
+      lease.tenant = tenant;
+      lease.entry = entry;
+      return lease;
+    }
+    this.#leases.delete(tenant.id);
+    void (lease.inflight ?? Promise.resolve(true)).then(() => this.#giveBack(lease));
+    return undefined;
+  }
+
   async #renewThenTake(lease: Lease, input: AdmitInput): Promise<Admission> {
     lease.inflight ??= this.#call(lease, leaseSlice(lease.entry.plan, this.#exact.liveInstances(), this.#settings)).finally(() => {
       lease.inflight = null;
@@ -132,7 +145,7 @@ export class LeasedLimiter implements EdgeLimiter {
     }
     lease.tokens = reply[0];
     lease.expiresAt = now + this.#settings.durationMs;
-    lease.readyAt = now + Number(reply[3]);
+    lease.readyAt = now + callAgainAfterMs(reply[0], wanted, Number(reply[3]), this.#exact.liveInstances(), lease.entry.plan.requestIntervalMs);
     lease.bucketRemaining = reply[1];
     lease.bucketFullAt = now + Number(reply[2]);
     return true;

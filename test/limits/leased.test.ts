@@ -2,7 +2,7 @@
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LeasedLimiter } from '../../src/limits/leased.js';
-import { leasable, leaseSlice } from '../../src/limits/lease-slice.js';
+import { callAgainAfterMs, leasable, leaseSlice } from '../../src/limits/lease-slice.js';
 import { createLimiter, type Admission, type AdmitInput } from '../../src/limits/limiter.js';
 import { compileLimitPlan } from '../../src/limits/verdict.js';
 import { silentLogger } from '../../src/observability/log.js';
@@ -34,6 +34,30 @@ describe('leaseSlice', () => {
   it('is at least one token, even for a slow tenant with many instances', () => {
     expect(leaseSlice(plan(0.5, 1), 10, { durationMs: 1000, sliceFraction: 0.1 })).toBe(1);
     expect(leaseSlice(plan(100, 100), 0, { durationMs: 1000, sliceFraction: 0.5 })).toBe(50);
+  });
+});
+
+describe('callAgainAfterMs', () => {
+  it('waits only for the bucket after a full grant', () => {
+    expect(callAgainAfterMs(10, 10, 0, 3, 10)).toBe(0);
+    expect(callAgainAfterMs(10, 10, 40, 3, 10)).toBe(40);
+  });
+
+  it('after a short grant, also leaves each other instance half a slice of refill', () => {
+    // Three instances, slices of 10 at 10 ms a token: 100 ms for the bucket, plus 2 × 50 ms.
+    expect(callAgainAfterMs(3, 10, 100, 3, 10)).toBe(200);
+    expect(callAgainAfterMs(0, 10, 100, 1, 10)).toBe(100);
+  });
+
+  it('lets contending instances together take more than the rate, so a backlog drains', () => {
+    // Each of n instances takes a slice s every s·T·(1 + (n − 1)/2) ms at most.
+    for (const n of [2, 3, 8]) {
+      const s = 10;
+      const t = 10;
+      const period = callAgainAfterMs(0, s, s * t, n, t);
+      const tokensPerMs = (n * s) / period;
+      expect(tokensPerMs).toBeGreaterThan(1 / t);
+    }
   });
 });
 
