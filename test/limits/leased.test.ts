@@ -8,7 +8,7 @@ import { compileLimitPlan } from '../../src/limits/verdict.js';
 import { silentLogger } from '../../src/observability/log.js';
 import { requestBucketKey } from '../../src/redis/keys.js';
 import { compilePlan, compileTenant, type Limits, type Tenant } from '../../src/tenants/model.js';
-import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix } from '../helpers/redis.js';
+import { connectTest, flushPrefix, PrivateRedis, SHARED_REDIS_URL, uniquePrefix, waitFor } from '../helpers/redis.js';
 
 const LIMITS: Limits = { requestsPerSec: 10, requestBurst: 20, messagesPerSec: 100, messageBurst: 100, parkedPolls: 5, maxPayloadBytes: 1 << 20, maxBatch: 100 };
 const NO_QUOTAS = { messagesPerMonth: 0, ingressBytesPerMonth: 0 };
@@ -168,6 +168,40 @@ describe('LeasedLimiter on Redis', () => {
     expect(await client.exists(`${prefix}{t:${t.id}}:rm`)).toBe(1);
     expect(await admitted(l.admit(input(t)))).toBe(true);
     expect(await bucketTokens(t)).toBe(14);
+    await l.close();
+  });
+});
+
+describe('LeasedLimiter while Redis is away', () => {
+  let server: PrivateRedis;
+  let client: Redis;
+  let now = Date.parse('2026-12-03T12:00:00Z');
+  const t = compileTenant('acme', { status: 'active', plan: 'p', hosts: [], brokers: ['http://127.0.0.1:1'], cors: { origins: [] }, boundedLoadFactor: null }, compilePlan('p', { features: [], limits: LIMITS, quotas: NO_QUOTAS, storageBytes: 0 }));
+  const input: AdmitInput = { tenant: t, messages: 0, ingressBytes: 0, parkedPoll: false };
+
+  beforeAll(async () => {
+    server = await PrivateRedis.start();
+    client = await connectTest(server.url, 300);
+  });
+  afterAll(async () => {
+    client.disconnect();
+    await server.kill();
+  });
+
+  it.each(['closed', 'open'] as const)('a failed lease call leaves the decision to failMode %s, as in exact mode', async (failMode) => {
+    await server.restart();
+    await waitFor(() => client.status === 'ready', 5000, 'the client to reconnect');
+    const prefix = uniquePrefix();
+    const exact = createLimiter({ url: null, cluster: [], keyPrefix: prefix, timeoutMs: 300, failMode }, { log: silentLogger(), clock: () => now, redis: client });
+    const l = new LeasedLimiter(exact, client, prefix, { durationMs: 1000, sliceFraction: 0.25 }, () => now);
+    await l.start();
+    expect((await l.admit(input)).refusal).toBeNull();
+    await server.kill();
+    now += 1000; // the slice has ended: the next request needs Redis
+    const during = await l.admit(input);
+    if (failMode === 'closed') expect(during.refusal?.code).toBe('limiter_unavailable');
+    else expect(during).toMatchObject({ refusal: null, headers: null });
+    expect(l.mode()).toBe(failMode);
     await l.close();
   });
 });
