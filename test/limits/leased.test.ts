@@ -1,5 +1,5 @@
 /** Leased mode: the slice-sizing decision, and lease / spend / return against a real Redis. */
-import type { Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LeasedLimiter } from '../../src/limits/leased.js';
 import { callAgainAfterMs, leasable, leaseSlice } from '../../src/limits/lease-slice.js';
@@ -8,6 +8,7 @@ import { compileLimitPlan } from '../../src/limits/verdict.js';
 import { silentLogger } from '../../src/observability/log.js';
 import { requestBucketKey } from '../../src/redis/keys.js';
 import { compilePlan, compileTenant, type Limits, type Tenant } from '../../src/tenants/model.js';
+import { RedisCluster } from '../helpers/redis-cluster.js';
 import { connectTest, flushPrefix, PrivateRedis, SHARED_REDIS_URL, uniquePrefix, waitFor } from '../helpers/redis.js';
 
 const LIMITS: Limits = { requestsPerSec: 10, requestBurst: 20, messagesPerSec: 100, messageBurst: 100, parkedPolls: 5, maxPayloadBytes: 1 << 20, maxBatch: 100 };
@@ -74,18 +75,25 @@ describe('leasable', () => {
   });
 });
 
-describe('LeasedLimiter on Redis', () => {
+// On a Cluster the script's one key carries the tenant's hash tag, so the client routes it.
+describe.each(['redis', 'cluster'] as const)('LeasedLimiter on %s', (kind) => {
   const prefix = uniquePrefix();
-  let client: Redis;
+  let client: Redis | Cluster;
+  let cluster: RedisCluster | undefined;
   let seq = 0;
   let now = Date.parse('2026-12-03T12:00:00Z');
   const clock = () => now;
 
   beforeAll(async () => {
-    client = await connectTest(SHARED_REDIS_URL, 2000);
-  });
+    if (kind === 'cluster') {
+      cluster = await RedisCluster.start();
+      client = await cluster.client();
+    } else client = await connectTest(SHARED_REDIS_URL, 2000);
+  }, 60_000);
   afterAll(async () => {
-    await flushPrefix(client, prefix);
+    // The cluster is private and goes whole; the shared Redis loses only this file's keys.
+    if (cluster) await cluster.stop();
+    else await flushPrefix(client as Redis, prefix);
     client.disconnect();
   });
 
