@@ -2,7 +2,8 @@
  * The limiter the pipeline calls (DESIGN §5, stage 9): request rate, message rate, parked
  * polls and monthly quotas per tenant, decided in one step. Two implementations behind one
  * interface: memory (no Redis configured) and Redis (one EVALSHA per admit, a local deny cache,
- * and a circuit breaker whose fail mode decides while Redis is away).
+ * and a circuit breaker whose fail mode decides while Redis is away). For `limits.mode: leased`,
+ * leased.ts wraps the Redis one and admits request-rate-only requests from local slices.
  *
  * Why not rate-limiter-flexible: its limiters hold one key and one algorithm each, so checking
  * four dimensions atomically would take four round trips and could not undo the ones that
