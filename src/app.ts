@@ -9,6 +9,7 @@ import { ConfigError } from './config/load.js';
 import { createTenantVerifiers } from './auth/verifiers.js';
 import { createMinter } from './auth/mint.js';
 import { createClientLimits } from './limits/client-limits.js';
+import { LeasedLimiter } from './limits/leased.js';
 import { createLimiter } from './limits/limiter.js';
 import { createListeners, type BoundAddresses } from './listen/servers.js';
 import { Meter } from './metering/meter.js';
@@ -56,7 +57,7 @@ export interface App {
 }
 
 /** Sections a reload does not apply: listeners, Redis, keys and pools are built once, at start. */
-const RESTART_SECTIONS = ['server', 'log', 'redis', 'auth', 'upstreamIdentity', 'upstream'] as const;
+const RESTART_SECTIONS = ['server', 'log', 'limits', 'redis', 'auth', 'upstreamIdentity', 'upstream'] as const;
 
 export async function startApp(config: RawConfig, opts: AppOptions = {}): Promise<App> {
   const log = opts.log ?? processLogger(config.log);
@@ -70,7 +71,9 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   const verifiers = createTenantVerifiers(config.auth, { log, clock });
   const minter = config.upstreamIdentity.mode === 'mint' ? await createMinter(config.upstreamIdentity.mint, { clock }) : null;
   const lp = config.server.longPoll;
-  const limiter = createLimiter(config.redis, { log, clock, parkedSlotTtlMs: lp.maxTimeoutMs + 2 * lp.slackMs, ...(redis ? { redis } : {}) });
+  const exactLimiter = createLimiter(config.redis, { log, clock, parkedSlotTtlMs: lp.maxTimeoutMs + 2 * lp.slackMs, ...(redis ? { redis } : {}) });
+  // Leasing needs the shared bucket; without Redis the memory limiter is already local.
+  const limiter = redis && config.limits.mode === 'leased' ? new LeasedLimiter(exactLimiter, redis, config.redis.keyPrefix, config.limits.lease, clock) : exactLimiter;
   const clusters = createClusters(config.upstream, { log, clock });
   const pools = createBrokerPools(config.upstream);
   const proxy = createUpstreamProxy({ clusters, pools, log });

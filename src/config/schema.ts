@@ -134,6 +134,16 @@ export const configSchema = z.strictObject({
     format: z.enum(['auto', 'json', 'pretty']).default('auto'),
     accessLog: z.boolean().default(true),
   }).prefault({}),
+  /** added: how shared limits are decided (docs/limits.md, "Leased mode"). */
+  limits: z.strictObject({
+    /** `exact`: one Redis round trip per request; `leased`: request-rate slices admitted locally. */
+    mode: z.enum(['exact', 'leased']).default('exact'),
+    lease: z.strictObject({
+      durationMs: z.number().int().min(10).max(60000).default(1000),
+      /** Share of a tenant's burst all instances' slices may hold together: the overshoot bound. */
+      sliceFraction: z.number().gt(0).max(1).default(0.25),
+    }).prefault({}),
+  }).prefault({}),
   redis: z.strictObject({
     url: z.string().min(1).nullable().default(null),
     cluster: z.array(z.string().min(1)).default([]),

@@ -2,7 +2,8 @@
  * The limiter the pipeline calls (docs/limits.md): request rate, message rate, parked
  * polls and monthly quotas per tenant, decided in one step. Two implementations behind one
  * interface: memory (no Redis configured) and Redis (one EVALSHA per admit, a local deny cache,
- * and a circuit breaker whose fail mode decides while Redis is away).
+ * and a circuit breaker whose fail mode decides while Redis is away). For `limits.mode: leased`,
+ * leased.ts wraps the Redis one and admits request-rate-only requests from local slices.
  *
  * Why not rate-limiter-flexible: its limiters hold one key and one algorithm each, so checking
  * four dimensions atomically would take four round trips and could not undo the ones that
@@ -98,14 +99,14 @@ const DEFAULT_SLOT_TTL_MS = 70_000;
 const ADMITTED_BARE: Admission = Object.freeze({ refusal: null, headers: null, release: null });
 
 /** A compiled plan and its fixed RateLimit-Policy string, per tenant object and divisor. */
-interface PlanEntry {
+export interface PlanEntry {
   readonly divisor: number;
   readonly plan: LimitPlan;
   readonly policy: string;
 }
 
 /** Compiles plan entries once per Tenant object (a directory change makes a new one). */
-class PlanCache {
+export class PlanCache {
   readonly #entries = new WeakMap<Tenant, PlanEntry>();
 
   get(tenant: Tenant, divisor: number): PlanEntry {
@@ -118,7 +119,7 @@ class PlanCache {
   }
 }
 
-function refusedAdmission(cls: RefusalClass, headers: Readonly<Record<string, string>>): Admission {
+export function refusedAdmission(cls: RefusalClass, headers: Readonly<Record<string, string>>): Admission {
   // The refusal carries the same headers, so renderError(refusal) alone writes a complete 429.
   return { refusal: edgeError(cls.code, undefined, { retryAfterSec: cls.retryAfterSec, headers: { ...headers } }), headers, release: null };
 }

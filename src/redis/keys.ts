@@ -36,12 +36,17 @@ export interface LimiterKeys {
 export function limiterKeys(prefix: string, tenantId: string, monthId: string): LimiterKeys {
   const base = `${prefix}{t:${tenantId}}:`;
   return {
-    requests: `${base}rq`,
+    requests: requestBucketKey(prefix, tenantId),
     messages: `${base}rm`,
     parked: parkedKey(prefix, tenantId),
     monthMessages: `${base}qm:${monthId}`,
     monthBytes: `${base}qb:${monthId}`,
   };
+}
+
+/** A tenant's request bucket (month-independent; exact admits and leased slices share it). */
+export function requestBucketKey(prefix: string, tenantId: string): string {
+  return `${prefix}{t:${tenantId}}:rq`;
 }
 
 /** A tenant's parked-poll slot ZSET (month-independent). */
