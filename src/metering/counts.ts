@@ -61,7 +61,8 @@ export function countExchange(c: UsageCounts, x: Exchange): void {
   if (x.code !== null) c.refusals[x.code] = (c.refusals[x.code] ?? 0) + 1;
   switch (x.route.meter) {
     case 'push':
-      c.messagesPushed += pushedItems(x.response);
+      // A client that leaves once its push is sent must not make it free.
+      c.messagesPushed += x.answerLost ? x.requestMessages : pushedItems(x.response);
       break;
     case 'pop':
       if (x.status === 200) c.messagesDelivered += deliveredMessages(x.response);
@@ -70,7 +71,7 @@ export function countExchange(c: UsageCounts, x: Exchange): void {
       c.acks += ackedItems(x.response);
       break;
     case 'transaction':
-      if (x.status >= 200 && x.status < 300) c.messagesPushed += x.requestMessages;
+      if ((x.status >= 200 && x.status < 300) || x.answerLost) c.messagesPushed += x.requestMessages;
       break;
     case 'none':
       break;

@@ -19,6 +19,11 @@ export interface Exchange {
   readonly requestMessages: number;
   /** Parsed 200/201 response body for push, pop and ack routes; undefined otherwise. */
   readonly response: unknown;
+  /**
+   * The request reached a broker but the client left before its answer came back: the broker may
+   * have acted on all of it, so its pushes are counted from the request.
+   */
+  readonly answerLost: boolean;
 }
 
 /** Receives every finished exchange; must not throw and must not do I/O inline. */
@@ -45,6 +50,8 @@ export class MeteredExchange<T extends { readonly id: string } = { readonly id: 
   bytesOut = 0;
   /** Push items of the request body (a transaction's pushes are counted from here). */
   requestMessages = 0;
+  /** See Exchange.answerLost. */
+  answerLost = false;
   #awaitBody = false;
   #ended = false;
   #recorded = false;
@@ -85,6 +92,7 @@ export class MeteredExchange<T extends { readonly id: string } = { readonly id: 
       bytesOut: this.bytesOut,
       requestMessages: this.requestMessages,
       response: this.#response,
+      answerLost: this.answerLost,
     });
   }
 }
