@@ -3,27 +3,37 @@
  * receives, where streamed bodies, pop-query rewriting and h2 meet.
  */
 import { connect as h2connect } from 'node:http2';
+import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, forwarded, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 
 const HOST = 'acme.localhost';
+const ADMIN_TOKEN = 'merge-review-admin-token';
 
 describe('forwarded form vs checked form, across merged features', () => {
   let broker: BrokerDouble;
+  let other: BrokerDouble;
   let h: EdgeHarness;
   let tok: string;
 
   beforeAll(async () => {
     broker = await startBrokerDouble();
+    other = await startBrokerDouble();
     // A short default long poll, so parked pops without a timeout end quickly at the double.
-    h = await startEdge(testConfig([broker.url], { server: { longPoll: { defaultTimeoutMs: 50, maxTimeoutMs: 1000, slackMs: 5000 } } }));
+    h = await startEdge(
+      testConfig([broker.url], {
+        server: { longPoll: { defaultTimeoutMs: 50, maxTimeoutMs: 1000, slackMs: 5000 }, admin: { token: ADMIN_TOKEN } },
+        tenants: { globex: { plan: 'test', hosts: ['globex.localhost'], brokers: [other.url] } },
+      }),
+    );
     tok = await token({ roles: ['read-write'], tenant: 'acme' });
   });
 
   afterAll(async () => {
     await h?.close();
     await broker?.close();
+    await other?.close();
   });
 
   /** One h2 request whose body goes in DATA frames with no content-length header. */
@@ -69,5 +79,39 @@ describe('forwarded form vs checked form, across merged features', () => {
     const r = await call(h, 'GET', '/api/v1/pop/queue/q?wait=true&t%69meout=20', { token: tok });
     expect(r.status).toBe(204);
     expect(forwarded(broker).map((g) => g.url)).toEqual(['/api/v1/pop/queue/q?wait=true&timeout=20']);
+  });
+
+  it('h2 with :authority of one tenant and a host header of another: the :authority decides, both ways', async () => {
+    broker.requests.length = 0;
+    other.requests.length = 0;
+    const session = h2connect(h.url, { rejectUnauthorized: false });
+    const get = (authority: string, host: string) =>
+      new Promise<number>((resolve, reject) => {
+        const stream = session.request({ ':method': 'GET', ':path': '/api/v1/resources/queues', ':authority': authority, host, authorization: `Bearer ${tok}` });
+        stream.once('response', (hd) => resolve(Number(hd[':status'])));
+        stream.once('error', reject);
+        stream.resume();
+      });
+    try {
+      // acme's token: refused where :authority names globex, served by acme's broker where it names acme.
+      expect(await get('globex.localhost', HOST)).toBe(403);
+      expect(await get(HOST, 'globex.localhost')).toBe(200);
+    } finally {
+      session.destroy();
+    }
+    expect(forwarded(other)).toEqual([]);
+    expect(forwarded(broker)).toHaveLength(1);
+  });
+
+  it('the admin API takes its token from the Authorization header only: never from a query parameter or a cookie', async () => {
+    const status = async (path: string, headers: Record<string, string> = {}) => {
+      const res = await request(`${h.adminUrl}${path}`, { headers });
+      await res.body.dump();
+      return res.statusCode;
+    };
+    expect(await status(`/admin/v1/tenants?token=${ADMIN_TOKEN}`)).toBe(401);
+    expect(await status(`/admin/v1/tenants?access_token=${ADMIN_TOKEN}`)).toBe(401);
+    expect(await status('/admin/v1/tenants', { cookie: `token=${ADMIN_TOKEN}; session=${ADMIN_TOKEN}` })).toBe(401);
+    expect(await status('/admin/v1/tenants', { authorization: `Bearer ${ADMIN_TOKEN}` })).toBe(200);
   });
 });
