@@ -107,7 +107,7 @@ class Directory implements TenantStore {
     this.#owned = owned;
     this.backing = redis ? 'redis' : 'static';
     this.#keys = directoryKeys(cfg.redis.keyPrefix);
-    this.#file = { plans: cfg.plans, tenants: cfg.tenants };
+    this.#file = { plans: cfg.plans, tenants: cfg.tenants, auth: cfg.auth };
     this.#snap = buildSnapshot(this.#file, NO_RECORDS).snapshot;
   }
 

@@ -6,7 +6,7 @@ import { connect as h2connect } from 'node:http2';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
-import { call, forwarded, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { call, forwarded, startEdge, TEST_SECRET, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 
 const HOST = 'acme.localhost';
 const ADMIN_TOKEN = 'merge-review-admin-token';
@@ -24,7 +24,11 @@ describe('forwarded form vs checked form, across merged features', () => {
     h = await startEdge(
       testConfig([broker.url], {
         server: { longPoll: { defaultTimeoutMs: 50, maxTimeoutMs: 1000, slackMs: 5000 }, admin: { token: ADMIN_TOKEN } },
-        tenants: { globex: { plan: 'test', hosts: ['globex.localhost'], brokers: [other.url] } },
+        tenants: {
+          globex: { plan: 'test', hosts: ['globex.localhost'], brokers: [other.url] },
+          // Its "own" identity provider is the global key again, with nothing to tell tokens apart.
+          shadow: { plan: 'test', hosts: ['shadow.localhost'], brokers: [other.url], auth: { secret: TEST_SECRET } },
+        },
       }),
     );
     tok = await token({ roles: ['read-write'], tenant: 'acme' });
@@ -113,5 +117,14 @@ describe('forwarded form vs checked form, across merged features', () => {
     expect(await status(`/admin/v1/tenants?access_token=${ADMIN_TOKEN}`)).toBe(401);
     expect(await status('/admin/v1/tenants', { cookie: `token=${ADMIN_TOKEN}; session=${ADMIN_TOKEN}` })).toBe(401);
     expect(await status('/admin/v1/tenants', { authorization: `Bearer ${ADMIN_TOKEN}` })).toBe(200);
+  });
+
+  it("a tenant whose own auth repeats the global key is refused, so the shared issuer's claimless token is no key to it", async () => {
+    other.requests.length = 0;
+    const skeleton = await token({ roles: ['admin'] });
+    const r = await call(h, 'DELETE', '/api/v1/resources/queues/q', { token: skeleton, host: 'shadow.localhost' });
+    expect(r.status).toBe(403);
+    expect(forwarded(other)).toEqual([]);
+    expect(h.app.tenants.byId('shadow')).toBeUndefined();
   });
 });
