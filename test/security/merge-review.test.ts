@@ -127,4 +127,23 @@ describe('forwarded form vs checked form, across merged features', () => {
     expect(forwarded(other)).toEqual([]);
     expect(h.app.tenants.byId('shadow')).toBeUndefined();
   });
+
+  it.each([
+    [10, 30],
+    [30, 10],
+  ])('h2 with content-length %i and %i bytes of DATA: the stream is reset (PROTOCOL_ERROR), no body of another length reaches a broker', async (declared, actual) => {
+    broker.requests.length = 0;
+    const session = h2connect(h.url, { rejectUnauthorized: false });
+    session.on('error', () => undefined);
+    try {
+      const stream = session.request({ ':method': 'POST', ':path': '/api/v1/configure', ':authority': HOST, authorization: `Bearer ${tok}`, 'content-type': 'application/json', 'content-length': String(declared) });
+      stream.on('error', () => undefined);
+      stream.end(Buffer.alloc(actual, 'a'));
+      await new Promise<void>((r) => stream.once('close', () => r()));
+      expect(stream.rstCode).toBe(1);
+    } finally {
+      session.destroy();
+    }
+    for (const r of forwarded(broker)) expect(r.body.length).toBe(Number(r.headers['content-length']));
+  });
 });
