@@ -1,7 +1,7 @@
 /**
- * Metering truth when the client leaves (docs/metering.md): the broker acted on a request whose
- * answer the client never waited for, or took most of and dropped before the last byte. Neither
- * makes the messages free.
+ * Metering truth (docs/operating.md "Usage and billing"): the broker acted on a request whose
+ * answer the client never waited for, or took most of and dropped before the last byte, or it
+ * spooled the pushes to write them later. None of these makes the messages free.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -40,6 +40,11 @@ describe('a client that leaves does not make what the broker did free', () => {
       req.on('data', (c: Buffer) => chunks.push(c));
       req.on('end', () => {
         if (req.url === '/health') return void res.end('{"status":"healthy"}');
+        if (req.url === '/api/v1/push' && (JSON.parse(Buffer.concat(chunks).toString()) as { items: Array<{ queue: string }> }).items[0]!.queue === 'spool') {
+          // The database is down: every item goes to the broker's spool, to be written on replay.
+          res.writeHead(201, { 'content-type': 'application/json' });
+          return void res.end(JSON.stringify([{ status: 'buffered' }, { status: 'buffered' }]));
+        }
         if (req.url === '/api/v1/push') {
           // The push is taken (a broker would have written it) and its answer never comes.
           held.push(res);
@@ -106,5 +111,16 @@ describe('a client that leaves does not make what the broker did free', () => {
     releasePop!();
     await waitFor(() => recorded.some((x) => x.route.name === 'pop.queue'), 10_000, 'the pop to be metered');
     expect(counted('pop.queue').messagesDelivered).toBe(MESSAGES);
+  });
+
+  it('pushes the broker spooled (buffered, written on its replay) are counted', async () => {
+    const body = JSON.stringify({ items: [{ queue: 'spool', payload: 1 }, { queue: 'spool', payload: 2 }] });
+    const res = await request(`${h.url}/api/v1/push`, { method: 'POST', headers: { host: 'acme.localhost', authorization: `Bearer ${tok}`, 'content-type': 'application/json' }, body, dispatcher: h.dispatcher });
+    expect(res.statusCode).toBe(201);
+    await res.body.dump();
+    await waitFor(() => recorded.some((x) => x.route.name === 'push' && x.status === 201), 10_000, 'the spooled push to be metered');
+    const c = new UsageCounts();
+    for (const x of recorded) if (x.route.name === 'push' && x.status === 201) countExchange(c, x);
+    expect(c.messagesPushed).toBe(2);
   });
 });

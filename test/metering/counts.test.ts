@@ -9,7 +9,7 @@ const x = (name: string, status: number, response: unknown, extra: Partial<Excha
 
 describe('countExchange', () => {
   it.each([
-    ['push: queued and duplicate count, buffered/failed do not', x('push', 201, [{ status: 'queued' }, { status: 'duplicate' }, { status: 'failed' }, { status: 'buffered' }]), { messagesPushed: 2 }],
+    ['push: queued, duplicate and buffered (written on the spool replay) count, failed does not', x('push', 201, [{ status: 'queued' }, { status: 'duplicate' }, { status: 'failed' }, { status: 'buffered' }]), { messagesPushed: 3 }],
     ['push: a non-array body counts nothing', x('push', 201, { error: 'x' }), { messagesPushed: 0 }],
     ['pop: messages of a 200', x('pop.queue', 200, { messages: [{}, {}, {}] }), { messagesDelivered: 3 }],
     ['pop: a 204 delivers nothing', x('pop.queue', 204, undefined), { messagesDelivered: 0 }],
