@@ -4,6 +4,7 @@
  * received; the parse is only read, so a body the broker could read differently (duplicate keys,
  * unknown operation types) is refused (docs/security.md).
  */
+import { isUtf8 } from 'node:buffer';
 import { edgeError, isEdgeError, type EdgeError } from '../errors.js';
 import type { EdgeRequest } from '../listen/servers.js';
 
@@ -64,11 +65,14 @@ const NO_FACTS: BodyFacts = Object.freeze({ messages: 0, firstItem: undefined, l
 const MAX_DEPTH = 64;
 
 /**
- * Parses a body the edge counts. Refuses, besides malformed JSON, deep nesting and duplicate keys:
+ * Parses a body the edge counts. Refuses, besides malformed JSON and invalid UTF-8, deep nesting and duplicate keys:
  * JSON.parse keeps the last of `{"items":[…],"items":[]}` while a broker may read the first, so the
  * edge would count one array and forward another.
  */
 function parseJson(buf: Buffer): unknown | EdgeError {
+  // Decoding replaces invalid UTF-8 with U+FFFD, so the edge would check other text than the bytes
+  // it forwards; a lenient decoder at the broker (an overlong `s`) could read another key there.
+  if (!isUtf8(buf)) return edgeError('invalid_request', 'body is not valid UTF-8');
   const keys = scanKeys(buf, MAX_DEPTH);
   if (keys === -1) return edgeError('invalid_request', `JSON nested deeper than ${MAX_DEPTH}`);
   let doc: unknown;

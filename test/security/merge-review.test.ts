@@ -146,4 +146,13 @@ describe('forwarded form vs checked form, across merged features', () => {
     }
     for (const r of forwarded(broker)) expect(r.body.length).toBe(Number(r.headers['content-length']));
   });
+
+  it('a push whose bytes are not valid UTF-8 (an overlong "s" in a key) is refused, not checked as U+FFFD and forwarded as bytes', async () => {
+    broker.requests.length = 0;
+    const body = Buffer.concat([Buffer.from('{"items":[{"queue":"q","payload":1}],"item'), Buffer.from([0xc1, 0xb3]), Buffer.from('":[]}')]);
+    const res = await request(`${h.url}/api/v1/push`, { method: 'POST', headers: { host: HOST, authorization: `Bearer ${tok}`, 'content-type': 'application/json' }, body, dispatcher: h.dispatcher });
+    expect(res.statusCode).toBe(400);
+    expect(await res.body.json()).toEqual({ error: 'body is not valid UTF-8', code: 'invalid_request' });
+    expect(forwarded(broker)).toEqual([]);
+  });
 });
