@@ -124,7 +124,9 @@ class Directory implements TenantStore {
     return this.#snap.records.get(id);
   }
 
-  reloadFile(file: FileDirectory): WriteResult {
+  reloadFile(reloaded: FileDirectory): WriteResult {
+    // The global auth settings change only with a restart: tenants are checked against the running ones.
+    const file = { plans: reloaded.plans, tenants: reloaded.tenants, auth: this.#file.auth };
     const built = buildSnapshot(file, this.#records, this.#snap);
     const problems = fileProblems(built);
     if (problems.length > 0) return { ok: false, problems };
