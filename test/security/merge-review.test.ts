@@ -3,6 +3,7 @@
  * receives, where streamed bodies, pop-query rewriting and h2 meet.
  */
 import { connect as h2connect } from 'node:http2';
+import { connect as tlsConnect } from 'node:tls';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
@@ -154,5 +155,25 @@ describe('forwarded form vs checked form, across merged features', () => {
     expect(res.statusCode).toBe(400);
     expect(await res.body.json()).toEqual({ error: 'body is not valid UTF-8', code: 'invalid_request' });
     expect(forwarded(broker)).toEqual([]);
+  });
+
+  it('a raw # in the query is escaped: a broker reading URLs the WHATWG way keeps the timeout the edge read', async () => {
+    broker.requests.length = 0;
+    const socket = tlsConnect({ host: '127.0.0.1', port: Number(new URL(h.url).port), rejectUnauthorized: false, ALPNProtocols: ['http/1.1'] });
+    try {
+      let received = '';
+      const head = new Promise<string>((resolve) =>
+        socket.on('data', (d: Buffer) => {
+          received += d.toString('latin1');
+          if (received.includes('\r\n\r\n')) resolve(received.slice(0, received.indexOf('\r\n')));
+        }),
+      );
+      // Before the fix the double parsed no timeout after the `#` and held the poll for 30 s.
+      socket.write(`GET /api/v1/pop/queue/q?wait=true&x=#&timeout=20 HTTP/1.1\r\nhost: ${HOST}\r\nauthorization: Bearer ${tok}\r\n\r\n`);
+      expect(await head).toBe('HTTP/1.1 204 No Content');
+    } finally {
+      socket.destroy();
+    }
+    expect(forwarded(broker).map((g) => g.url)).toEqual(['/api/v1/pop/queue/q?wait=true&x=%23&timeout=20']);
   });
 });
