@@ -204,7 +204,10 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         const parsed = route.body === 'push' ? pushFacts(read) : route.body === 'transaction' ? transactionFacts(read) : route.body === 'ack' ? ackFacts(read) : null;
         if (isEdgeError(parsed)) return refuse(res, ctx, parsed);
         facts = parsed;
-        if (facts) ctx.requestMessages = facts.messages;
+        if (facts) {
+          ctx.requestMessages = facts.messages;
+          ctx.requestAcks = facts.acks;
+        }
         if (facts && route.body !== 'ack' && facts.messages > tenant.limits.maxBatch) {
           return refuse(res, ctx, edgeError('invalid_request', `push of ${facts.messages} items exceeds the plan's maximum of ${tenant.limits.maxBatch}`));
         }

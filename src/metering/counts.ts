@@ -68,7 +68,7 @@ export function countExchange(c: UsageCounts, x: Exchange): void {
       if (x.status === 200) c.messagesDelivered += deliveredMessages(x.response);
       break;
     case 'ack':
-      c.acks += ackedItems(x.response);
+      c.acks += x.answerLost ? x.requestAcks : ackedItems(x.response);
       break;
     case 'transaction':
       if ((x.status >= 200 && x.status < 300) || x.answerLost) c.messagesPushed += x.requestMessages;

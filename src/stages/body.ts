@@ -57,9 +57,9 @@ export interface BodyFacts {
   readonly firstItem: unknown;
   /** A lease id the request refers to (ack, ack batch, transaction), for broker affinity. */
   readonly leaseId: string | null;
+  /** Acknowledgements of an ack (1) or ack batch (its items); metered when their answer is lost. */
+  readonly acks: number;
 }
-
-const NO_FACTS: BodyFacts = Object.freeze({ messages: 0, firstItem: undefined, leaseId: null });
 
 /** Maximum JSON nesting accepted before parsing: deep nesting is refused, not recursed into. */
 const MAX_DEPTH = 64;
@@ -131,7 +131,7 @@ export function pushFacts(buf: Buffer): BodyFacts | EdgeError {
   const doc = parseJson(buf);
   if (isEdgeError(doc)) return doc;
   if (!isObject(doc) || !Array.isArray(doc.items)) return edgeError('invalid_request', 'body must be an object with an "items" array');
-  return { messages: doc.items.length, firstItem: doc.items[0], leaseId: null };
+  return { messages: doc.items.length, firstItem: doc.items[0], leaseId: null, acks: 0 };
 }
 
 /** `{operations:[...], requiredLeases?}`: pushed items and the first lease referred to. */
@@ -153,7 +153,7 @@ export function transactionFacts(buf: Buffer): BodyFacts | EdgeError {
       if (firstItem === undefined) firstItem = op.items[0];
     } else if (leaseId === null && typeof op.leaseId === 'string') leaseId = op.leaseId;
   }
-  return { messages, firstItem, leaseId };
+  return { messages, firstItem, leaseId, acks: 0 };
 }
 
 /** Ack or ack batch: the lease id of the (first) acknowledgement. */
@@ -161,7 +161,8 @@ export function ackFacts(buf: Buffer): BodyFacts | EdgeError {
   const doc = parseJson(buf);
   if (isEdgeError(doc)) return doc;
   if (!isObject(doc)) return edgeError('invalid_request', 'body must be a JSON object');
-  const first = Array.isArray(doc.acknowledgments) ? doc.acknowledgments[0] : doc;
+  const acks = Array.isArray(doc.acknowledgments) ? doc.acknowledgments : [doc];
+  const first = acks[0];
   const leaseId = isObject(first) && typeof first.leaseId === 'string' ? first.leaseId : null;
-  return leaseId === null ? NO_FACTS : { messages: 0, firstItem: undefined, leaseId };
+  return { messages: 0, firstItem: undefined, leaseId, acks: acks.length };
 }

@@ -45,8 +45,8 @@ describe('a client that leaves does not make what the broker did free', () => {
           res.writeHead(201, { 'content-type': 'application/json' });
           return void res.end(JSON.stringify([{ status: 'buffered' }, { status: 'buffered' }]));
         }
-        if (req.url === '/api/v1/push') {
-          // The push is taken (a broker would have written it) and its answer never comes.
+        if (req.url === '/api/v1/push' || req.url === '/api/v1/ack/batch') {
+          // The push or ack is taken (a broker would have acted on it) and its answer never comes.
           held.push(res);
           pushArrived?.();
           return;
@@ -76,16 +76,27 @@ describe('a client that leaves does not make what the broker did free', () => {
     return c;
   }
 
-  it('a push whose client leaves once it reached the broker is counted from the request', async () => {
+  /** Sends `body` to `path`, and leaves as soon as the broker has it. */
+  async function sendAndLeave(path: string, body: unknown): Promise<void> {
     const arrived = new Promise<void>((r) => (pushArrived = r));
     const abort = new AbortController();
-    const body = JSON.stringify({ items: [1, 2, 3].map((n) => ({ queue: 'q', payload: n })) });
-    const sent = request(`${h.url}/api/v1/push`, { method: 'POST', headers: { host: HOST, authorization: `Bearer ${tok}`, 'content-type': 'application/json' }, body, dispatcher: h.dispatcher, signal: abort.signal });
+    const sent = request(`${h.url}${path}`, { method: 'POST', headers: { host: HOST, authorization: `Bearer ${tok}`, 'content-type': 'application/json' }, body: JSON.stringify(body), dispatcher: h.dispatcher, signal: abort.signal });
     await arrived;
     abort.abort();
     await sent.catch(() => undefined);
+  }
+
+  it('a push whose client leaves once it reached the broker is counted from the request', async () => {
+    await sendAndLeave('/api/v1/push', { items: [1, 2, 3].map((n) => ({ queue: 'q', payload: n })) });
     await waitFor(() => recorded.some((x) => x.route.name === 'push'), 10_000, 'the push to be metered');
     expect(counted('push').messagesPushed).toBe(3);
+  });
+
+  it('an ack batch whose client leaves once it reached the broker is counted from the request', async () => {
+    const ack = (i: number) => ({ transactionId: `t${i}`, partitionId: 'p', leaseId: 'lease-1', status: 'completed' });
+    await sendAndLeave('/api/v1/ack/batch', { consumerGroup: 'g', acknowledgments: [ack(1), ack(2)] });
+    await waitFor(() => recorded.some((x) => x.route.name === 'ack.batch'), 10_000, 'the ack batch to be metered');
+    expect(counted('ack.batch').acks).toBe(2);
   });
 
   it('a pop whose client takes most of the batch and leaves before the last byte is counted whole', async () => {

@@ -5,7 +5,7 @@ import type { Exchange } from '../../src/metering/recorder.js';
 import { ROUTES } from '../../src/routes/table.js';
 
 const route = (name: string) => ROUTES.find((r) => r.name === name)!;
-const x = (name: string, status: number, response: unknown, extra: Partial<Exchange> = {}): Exchange => ({ tenantId: 't', route: route(name), status, code: null, bytesIn: 10, bytesOut: 20, requestMessages: 0, response, answerLost: false, ...extra });
+const x = (name: string, status: number, response: unknown, extra: Partial<Exchange> = {}): Exchange => ({ tenantId: 't', route: route(name), status, code: null, bytesIn: 10, bytesOut: 20, requestMessages: 0, requestAcks: 0, response, answerLost: false, ...extra });
 
 describe('countExchange', () => {
   it.each([
@@ -18,6 +18,7 @@ describe('countExchange', () => {
     ['transaction: nothing when refused', x('transaction', 409, undefined, { requestMessages: 7 }), { messagesPushed: 0 }],
     ['push: the request items when the client left before any answer', x('push', 0, undefined, { requestMessages: 5, answerLost: true }), { messagesPushed: 5 }],
     ['transaction: the request items when the client left before any answer', x('transaction', 0, undefined, { requestMessages: 3, answerLost: true }), { messagesPushed: 3 }],
+    ['ack: the request acks when the client left before any answer', x('ack.batch', 0, undefined, { requestAcks: 4, answerLost: true }), { acks: 4 }],
     ['a refusal by code', x('push', 429, undefined, { code: 'rate_limited' }), { refusals: { rate_limited: 1 } }],
   ])('%s', (_name, exchange, expected) => {
     const c = new UsageCounts();
