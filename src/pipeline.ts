@@ -204,7 +204,10 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         const parsed = route.body === 'push' ? pushFacts(read) : route.body === 'transaction' ? transactionFacts(read) : route.body === 'ack' ? ackFacts(read) : null;
         if (isEdgeError(parsed)) return refuse(res, ctx, parsed);
         facts = parsed;
-        if (facts) ctx.requestMessages = facts.messages;
+        if (facts) {
+          ctx.requestMessages = facts.messages;
+          ctx.requestAcks = facts.acks;
+        }
         if (facts && route.body !== 'ack' && facts.messages > tenant.limits.maxBatch) {
           return refuse(res, ctx, edgeError('invalid_request', `push of ${facts.messages} items exceeds the plan's maximum of ${tenant.limits.maxBatch}`));
         }
@@ -393,7 +396,15 @@ const HEALTHY = Buffer.from('{"status":"healthy"}');
 
 function hasBody(req: EdgeRequest): boolean {
   const cl = req.headers['content-length'];
-  return (cl !== undefined && cl !== '0') || req.headers['transfer-encoding'] !== undefined;
+  return cl === undefined ? req.headers['transfer-encoding'] !== undefined || h2BodyFollows(req) : cl !== '0';
+}
+
+/**
+ * h2 needs no content-length: a stream its HEADERS frame did not end carries a body of unknown
+ * length (the h1 chunked case), never "no body", or it would be forwarded without it.
+ */
+function h2BodyFollows(req: EdgeRequest): boolean {
+  return 'stream' in req && !req.stream.endAfterHeaders;
 }
 
 function isTls(req: EdgeRequest): boolean {
@@ -414,10 +425,10 @@ function closeAfterResponse(res: EdgeResponse): void {
   } else if (!res.headersSent) res.setHeader('connection', 'close');
 }
 
-/** The declared body length; null when there is none (chunked) or it is not one number. */
+/** The declared body length; null when it is not known in advance (chunked, h2 without content-length) or not one number. */
 function declaredLength(req: EdgeRequest): number | null {
   const cl = req.headers['content-length'];
-  if (cl === undefined) return req.headers['transfer-encoding'] === undefined ? 0 : null;
+  if (cl === undefined) return req.headers['transfer-encoding'] === undefined && !h2BodyFollows(req) ? 0 : null;
   const n = Number(cl);
   return Number.isSafeInteger(n) && n >= 0 ? n : null;
 }

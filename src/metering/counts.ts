@@ -61,29 +61,34 @@ export function countExchange(c: UsageCounts, x: Exchange): void {
   if (x.code !== null) c.refusals[x.code] = (c.refusals[x.code] ?? 0) + 1;
   switch (x.route.meter) {
     case 'push':
-      c.messagesPushed += pushedItems(x.response);
+      // A client that leaves once its push is sent must not make it free.
+      c.messagesPushed += x.answerLost ? x.requestMessages : pushedItems(x.response);
       break;
     case 'pop':
       if (x.status === 200) c.messagesDelivered += deliveredMessages(x.response);
       break;
     case 'ack':
-      c.acks += ackedItems(x.response);
+      c.acks += x.answerLost ? x.requestAcks : ackedItems(x.response);
       break;
     case 'transaction':
-      if (x.status >= 200 && x.status < 300) c.messagesPushed += x.requestMessages;
+      if ((x.status >= 200 && x.status < 300) || x.answerLost) c.messagesPushed += x.requestMessages;
       break;
     case 'none':
       break;
   }
 }
 
-/** Seed "Push": one entry per item; queued and duplicate items were accepted. */
+/**
+ * Seed "Push": one entry per item; queued and duplicate items were accepted, and so were buffered
+ * ones: they sit in the broker's spool and are written on its replay, so leaving them out would make
+ * every push free while the database is down or the broker in maintenance. Only `failed` is lost.
+ */
 export function pushedItems(doc: unknown): number {
   if (!Array.isArray(doc)) return 0;
   let n = 0;
   for (const item of doc) {
     const status = (item as { status?: unknown } | null)?.status;
-    if (status === 'queued' || status === 'duplicate') n++;
+    if (status === 'queued' || status === 'duplicate' || status === 'buffered') n++;
   }
   return n;
 }

@@ -15,10 +15,17 @@ export interface Exchange {
   readonly code: ErrorCode | null;
   readonly bytesIn: number;
   readonly bytesOut: number;
+  /** Acknowledgements the request body carries (ack, ack batch); 0 for other routes. */
+  readonly requestAcks: number;
   /** Items the request body pushes (push items, transaction push items); 0 for other routes. */
   readonly requestMessages: number;
   /** Parsed 200/201 response body for push, pop and ack routes; undefined otherwise. */
   readonly response: unknown;
+  /**
+   * The request reached a broker but the client left before its answer came back: the broker may
+   * have acted on all of it, so its pushes and acks are counted from the request.
+   */
+  readonly answerLost: boolean;
 }
 
 /** Receives every finished exchange; must not throw and must not do I/O inline. */
@@ -45,6 +52,10 @@ export class MeteredExchange<T extends { readonly id: string } = { readonly id: 
   bytesOut = 0;
   /** Push items of the request body (a transaction's pushes are counted from here). */
   requestMessages = 0;
+  /** Acknowledgements of the request body (ack routes). */
+  requestAcks = 0;
+  /** See Exchange.answerLost. */
+  answerLost = false;
   #awaitBody = false;
   #ended = false;
   #recorded = false;
@@ -84,7 +95,9 @@ export class MeteredExchange<T extends { readonly id: string } = { readonly id: 
       bytesIn: this.bytesIn,
       bytesOut: this.bytesOut,
       requestMessages: this.requestMessages,
+      requestAcks: this.requestAcks,
       response: this.#response,
+      answerLost: this.answerLost,
     });
   }
 }

@@ -10,7 +10,7 @@ import type { Method, RouteSpec } from './table.js';
 export interface NormalizedTarget {
   /** Canonical path: dot segments resolved, empty segments dropped, each segment re-encoded. */
   readonly path: string;
-  /** Raw query string without `?` ('' when none). */
+  /** Query string without `?` ('' when none), as received but for bytes outside RFC 3986 query characters, escaped. */
   readonly query: string;
 }
 
@@ -20,6 +20,12 @@ export const MAX_PATH_LENGTH = 4096;
 const SEGMENT_SAFE = /^[A-Za-z0-9\-._~!$&'()*+,;=:@]*$/;
 /** A raw byte that is neither pchar, `%` nor `/`: it is escaped before decoding. */
 const RAW_UNSAFE = /[^A-Za-z0-9\-._~!$&'()*+,;=:@%/]/g;
+/**
+ * A raw query byte that is neither a query character nor `%`: `#` above all, which a WHATWG URL
+ * parser at the broker takes for the start of a fragment, dropping every parameter after it that
+ * the edge read (a parked pop's `timeout`).
+ */
+const QUERY_UNSAFE = /[^A-Za-z0-9\-._~!$&'()*+,;=:@%/?]/g;
 /**
  * Anything that keeps a path from being forwarded as it is: a byte outside pchar and `/` (`%`
  * included), a dot-segment start, an empty segment, a trailing `/`. One regex pass (faster than a
@@ -34,7 +40,7 @@ function encodeSegment(s: string): string {
 }
 
 /**
- * Escapes a raw byte outside pchar as the client sent it (`\` -> `%5C`, a raw UTF-8 byte -> its
+ * Escapes a raw byte outside pchar (or the query's characters) as the client sent it (`\` -> `%5C`, a raw UTF-8 byte -> its
  * `%XX`), so it decodes as that byte and no parser downstream can read it as a separator (WHATWG
  * URL turns `\` into `/` and ends the path at `#`).
  */
@@ -55,7 +61,7 @@ export function normalizeTarget(target: string): NormalizedTarget | EdgeError {
   if (target.charCodeAt(0) !== 47 /* / */) return edgeError('invalid_request', 'request target must be a path');
   const q = target.indexOf('?');
   const rawPath = q === -1 ? target : target.slice(0, q);
-  const query = q === -1 ? '' : target.slice(q + 1);
+  const query = q === -1 ? '' : target.slice(q + 1).replace(QUERY_UNSAFE, escapeRaw);
   if (rawPath === '/' || !NOT_CANONICAL.test(rawPath)) return { path: rawPath, query };
   const out: string[] = [];
   const parts = rawPath.replace(RAW_UNSAFE, escapeRaw).split('/');

@@ -4,6 +4,7 @@
  * received; the parse is only read, so a body the broker could read differently (duplicate keys,
  * unknown operation types) is refused (docs/security.md).
  */
+import { isUtf8 } from 'node:buffer';
 import { edgeError, isEdgeError, type EdgeError } from '../errors.js';
 import type { EdgeRequest } from '../listen/servers.js';
 
@@ -56,19 +57,22 @@ export interface BodyFacts {
   readonly firstItem: unknown;
   /** A lease id the request refers to (ack, ack batch, transaction), for broker affinity. */
   readonly leaseId: string | null;
+  /** Acknowledgements of an ack (1) or ack batch (its items); metered when their answer is lost. */
+  readonly acks: number;
 }
-
-const NO_FACTS: BodyFacts = Object.freeze({ messages: 0, firstItem: undefined, leaseId: null });
 
 /** Maximum JSON nesting accepted before parsing: deep nesting is refused, not recursed into. */
 const MAX_DEPTH = 64;
 
 /**
- * Parses a body the edge counts. Refuses, besides malformed JSON, deep nesting and duplicate keys:
+ * Parses a body the edge counts. Refuses, besides malformed JSON and invalid UTF-8, deep nesting and duplicate keys:
  * JSON.parse keeps the last of `{"items":[…],"items":[]}` while a broker may read the first, so the
  * edge would count one array and forward another.
  */
 function parseJson(buf: Buffer): unknown | EdgeError {
+  // Decoding replaces invalid UTF-8 with U+FFFD, so the edge would check other text than the bytes
+  // it forwards; a lenient decoder at the broker (an overlong `s`) could read another key there.
+  if (!isUtf8(buf)) return edgeError('invalid_request', 'body is not valid UTF-8');
   const keys = scanKeys(buf, MAX_DEPTH);
   if (keys === -1) return edgeError('invalid_request', `JSON nested deeper than ${MAX_DEPTH}`);
   let doc: unknown;
@@ -127,7 +131,7 @@ export function pushFacts(buf: Buffer): BodyFacts | EdgeError {
   const doc = parseJson(buf);
   if (isEdgeError(doc)) return doc;
   if (!isObject(doc) || !Array.isArray(doc.items)) return edgeError('invalid_request', 'body must be an object with an "items" array');
-  return { messages: doc.items.length, firstItem: doc.items[0], leaseId: null };
+  return { messages: doc.items.length, firstItem: doc.items[0], leaseId: null, acks: 0 };
 }
 
 /** `{operations:[...], requiredLeases?}`: pushed items and the first lease referred to. */
@@ -149,7 +153,7 @@ export function transactionFacts(buf: Buffer): BodyFacts | EdgeError {
       if (firstItem === undefined) firstItem = op.items[0];
     } else if (leaseId === null && typeof op.leaseId === 'string') leaseId = op.leaseId;
   }
-  return { messages, firstItem, leaseId };
+  return { messages, firstItem, leaseId, acks: 0 };
 }
 
 /** Ack or ack batch: the lease id of the (first) acknowledgement. */
@@ -157,7 +161,8 @@ export function ackFacts(buf: Buffer): BodyFacts | EdgeError {
   const doc = parseJson(buf);
   if (isEdgeError(doc)) return doc;
   if (!isObject(doc)) return edgeError('invalid_request', 'body must be a JSON object');
-  const first = Array.isArray(doc.acknowledgments) ? doc.acknowledgments[0] : doc;
+  const acks = Array.isArray(doc.acknowledgments) ? doc.acknowledgments : [doc];
+  const first = acks[0];
   const leaseId = isObject(first) && typeof first.leaseId === 'string' ? first.leaseId : null;
-  return leaseId === null ? NO_FACTS : { messages: 0, firstItem: undefined, leaseId };
+  return { messages: 0, firstItem: undefined, leaseId, acks: acks.length };
 }

@@ -47,7 +47,29 @@ export function parsePopQuery(raw: string, maxBatch: number, lp: LongPollSetting
   const asked = timeoutRaw === null ? lp.defaultTimeoutMs : Number(timeoutRaw);
   const timeoutMs = Math.min(asked, lp.maxTimeoutMs);
   // An absent timeout is made explicit: the broker's own default may exceed the edge's maximum.
-  if (timeoutRaw !== null && timeoutMs === asked) return { params, wait, timeoutMs, forwardQuery: raw };
   params.set('timeout', String(timeoutMs));
-  return { params, wait, timeoutMs, forwardQuery: params.toString() };
+  return { params, wait, timeoutMs, forwardQuery: withTimeout(raw, timeoutMs) };
+}
+
+/**
+ * The raw query with its `timeout` pair, however the name was spelled (`t%69meout`), written
+ * plainly as `timeout=<ms>` (appended when absent), every other pair kept byte for byte.
+ * Re-serialising the whole query would change what the broker reads: URLSearchParams writes a
+ * space as `+`, which a broker that decodes only `%XX` reads as a literal `+` (another consumer
+ * group); a name the broker does not decode would leave it on its own default timeout.
+ */
+function withTimeout(raw: string, ms: number): string {
+  const pairs = raw === '' ? [] : raw.split('&');
+  let found = false;
+  for (let i = 0; i < pairs.length; i++) {
+    const pair = pairs[i]!;
+    const eq = pair.indexOf('=');
+    const name = eq === -1 ? pair : pair.slice(0, eq);
+    if (name === 'timeout' || (name.includes('%') && new URLSearchParams(pair).has('timeout'))) {
+      pairs[i] = `timeout=${ms}`;
+      found = true;
+    }
+  }
+  if (!found) pairs.push(`timeout=${ms}`);
+  return pairs.join('&');
 }

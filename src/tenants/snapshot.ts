@@ -6,14 +6,17 @@
  *
  * - ids match ID_PATTERN (file tenants and plans too: they become Redis keys and URL segments);
  * - a tenant's plan exists (file plans, overridden or extended by plan records);
- * - no host is listed by two tenants. The file wins over records; among records the lower id wins
- *   (two instances could each accept one write before seeing the other's), and the losing record
- *   is rejected, falling back to the file's version of that tenant when it has one.
+ * - no host is listed by two tenants, and no tenant's own `auth` trusts the same tokens as another
+ *   tenant's or the global settings (resolve.ts sameTrust). The file wins over records; among
+ *   records the lower id wins (two instances could each accept one write before seeing the
+ *   other's), and the losing record is rejected, falling back to the file's version of that
+ *   tenant when it has one.
  *
  * A rejected Redis record never takes effect: the previous version (the file's, or none) stays.
  */
 import type { z } from 'zod';
 import { planSchema, tenantSchema, type RawPlan, type RawTenant } from '../config/schema.js';
+import { sameTrust, type TrustSettings } from './resolve.js';
 import { storageVerdict } from './storage.js';
 import { compilePlan, compileTenant, ID_PATTERN, type Plan, type Tenant } from './model.js';
 
@@ -21,6 +24,8 @@ import { compilePlan, compileTenant, ID_PATTERN, type Plan, type Tenant } from '
 export interface FileDirectory {
   readonly plans: Readonly<Record<string, RawPlan>>;
   readonly tenants: Readonly<Record<string, RawTenant>>;
+  /** The global token settings, which no tenant's own `auth` may repeat. */
+  readonly auth?: TrustSettings;
 }
 
 /** What one reload reads from Redis (record texts are JSON, not yet validated). */
@@ -146,6 +151,12 @@ export function buildSnapshot(file: FileDirectory, records: RedisRecords, previo
     for (const h of raw.hosts) {
       const other = owner.get(h.toLowerCase());
       if (other !== undefined && other !== id) return `hosts: host "${h.toLowerCase()}" is already listed by tenant "${other}"`;
+    }
+    if (raw.auth) {
+      if (file.auth && sameTrust(raw.auth, file.auth)) return 'auth: trusts the same tokens as the global auth settings (same key, no distinct issuer or audience)';
+      for (const [other, t] of inForce) {
+        if (other !== id && t.auth && sameTrust(raw.auth, t.auth)) return `auth: trusts the same tokens as tenant "${other}" (same key, no distinct issuer or audience)`;
+      }
     }
     return undefined;
   };

@@ -107,7 +107,7 @@ class Directory implements TenantStore {
     this.#owned = owned;
     this.backing = redis ? 'redis' : 'static';
     this.#keys = directoryKeys(cfg.redis.keyPrefix);
-    this.#file = { plans: cfg.plans, tenants: cfg.tenants };
+    this.#file = { plans: cfg.plans, tenants: cfg.tenants, auth: cfg.auth };
     this.#snap = buildSnapshot(this.#file, NO_RECORDS).snapshot;
   }
 
@@ -124,7 +124,9 @@ class Directory implements TenantStore {
     return this.#snap.records.get(id);
   }
 
-  reloadFile(file: FileDirectory): WriteResult {
+  reloadFile(reloaded: FileDirectory): WriteResult {
+    // The global auth settings change only with a restart: tenants are checked against the running ones.
+    const file = { plans: reloaded.plans, tenants: reloaded.tenants, auth: this.#file.auth };
     const built = buildSnapshot(file, this.#records, this.#snap);
     const problems = fileProblems(built);
     if (problems.length > 0) return { ok: false, problems };

@@ -114,6 +114,7 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
       return;
     }
     let abortUpstream: ((err: Error) => void) | null = null;
+    let resumeUpstream: (() => void) | null = null;
     let finished = false;
     let chunks: Buffer[] | null = null;
     let clientLeft = false;
@@ -133,7 +134,11 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
       if (finished || res.writableEnded) return;
       clientLeft = true;
       result.failure = 'client_aborted';
-      abortUpstream?.(new ClientAbort('client disconnected'));
+      // An answer being captured (a pop's messages, a push's statuses) is read to its end without
+      // relaying it: the broker already acted on the request, and metering counts what it did, so a
+      // client cannot take most of a batch and leave before the last byte to make it free.
+      if (chunks !== null) resumeUpstream?.();
+      else abortUpstream?.(new ClientAbort('client disconnected'));
     };
     res.on('close', onClientClose);
 
@@ -187,19 +192,21 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
           }
           res.writeHead(statusCode, headers);
           if (req.capture && (statusCode === 200 || statusCode === 201)) chunks = [];
+          resumeUpstream = resume;
           res.on('drain', resume);
           return true;
         },
         onData(chunk: Buffer): boolean {
           if (finished) return false;
-          rec.bytesOut += chunk.length;
           if (chunks) chunks.push(chunk);
+          if (clientLeft) return true;
+          rec.bytesOut += chunk.length;
           return (res as NodeJS.WritableStream).write(chunk);
         },
         onComplete() {
           if (finished) return;
           finish();
-          res.end();
+          if (!clientLeft) res.end();
         },
         onError(err: Error) {
           if (finished) return;

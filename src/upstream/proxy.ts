@@ -41,6 +41,8 @@ export interface ProxyExchange extends RelayRecord {
   expectBody(): void;
   /** The relayed answer, parsed (undefined when there was none or it was not JSON). */
   relayed(doc: unknown): void;
+  /** Set when the request reached the broker and the client left before any answer was read. */
+  answerLost: boolean;
 }
 
 /** Sends requests to brokers. */
@@ -112,7 +114,12 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
           return null;
         }
         if (result.failure === 'client_aborted') {
-          log.debug({ reqId: req.headers['x-request-id'], broker }, 'client went away; upstream request aborted');
+          log.debug({ reqId: req.headers['x-request-id'], broker }, 'client went away');
+          // What the broker did is still metered: from its answer when it was read to the end,
+          // else (the request was sent) from the request.
+          body = result.body;
+          if (body !== null) afterResponse(x, broker, body, req.learnsLease);
+          else if (result.sent) x.answerLost = true;
           return null;
         }
         // A parked poll that ran out of time ended the way parked polls end.

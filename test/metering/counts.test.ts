@@ -5,17 +5,20 @@ import type { Exchange } from '../../src/metering/recorder.js';
 import { ROUTES } from '../../src/routes/table.js';
 
 const route = (name: string) => ROUTES.find((r) => r.name === name)!;
-const x = (name: string, status: number, response: unknown, extra: Partial<Exchange> = {}): Exchange => ({ tenantId: 't', route: route(name), status, code: null, bytesIn: 10, bytesOut: 20, requestMessages: 0, response, ...extra });
+const x = (name: string, status: number, response: unknown, extra: Partial<Exchange> = {}): Exchange => ({ tenantId: 't', route: route(name), status, code: null, bytesIn: 10, bytesOut: 20, requestMessages: 0, requestAcks: 0, response, answerLost: false, ...extra });
 
 describe('countExchange', () => {
   it.each([
-    ['push: queued and duplicate count, buffered/failed do not', x('push', 201, [{ status: 'queued' }, { status: 'duplicate' }, { status: 'failed' }, { status: 'buffered' }]), { messagesPushed: 2 }],
+    ['push: queued, duplicate and buffered (written on the spool replay) count, failed does not', x('push', 201, [{ status: 'queued' }, { status: 'duplicate' }, { status: 'failed' }, { status: 'buffered' }]), { messagesPushed: 3 }],
     ['push: a non-array body counts nothing', x('push', 201, { error: 'x' }), { messagesPushed: 0 }],
     ['pop: messages of a 200', x('pop.queue', 200, { messages: [{}, {}, {}] }), { messagesDelivered: 3 }],
     ['pop: a 204 delivers nothing', x('pop.queue', 204, undefined), { messagesDelivered: 0 }],
     ['ack: only success true', x('ack.batch', 200, [{ success: true }, { success: false }, { success: true }]), { acks: 2 }],
     ['transaction: request items when 2xx', x('transaction', 200, undefined, { requestMessages: 7 }), { messagesPushed: 7 }],
     ['transaction: nothing when refused', x('transaction', 409, undefined, { requestMessages: 7 }), { messagesPushed: 0 }],
+    ['push: the request items when the client left before any answer', x('push', 0, undefined, { requestMessages: 5, answerLost: true }), { messagesPushed: 5 }],
+    ['transaction: the request items when the client left before any answer', x('transaction', 0, undefined, { requestMessages: 3, answerLost: true }), { messagesPushed: 3 }],
+    ['ack: the request acks when the client left before any answer', x('ack.batch', 0, undefined, { requestAcks: 4, answerLost: true }), { acks: 4 }],
     ['a refusal by code', x('push', 429, undefined, { code: 'rate_limited' }), { refusals: { rate_limited: 1 } }],
   ])('%s', (_name, exchange, expected) => {
     const c = new UsageCounts();

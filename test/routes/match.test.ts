@@ -27,6 +27,9 @@ describe('normalizeTarget', () => {
     ['/api/v1/pop/queue/%6Frders', '/api/v1/pop/queue/orders', ''],
     ['/api/v1/pop/queue/caf%C3%A9', '/api/v1/pop/queue/caf%C3%A9', ''],
     ['/./api/./v1/push', '/api/v1/push', ''],
+    // Query bytes outside RFC 3986 query characters are escaped; valid ones, `?` and `%XX` kept.
+    ['/api/v1/pop?wait=true&x=#&timeout=20', '/api/v1/pop', 'wait=true&x=%23&timeout=20'],
+    ['/api/v1/pop?g=a b\\c"\u00e9&h=/?%20', '/api/v1/pop', 'g=a%20b%5Cc%22%E9&h=/?%20'],
   ])('%s -> %s', (input, path, query) => {
     expect(normalizeTarget(input)).toEqual({ path, query });
   });

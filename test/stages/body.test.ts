@@ -10,6 +10,7 @@ describe('body facts', () => {
       messages: 2,
       firstItem: { queue: 'q', partition: 'p', payload: 1 },
       leaseId: null,
+      acks: 0,
     });
   });
 
@@ -33,14 +34,14 @@ describe('body facts', () => {
 
   it('counts transaction pushes and finds the lease', () => {
     const r = transactionFacts(b({ operations: [{ type: 'push', items: [{ queue: 'a', payload: 1 }, { queue: 'a', payload: 2 }] }, { type: 'ack', leaseId: 'L2' }, { type: 'push', items: [{ queue: 'b', payload: 3 }] }], requiredLeases: ['L1'] }));
-    expect(r).toEqual({ messages: 3, firstItem: { queue: 'a', payload: 1 }, leaseId: 'L1' });
+    expect(r).toEqual({ messages: 3, firstItem: { queue: 'a', payload: 1 }, leaseId: 'L1', acks: 0 });
     expect(isEdgeError(transactionFacts(b({ operations: [{ type: 'push', items: 1 }] })))).toBe(true);
   });
 
-  it('reads the lease of an ack and of an ack batch', () => {
-    expect(ackFacts(b({ transactionId: 't', partitionId: 'p', leaseId: 'L' }))).toMatchObject({ leaseId: 'L' });
-    expect(ackFacts(b({ acknowledgments: [{ leaseId: 'L3' }, { leaseId: 'L4' }] }))).toMatchObject({ leaseId: 'L3' });
-    expect(ackFacts(b({ acknowledgments: [] }))).toMatchObject({ leaseId: null });
+  it('reads the lease and the number of acknowledgements of an ack and of an ack batch', () => {
+    expect(ackFacts(b({ transactionId: 't', partitionId: 'p', leaseId: 'L' }))).toMatchObject({ leaseId: 'L', acks: 1 });
+    expect(ackFacts(b({ acknowledgments: [{ leaseId: 'L3' }, { leaseId: 'L4' }] }))).toMatchObject({ leaseId: 'L3', acks: 2 });
+    expect(ackFacts(b({ acknowledgments: [] }))).toMatchObject({ leaseId: null, acks: 0 });
   });
 });
 

@@ -20,6 +20,14 @@ describe('parsePopQuery', () => {
     expect([absent.timeoutMs, absent.forwardQuery]).toEqual([30000, 'wait=true&timeout=30000']);
   });
 
+  it('rewrites only the timeout pair of a parked pop: other pairs keep their bytes, an encoded name is spelled plainly', () => {
+    const absent = parsePopQuery('wait=true&consumerGroup=a%20b&partition=x+y', 100, lp);
+    const encoded = parsePopQuery('t%69meout=5000&wait=true&consumerGroup=a%20b', 100, lp);
+    if (isEdgeError(absent) || isEdgeError(encoded)) throw new Error('unexpected refusal');
+    expect(absent.forwardQuery).toBe('wait=true&consumerGroup=a%20b&partition=x+y&timeout=30000');
+    expect([encoded.timeoutMs, encoded.forwardQuery]).toEqual([5000, 'timeout=5000&wait=true&consumerGroup=a%20b']);
+  });
+
   it.each([
     'timeout=-1&wait=true',
     'wait=true&timeout=1e309',

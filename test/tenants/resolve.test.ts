@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import { isEdgeError } from '../../src/errors.js';
 import { compilePlan, compileTenant, type Tenant } from '../../src/tenants/model.js';
-import { candidateTenant, tokenFits } from '../../src/tenants/resolve.js';
+import { candidateTenant, sameTrust, tokenFits, type TrustSettings } from '../../src/tenants/resolve.js';
 
 const plan = compilePlan('p', { features: [], limits: { requestsPerSec: 1, requestBurst: 1, messagesPerSec: 1, messageBurst: 1, parkedPolls: 1, maxPayloadBytes: 1, maxBatch: 1 }, quotas: { messagesPerMonth: 0, ingressBytesPerMonth: 0 }, storageBytes: 0 });
 const make = (id: string, auth: Tenant['auth'] = null): Tenant => compileTenant(id, { status: 'active', plan: 'p', hosts: [`${id}.example`], brokers: ['http://127.0.0.1:1'], cors: { origins: [] }, boundedLoadFactor: null, auth }, plan);
@@ -35,5 +35,21 @@ describe('tokenFits', () => {
     expect(tokenFits(acme, null, 'globex')?.code).toBe('forbidden');
     expect(tokenFits(acme, null, 'acme')).toBeNull();
     expect(tokenFits(own, null, null)).toBeNull();
+  });
+});
+
+describe('sameTrust', () => {
+  const t = (over: Partial<TrustSettings>): TrustSettings => ({ secret: null, publicKey: null, jwksUrl: null, issuer: null, audience: null, ...over });
+  const jwks = 'https://idp.example/jwks.json';
+  it.each([
+    ['same JWKS, nothing else set', t({ jwksUrl: jwks }), t({ jwksUrl: jwks }), true],
+    ['same secret, only one side sets an audience', t({ secret: 's', audience: 'a' }), t({ secret: 's' }), true],
+    ['same JWKS, audiences overlap', t({ jwksUrl: jwks, audience: ['a', 'b'] }), t({ jwksUrl: jwks, audience: 'b' }), true],
+    ['same JWKS, distinct audiences', t({ jwksUrl: jwks, audience: 'a' }), t({ jwksUrl: jwks, audience: 'b' }), false],
+    ['same public key, distinct issuers', t({ publicKey: '/k.pem', issuer: 'x' }), t({ publicKey: '/k.pem', issuer: ['y', 'z'] }), false],
+    ['different keys', t({ secret: 's' }), t({ secret: 'other' }), false],
+  ])('%s', (_name, a, b, expected) => {
+    expect(sameTrust(a, b)).toBe(expected);
+    expect(sameTrust(b, a)).toBe(expected);
   });
 });
