@@ -5,18 +5,15 @@ import { scriptSha } from '../../src/limits/script.js';
 import { evalScript, isNoScript } from '../../src/redis/scripts.js';
 import { commandCalls, connectTest, PrivateRedis, uniquePrefix } from '../helpers/redis.js';
 
+// One connection both runs the scripts and reads the server's command counts (INFO counts every client).
 let server: PrivateRedis;
-let client: Redis;
-let probe: Redis;
-
+let redis: Redis;
 beforeAll(async () => {
   server = await PrivateRedis.start();
-  client = await connectTest(server.url, 2000);
-  probe = await connectTest(server.url, 2000);
+  redis = await connectTest(server.url, 2000);
 });
 afterAll(async () => {
-  client.disconnect();
-  probe.disconnect();
+  redis.disconnect();
   await server.kill();
 });
 
@@ -26,23 +23,23 @@ const SHA = scriptSha(LUA);
 describe('evalScript', () => {
   it('runs a script Redis does not hold with one EVAL, then by its SHA alone', async () => {
     const key = `${uniquePrefix()}n`;
-    await probe.script('FLUSH');
-    const before = await commandCalls(probe);
-    expect(await evalScript(client, SHA, LUA, [key], [2])).toBe(2);
-    expect(await evalScript(client, SHA, LUA, [key], [3])).toBe(5);
-    const after = await commandCalls(probe);
+    await redis.script('FLUSH');
+    const before = await commandCalls(redis);
+    expect(await evalScript(redis, SHA, LUA, [key], [2])).toBe(2);
+    expect(await evalScript(redis, SHA, LUA, [key], [3])).toBe(5);
+    const after = await commandCalls(redis);
     expect((after.get('evalsha') ?? 0) - (before.get('evalsha') ?? 0)).toBe(2);
     expect((after.get('eval') ?? 0) - (before.get('eval') ?? 0)).toBe(1);
   });
 
   it('rejects with any other error as it came, without an EVAL', async () => {
     const bad = "return redis.call('NOSUCHCOMMAND')";
-    await probe.script('LOAD', bad);
-    const before = await commandCalls(probe);
-    const err = await evalScript(client, scriptSha(bad), bad, [`${uniquePrefix()}x`], []).catch((e: unknown) => e);
+    await redis.script('LOAD', bad);
+    const before = await commandCalls(redis);
+    const err = await evalScript(redis, scriptSha(bad), bad, [`${uniquePrefix()}x`], []).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(Error);
     expect(isNoScript(err)).toBe(false);
-    const after = await commandCalls(probe);
+    const after = await commandCalls(redis);
     expect((after.get('eval') ?? 0) - (before.get('eval') ?? 0)).toBe(0);
   });
 });
