@@ -16,6 +16,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import type { Tenant } from '../tenants/model.js';
 import { requestBucketKey } from '../redis/keys.js';
+import { evalScript } from '../redis/scripts.js';
 import { rateLimitHeaders } from './headers.js';
 import { callAgainAfterMs, leasable, leaseSlice, type LeaseSettings } from './lease-slice.js';
 import { LEASE_LUA } from './lease-script.js';
@@ -163,12 +164,7 @@ export class LeasedLimiter implements EdgeLimiter {
     const plan = lease.entry.plan;
     const args = [now, plan.requestIntervalMs, plan.requestBurst, returned, wanted];
     const key = requestBucketKey(this.#prefix, lease.tenant.id);
-    const reply = this.#redis.evalsha(LEASE_SHA, 1, key, ...args).catch((err: unknown) => {
-      // A Redis that lost its scripts (restart, failover) learns this one from the first EVAL.
-      if (err instanceof Error && err.message.startsWith('NOSCRIPT')) return this.#redis.eval(LEASE_LUA, 1, key, ...args);
-      throw err;
-    });
-    return reply as Promise<[number, number, string, string]>;
+    return evalScript(this.#redis, LEASE_SHA, LEASE_LUA, [key], args) as Promise<[number, number, string, string]>;
   }
 
   /** Returns the expired slices of tenants that went quiet, and forgets idle leases. */

@@ -8,6 +8,7 @@ import calculateSlot from 'cluster-key-slot';
 import { Cluster } from 'ioredis';
 import type { RedisClient } from '../redis/connection.js';
 import { instancesKey, limiterKeys, parkedKey } from '../redis/keys.js';
+import { evalScript, isNoScript } from '../redis/scripts.js';
 import { ADMIT_LUA, HEARTBEAT_LUA, scriptSha } from './script.js';
 import type { Decision, LimitCost, LimitPlan } from './verdict.js';
 
@@ -126,7 +127,7 @@ export class RedisLimitStore {
 
   /** Records this instance as live and returns how many instances are live. */
   async heartbeat(instanceId: string, now: number, windowMs: number): Promise<number> {
-    return (await this.#run(HEARTBEAT_SHA, HEARTBEAT_LUA, [instancesKey(this.#prefix)], [now, instanceId, windowMs])) as number;
+    return (await evalScript(this.#redis, HEARTBEAT_SHA, HEARTBEAT_LUA, [instancesKey(this.#prefix)], [now, instanceId, windowMs])) as number;
   }
 
   /** Removes this instance from the live set (on close). */
@@ -210,7 +211,7 @@ export class RedisLimitStore {
   #send(batch: QueuedAdmit[]): void {
     if (batch.length === 1) {
       const only = batch[0]!;
-      this.#run(ADMIT_SHA, ADMIT_LUA, only.keys, only.args).then(only.resolve, only.reject);
+      evalScript(this.#redis, ADMIT_SHA, ADMIT_LUA, only.keys, only.args).then(only.resolve, only.reject);
       return;
     }
     const pipeline = this.#redis.pipeline();
@@ -221,7 +222,7 @@ export class RedisLimitStore {
           const b = batch[i]!;
           const [err, reply] = replies?.[i] ?? [new Error('no reply from Redis'), null];
           if (err === null) b.resolve(reply);
-          else if (err.message.startsWith('NOSCRIPT')) this.#redis.eval(ADMIT_LUA, b.keys.length, ...b.keys, ...b.args).then(b.resolve, b.reject);
+          else if (isNoScript(err)) this.#redis.eval(ADMIT_LUA, b.keys.length, ...b.keys, ...b.args).then(b.resolve, b.reject);
           else b.reject(err);
         }
       },
@@ -229,14 +230,5 @@ export class RedisLimitStore {
         for (const b of batch) b.reject(err);
       },
     );
-  }
-
-  async #run(sha: string, lua: string, keys: string[], args: (string | number)[]): Promise<unknown> {
-    try {
-      return await this.#redis.evalsha(sha, keys.length, ...keys, ...args);
-    } catch (err) {
-      if (err instanceof Error && err.message.startsWith('NOSCRIPT')) return this.#redis.eval(lua, keys.length, ...keys, ...args);
-      throw err;
-    }
   }
 }

@@ -11,9 +11,6 @@
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ErrorCode } from '../errors.js';
-import type { UsageCounts } from '../metering/counts.js';
-import type { FlushStats } from '../metering/meter.js';
-import type { ClusterSnapshot } from '../upstream/clusters.js';
 
 /** What the limiter decided for a request: admitted, its refusal code, or null (not consulted). */
 export type LimitOutcome = 'admitted' | ErrorCode | null;
@@ -32,12 +29,26 @@ export interface RequestMetrics {
 /** Counts nothing (tests and tools that build a pipeline without metrics). */
 export const NO_METRICS: RequestMetrics = Object.freeze({ request(): void {}, parked(): void {} });
 
-/** Live state read at scrape time. */
+/**
+ * Live state read at scrape time. Declared here by what the gauges read (the upstream clusters'
+ * snapshot, the meter's counts and flush stats fit it), so observability imports neither folder
+ * that logs through it.
+ */
 export interface MetricSources {
   limiterMode(): string;
-  brokers(): ClusterSnapshot[];
-  usage(): ReadonlyMap<string, UsageCounts>;
-  flush(): FlushStats;
+  brokers(): readonly { readonly brokers: readonly { readonly url: string; readonly healthy: boolean; readonly inflight: number }[] }[];
+  usage(): ReadonlyMap<string, UsageTotals>;
+  flush(): { readonly flushes: number; readonly failures: number; readonly lagMs: number };
+}
+
+/** A tenant's metered totals as the usage counters read them. */
+export interface UsageTotals {
+  readonly requests: number;
+  readonly messagesPushed: number;
+  readonly messagesDelivered: number;
+  readonly acks: number;
+  readonly ingressBytes: number;
+  readonly egressBytes: number;
 }
 
 /** The process's metrics: the pipeline hooks plus the registry and its text. */
