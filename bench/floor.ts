@@ -25,14 +25,29 @@ type Res = ServerResponse | Http2ServerResponse;
 const HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'upgrade', 'proxy-connection', 'te', 'trailer']);
 
 function forward(pool: Pool, req: Req, res: Res, body: Buffer | null): void {
+  // An h2 stream can be reset while its body is still being read: nothing left to answer.
+  if ('stream' in res ? res.stream.destroyed : res.destroyed) return;
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   const auth = req.headers.authorization;
   if (auth !== undefined) headers.authorization = auth;
   if (body) headers['content-length'] = String(body.length);
+  // A client that leaves mid-answer (h2load closes its streams when its time is up) must free the
+  // upstream connection, or the paused exchange holds it forever and the pool runs dry.
+  let abort: ((err: Error) => void) | null = null;
+  let done = false;
+  let left = false;
+  res.once('close', () => {
+    left = true;
+    if (!done) abort?.(new Error('client left'));
+  });
   pool.dispatch(
     { method: req.method as 'GET', path: req.url ?? '/', headers, body, idempotent: false },
     {
-      onConnect() {},
+      onConnect(a: (err: Error) => void) {
+        abort = a;
+        // The client may have left while the request waited for a free connection.
+        if (left) a(new Error('client left'));
+      },
       onHeaders(status: number, raw: Buffer[], resume: () => void): boolean {
         const out: Record<string, string> = {};
         for (let i = 0; i < raw.length; i += 2) {
@@ -47,9 +62,11 @@ function forward(pool: Pool, req: Req, res: Res, body: Buffer | null): void {
         return (res as NodeJS.WritableStream).write(chunk);
       },
       onComplete() {
+        done = true;
         res.end();
       },
       onError() {
+        done = true;
         if (!res.headersSent) {
           res.writeHead(502);
           res.end();
