@@ -17,6 +17,7 @@ import { clientKey, type ClientLimits } from './limits/client-limits.js';
 import type { Admission, Limiter } from './limits/limiter.js';
 import type { EdgeRequest, EdgeResponse, RequestHandler } from './listen/servers.js';
 import { MeteredExchange, type UsageRecorder } from './metering/recorder.js';
+import { accessLogWriter } from './observability/access-log.js';
 import type { Logger } from './observability/log.js';
 import type { LimitOutcome, RequestMetrics } from './observability/metrics.js';
 import type { RouteMatcher } from './routes/match.js';
@@ -84,7 +85,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
   const lp = config.server.longPoll;
   const upstreamCfg = config.upstream;
   const identityMode = config.upstreamIdentity.mode;
-  const accessLog = config.log.accessLog;
+  const writeAccess = config.log.accessLog ? accessLogWriter(log) : null;
   const defaultTenantId = config.auth.defaultTenant;
   const tenantClaimName = config.auth.tenantClaim;
   const tenantById = (id: string): Tenant | undefined => d.tenants.byId(id);
@@ -331,14 +332,14 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     const durationMs = d.clock() - ctx.startMs;
     ctx.ended();
     d.metrics.request(ctx.tenant?.id ?? null, ctx.route?.name ?? null, ctx.status, ctx.code, performance.now() - ctx.startedAt, ctx.upstreamMs, ctx.limit);
-    if (!accessLog) return;
+    if (writeAccess === null) return;
     const traceparent = ONE_OF(req.headers.traceparent);
-    log.info({
+    writeAccess({
       reqId: ctx.id,
       tenant: ctx.tenant?.id ?? null,
       sub: ctx.identity?.sub ?? null,
       route: ctx.route?.name ?? null,
-      method: req.method,
+      method: req.method ?? '',
       status: ctx.status,
       code: ctx.code,
       bytesIn: ctx.bytesIn,
@@ -347,7 +348,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       broker: ctx.broker,
       proto: req.httpVersion,
       trace: traceparent && traceparent.length >= 55 ? traceparent.slice(3, 35) : null,
-    }, 'request');
+    });
   }
 }
 
@@ -371,10 +372,21 @@ function laneOf(
   }
 }
 
+/**
+ * The host a request names, lower case, without port, and without the trailing dot of a fully
+ * qualified name (`acme.example.com.` is the same host: RFC 1034 §3.1), so that spelling cannot
+ * miss the tenant that lists the host and fall back to the token's claim.
+ */
 function hostOf(req: EdgeRequest): string {
   const raw = ONE_OF(req.headers[':authority'] as string | undefined) ?? ONE_OF(req.headers.host) ?? '';
-  const v = raw.charCodeAt(0) === 91 /* [ */ ? raw.slice(0, raw.indexOf(']') + 1) : raw.split(':', 1)[0]!;
-  return v.toLowerCase();
+  let end: number;
+  if (raw.charCodeAt(0) === 91 /* [ */) end = raw.indexOf(']') + 1;
+  else {
+    const colon = raw.indexOf(':');
+    end = colon === -1 ? raw.length : colon;
+  }
+  if (end > 1 && raw.charCodeAt(end - 1) === 46 /* . */) end--;
+  return (end === raw.length ? raw : raw.slice(0, end)).toLowerCase();
 }
 
 /** 'authorization' or 'host' when the raw request repeats it; null otherwise. Allocation-free. */

@@ -138,11 +138,17 @@ export function limitVerdict(state: LimitState, plan: LimitPlan, cost: LimitCost
 
 /** The UTC calendar month containing `now`: an id for keys (`202612`) and its end in ms. */
 export function monthWindow(now: number): { readonly id: string; readonly endMs: number } {
+  // Every admit asks; the month changes twelve times a year.
+  const last = lastMonth;
+  if (last !== null && now >= last.startMs && now < last.endMs) return last;
   const d = new Date(now);
   const y = d.getUTCFullYear();
   const m = d.getUTCMonth();
-  return { id: `${y}${String(m + 1).padStart(2, '0')}`, endMs: Date.UTC(y, m + 1, 1) };
+  lastMonth = { id: `${y}${String(m + 1).padStart(2, '0')}`, startMs: Date.UTC(y, m, 1), endMs: Date.UTC(y, m + 1, 1) };
+  return lastMonth;
 }
+
+let lastMonth: { readonly id: string; readonly startMs: number; readonly endMs: number } | null = null;
 
 /** A refusal class and its Retry-After in whole seconds (docs/limits.md: at least 1). */
 export interface RefusalClass {

@@ -16,8 +16,30 @@ const REDACT = [
   'res.headers["set-cookie"]',
 ];
 
-export function createLogger(level: string, destination?: NodeJS.WritableStream): Logger {
-  return pino({ level, redact: { paths: REDACT, censor: '[redacted]' }, base: { pid: process.pid } }, destination ?? pino.destination({ sync: false }));
+/**
+ * Lines are written to stdout in batches of this many bytes, or every LOG_FLUSH_MS, whichever
+ * comes first: one write(2) per access line cost 6 µs per request in the bench profile. pino
+ * flushes what is left on exit; a SIGKILL loses at most the last LOG_FLUSH_MS of lines.
+ */
+const LOG_BUFFER_BYTES = 4096;
+const LOG_FLUSH_MS = 250;
+
+export function createLogger(level: string, destination?: NodeJS.WritableStream | ReturnType<typeof pino.destination>): Logger {
+  return pino({ level, redact: { paths: REDACT, censor: '[redacted]' }, base: { pid: process.pid } }, destination ?? bufferedStdout());
+}
+
+function bufferedStdout(): ReturnType<typeof pino.destination> {
+  const dest = pino.destination({ sync: false, minLength: LOG_BUFFER_BYTES });
+  const timer = setInterval(() => {
+    try {
+      dest.flush();
+    } catch {
+      // Destroyed at shutdown: nothing left to flush.
+      clearInterval(timer);
+    }
+  }, LOG_FLUSH_MS);
+  timer.unref();
+  return dest;
 }
 
 /** What `format` means for an output that is (or is not) a terminal. */

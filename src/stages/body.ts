@@ -93,19 +93,29 @@ function parseJson(buf: Buffer): unknown | EdgeError {
 function scanKeys(buf: Buffer, max: number): number {
   let depth = 0;
   let keys = 0;
-  let inString = false;
   for (let i = 0; i < buf.length; i++) {
     const c = buf[i]!;
-    if (inString) {
-      if (c === 0x5c /* \ */) i++;
-      else if (c === 0x22 /* " */) inString = false;
-    } else if (c === 0x22) inString = true;
-    else if (c === 0x3a /* : */) keys++;
+    if (c === 0x22 /* " */) {
+      // Strings are most of a body's bytes (payloads): skip to the closing quote natively.
+      for (;;) {
+        const q = buf.indexOf(0x22, i + 1);
+        if (q === -1) return keys; // unterminated: JSON.parse refuses it
+        i = q;
+        if (!escapedAt(buf, q)) break;
+      }
+    } else if (c === 0x3a /* : */) keys++;
     else if (c === 0x7b || c === 0x5b) {
       if (++depth > max) return -1;
     } else if (c === 0x7d || c === 0x5d) depth--;
   }
   return keys;
+}
+
+/** True when the quote at `q` is escaped: preceded by an odd run of backslashes. */
+function escapedAt(buf: Buffer, q: number): boolean {
+  let n = 0;
+  while (q - 1 - n >= 0 && buf[q - 1 - n] === 0x5c) n++;
+  return n % 2 === 1;
 }
 
 /** Own keys of every object in a parsed document (depth already bounded by scanKeys). */

@@ -90,7 +90,7 @@ describe('limitVerdict', () => {
   it('quota Retry-After is the seconds to the next UTC month', () => {
     const now = Date.parse('2026-12-31T23:59:30Z');
     const w = monthWindow(now);
-    expect(w).toEqual({ id: '202612', endMs: Date.parse('2027-01-01T00:00:00Z') });
+    expect(w).toMatchObject({ id: '202612', endMs: Date.parse('2027-01-01T00:00:00Z') });
     const v = limitVerdict({ ...EMPTY, monthMessages: 1000 }, plan, { ...NOTHING, messages: 1 }, now);
     expect(classifyRefusal(v.refused, 0, 0, now, w.endMs)).toEqual({ code: 'quota_exceeded', retryAfterSec: 30 });
     expect(monthWindow(Date.parse('2027-01-01T00:00:00Z')).id).toBe('202701');
@@ -176,5 +176,15 @@ describe('Breaker', () => {
     expect(b.allow()).toBe(true);
     b.success();
     expect([b.state(), b.allow()]).toEqual(['closed', true]);
+  });
+});
+
+describe('monthWindow', () => {
+  it('names the UTC month of each instant, across boundaries in both directions (it remembers the last month)', () => {
+    const lastMsOfDec = Date.UTC(2026, 11, 31, 23, 59, 59, 999);
+    const newYear = Date.UTC(2027, 0, 1);
+    const seen = [lastMsOfDec, newYear, lastMsOfDec, Date.UTC(2026, 11, 1), Date.UTC(2026, 11, 1) - 1, Date.UTC(2024, 1, 29, 12)].map((t) => monthWindow(t));
+    expect(seen.map((m) => m.id)).toEqual(['202612', '202701', '202612', '202612', '202611', '202402']);
+    expect(seen.map((m) => m.endMs)).toEqual([newYear, Date.UTC(2027, 1, 1), newYear, newYear, Date.UTC(2026, 11, 1), Date.UTC(2024, 2, 1)]);
   });
 });

@@ -86,3 +86,28 @@ describe('/metrics', () => {
     await parked;
   });
 });
+
+describe('latency histograms', () => {
+  it('expose what a prom-client Histogram with the same buckets exposes for the same observations, and sum across workers', async () => {
+    const { Histogram, Registry, AggregatorRegistry } = await import('prom-client');
+    const { createMetrics } = await import('../../src/observability/metrics.js');
+    const sources = { limiterMode: () => 'memory', brokers: () => [], usage: () => new Map(), flush: () => ({ flushes: 0, failures: 0, lagMs: 0 }) };
+    const ours = createMetrics(sources);
+    const reference = new Registry();
+    const buckets = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+    const h = new Histogram({ name: 'queen_edge_upstream_duration_seconds', help: 'x', labelNames: ['route'], buckets, registers: [reference] });
+    const observations: Array<[string, number]> = [['push', 0.0001], ['push', 0.00007], ['pop', 70], ['push', 0.3], ['pop', 0.00005], ['pop', 2.5]];
+    for (const [route, ms] of observations) ours.request('t', route, 200, null, ms * 1000 + 1, ms * 1000, null);
+    for (const [route, s] of observations) h.labels(route).observe(s);
+    const lines = (text: string) => text.split('\n').filter((l) => l.startsWith('queen_edge_upstream_duration_seconds')).sort();
+    const mine = lines(await ours.text());
+    expect(mine.length).toBe(2 * (buckets.length + 3));
+    // Floating-point sums of ms→s conversions may differ in the last digit.
+    const rounded = (ls: string[]) => ls.map((l) => l.replace(/ (\S+)$/, (_m, v: string) => ` ${Number(Number(v).toPrecision(9))}`));
+    expect(rounded(mine)).toEqual(rounded(lines(await reference.metrics())));
+    // Workers: the primary sums the same family from every worker.
+    const merged = AggregatorRegistry.aggregate([await ours.registry.getMetricsAsJSON(), await ours.registry.getMetricsAsJSON()]);
+    const count = (await merged.getMetricsAsJSON()).find((m) => m.name === 'queen_edge_upstream_duration_seconds')!.values.find((v) => (v as { metricName?: string }).metricName === 'queen_edge_upstream_duration_seconds_count' && v.labels.route === 'pop');
+    expect(count?.value).toBe(6);
+  });
+});

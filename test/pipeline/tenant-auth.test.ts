@@ -89,6 +89,14 @@ describe('tenants with their own identity providers', () => {
     expect(forwarded(broker).length).toBe(before + 1);
   });
 
+  it('a host spelled with the trailing dot of a fully qualified name is the same tenant\'s host', async () => {
+    // The token of ta's IdP carries no claim: only the host can pick ta, so 204 proves the dotted host resolved.
+    expect((await pop(await signWith(keyA, { ...fresh(), iss: ISS_A, aud: 'queen' }), 'a.localhost.')).status).toBe(204);
+    expect((await pop(await signWith(keyA, { ...fresh(), iss: ISS_A, aud: 'queen' }), 'A.LOCALHOST.:443')).status).toBe(204);
+    // The skeleton-key rule holds on the dotted spelling too: a global token naming tb is refused on ta's host.
+    expect((await pop(await token({ roles: ['admin'], tenant: 'tb' }), 'a.localhost.')).status).toBe(401);
+  });
+
   it('a tenant IdP token naming another tenant is refused on its own host (403)', async () => {
     const r = await pop(await signWith(keyA, { ...fresh(), iss: ISS_A, aud: 'queen', tenant: 'tb' }), 'a.localhost');
     expect(r.status).toBe(403);

@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { isEdgeError } from '../../src/errors.js';
 import { ackFacts, pushFacts, transactionFacts } from '../../src/stages/body.js';
@@ -62,6 +63,32 @@ describe('what the edge counts is what the broker acts on', () => {
   it('counts keys correctly around colons and escapes inside strings', () => {
     const r = pushFacts(b({ items: [{ queue: 'a:b', payload: { 'k:"\\': 'x:y', '': [':', { z: null }] } }] }));
     expect(isEdgeError(r)).toBe(false);
+  });
+
+  it.each([
+    ['an escaped quote hiding a key', '{"items":[{"payload":"a\\",\\"items\\":[]"}],"items":[]}', true],
+    ['a string ending in an escaped backslash', '{"items":[{"payload":"x\\\\"}],"items":[]}', true],
+    ['three backslashes then a quote', '{"items":[{"payload":"\\\\\\"\\":"}]}', false],
+    ['a string ending in an escaped backslash, no duplicate', '{"items":[{"payload":"x\\\\","p2":"y\\\\\\\\"}]}', false],
+  ])('finds duplicates past escapes: %s', (_name, text, duplicate) => {
+    expect(JSON.parse(text)).toBeTruthy();
+    const r = pushFacts(Buffer.from(text));
+    if (duplicate) expect(isEdgeError(r) && r.message).toBe('duplicate key in JSON object');
+    else expect(isEdgeError(r)).toBe(false);
+  });
+
+  it('accepts every document without duplicates and counts its items, whatever its strings hold', () => {
+    const text = fc.string({ unit: fc.constantFrom('"', '\\', ':', '{', '[', 'a', '\u00e9', '}', ']', ',') });
+    const value = fc.letrec<{ v: unknown }>((tie) => ({
+      v: fc.oneof({ depthSize: 'small' }, text, fc.integer(), fc.array(tie('v'), { maxLength: 3 }), fc.dictionary(text, tie('v'), { maxKeys: 3 })),
+    })).v;
+    fc.assert(
+      fc.property(fc.array(value, { minLength: 1, maxLength: 4 }), (items) => {
+        const r = pushFacts(Buffer.from(JSON.stringify({ items })));
+        expect(r).toMatchObject({ messages: items.length });
+      }),
+      { numRuns: 300 },
+    );
   });
 
   it.each([['PUSH'], ['Push'], [undefined], [' push'], [1]])('refuses a transaction operation typed %j', (type) => {
