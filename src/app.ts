@@ -26,6 +26,7 @@ import { createBrokerPools } from './upstream/pools.js';
 import { createUpstreamProxy } from './upstream/proxy.js';
 import { createBrokerMaintenance } from './upstream/maintenance.js';
 import { createAdminHandler } from './admin/api.js';
+import { adminHostNames } from './admin/hosts.js';
 import { createLiveStats } from './admin/stats.js';
 
 export interface AppOptions {
@@ -116,6 +117,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   const metricsText = opts.metricsText ?? (() => metrics.text());
   const admin = createAdminHandler({
     token: config.server.admin.token,
+    hostNames: adminHostNames(config.server.admin.host, config.server.admin.allowedHosts),
     tenants,
     tenantRecord: async (id) => tenants.recordOf(id) ?? null,
     usage: (id, from, to) => meter.usage(id, from, to),

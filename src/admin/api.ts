@@ -7,6 +7,8 @@
  *   neither its content nor its length leaks through timing.
  * - `/metrics` needs no token: scrapers rarely carry one, and the admin listener is meant to be
  *   loopback or cluster-internal (it binds 127.0.0.1 by default).
+ * - Every request, probes included, must name the listener in its Host header (hosts.ts): a
+ *   browser led there by DNS rebinding sends the attacker's name and gets 403.
  * - Writes go through the tenant store's writers (schema-checked, problems by path), which
  *   publish the change so every instance reloads within a second; each change is logged with
  *   the admin token's id (first 8 hex digits of its SHA-256) and what changed.
@@ -27,12 +29,15 @@ import type { ClusterSnapshot } from '../upstream/clusters.js';
 import type { BrokerMaintenance, BrokerMaintenanceState, MaintenanceSwitch } from '../upstream/maintenance.js';
 import { answerProbe, type Readiness } from './probes.js';
 import { serveConsole } from './console.js';
-import { isEdgeError } from '../errors.js';
+import { adminHostAllowed } from './hosts.js';
+import { edgeError, isEdgeError, renderError } from '../errors.js';
 
 /** What the admin handler reads and writes. */
 export interface AdminDeps {
   /** server.admin.token; null or '' disables the admin API. */
   readonly token: string | null;
+  /** Host names answered besides IP literals (adminHostNames). */
+  readonly hostNames: ReadonlySet<string>;
   readonly tenants: TenantStore;
   /** The raw record in force for a tenant (Redis record or config file entry), for GET. */
   readonly tenantRecord: (id: string) => Promise<RawTenant | null>;
@@ -382,6 +387,7 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
   };
 
   return (req, res) => {
+    if (!adminHostAllowed(req.headers.host, d.hostNames)) return refuseHost(res);
     if (answerProbe(req, res, d.readiness)) return;
     serve(req, res).catch((err: unknown) => {
       d.log.error({ err }, 'admin handler failure');
@@ -389,6 +395,13 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
       else res.destroy();
     });
   };
+}
+
+/** A request whose Host does not name the listener: refused before any endpoint is looked at. */
+function refuseHost(res: EdgeResponse): void {
+  const r = renderError(edgeError('forbidden', 'Host not allowed on the admin listener (server.admin.allowedHosts)'));
+  res.writeHead(r.status, r.headers);
+  res.end(r.body);
 }
 
 /** The request body as JSON; a refusal for an oversized or malformed one. */

@@ -103,6 +103,8 @@ export const configSchema = z.strictObject({
       host: host.default('127.0.0.1'),
       port: port.nullable().default(9090),
       token: z.string().nullable().default(null),
+      /** added: DNS names the admin listener answers to besides IP literals, `localhost` and `host` (DNS rebinding guard). */
+      allowedHosts: z.array(z.string().regex(/^[A-Za-z0-9._-]+$/, 'a host name, without scheme, port or path')).default([]),
     }).prefault({}),
     bodyLimitBytes: z.number().int().positive().default(16 * 1024 * 1024),
     longPoll: z.strictObject({

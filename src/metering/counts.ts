@@ -4,7 +4,8 @@
  * - push: items of the broker's response array whose status is `queued` or `duplicate`;
  * - pop: length of `messages` in a 200 response (a 204 delivers nothing);
  * - ack, ack batch: items of the response array with `success: true`;
- * - transaction: the push items of the request, when the broker answered 2xx (all or nothing).
+ * - transaction: the push items and ack operations of the request, when the broker answered 2xx
+ *   (all or nothing).
  */
 import type { ErrorCode } from '../errors.js';
 import type { Exchange } from './recorder.js';
@@ -71,7 +72,10 @@ export function countExchange(c: UsageCounts, x: Exchange): void {
       c.acks += x.answerLost ? x.requestAcks : ackedItems(x.response);
       break;
     case 'transaction':
-      if ((x.status >= 200 && x.status < 300) || x.answerLost) c.messagesPushed += x.requestMessages;
+      if ((x.status >= 200 && x.status < 300) || x.answerLost) {
+        c.messagesPushed += x.requestMessages;
+        c.acks += x.requestAcks;
+      }
       break;
     case 'none':
       break;

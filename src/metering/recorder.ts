@@ -15,7 +15,7 @@ export interface Exchange {
   readonly code: ErrorCode | null;
   readonly bytesIn: number;
   readonly bytesOut: number;
-  /** Acknowledgements the request body carries (ack, ack batch); 0 for other routes. */
+  /** Acknowledgements the request body carries (ack, ack batch, a transaction's ack operations); 0 for other routes. */
   readonly requestAcks: number;
   /** Items the request body pushes (push items, transaction push items); 0 for other routes. */
   readonly requestMessages: number;
@@ -39,8 +39,9 @@ export const NO_USAGE: UsageRecorder = Object.freeze({ record(): void {} });
 /**
  * The usage side of one request: the facts metering counts, and the rule that decides when they
  * are complete. An exchange is recorded once, when its response ended (finish or close) and, if
- * its relayed answer is counted (pushes, pops, acks), once that answer was parsed, whichever of
- * the two comes last. The pipeline's request context extends it, so this costs no allocation.
+ * it was forwarded, once the proxy handed over its answer (parsed where it is counted: pushes,
+ * pops, acks), whichever of the two comes last. The pipeline's request context extends it, so
+ * this costs no allocation.
  */
 export class MeteredExchange<T extends { readonly id: string } = { readonly id: string }> {
   /** Null until the tenant is known; an exchange without one is not metered. */
@@ -52,7 +53,7 @@ export class MeteredExchange<T extends { readonly id: string } = { readonly id: 
   bytesOut = 0;
   /** Push items of the request body (a transaction's pushes are counted from here). */
   requestMessages = 0;
-  /** Acknowledgements of the request body (ack routes). */
+  /** Acknowledgements of the request body (ack routes; a transaction's are counted from here). */
   requestAcks = 0;
   /** See Exchange.answerLost. */
   answerLost = false;

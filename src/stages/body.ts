@@ -144,12 +144,13 @@ export function pushFacts(buf: Buffer): BodyFacts | EdgeError {
   return { messages: doc.items.length, firstItem: doc.items[0], leaseId: null, acks: 0 };
 }
 
-/** `{operations:[...], requiredLeases?}`: pushed items and the first lease referred to. */
+/** `{operations:[...], requiredLeases?}`: pushed items, ack operations and the first lease referred to. */
 export function transactionFacts(buf: Buffer): BodyFacts | EdgeError {
   const doc = parseJson(buf);
   if (isEdgeError(doc)) return doc;
   if (!isObject(doc) || !Array.isArray(doc.operations)) return edgeError('invalid_request', 'body must be an object with an "operations" array');
   let messages = 0;
+  let acks = 0;
   let firstItem: unknown;
   let leaseId: string | null = Array.isArray(doc.requiredLeases) && typeof doc.requiredLeases[0] === 'string' ? doc.requiredLeases[0] : null;
   for (const op of doc.operations) {
@@ -161,9 +162,12 @@ export function transactionFacts(buf: Buffer): BodyFacts | EdgeError {
       if (!Array.isArray(op.items)) return edgeError('invalid_request', 'a push operation needs an "items" array');
       messages += op.items.length;
       if (firstItem === undefined) firstItem = op.items[0];
-    } else if (leaseId === null && typeof op.leaseId === 'string') leaseId = op.leaseId;
+    } else {
+      acks++;
+      if (leaseId === null && typeof op.leaseId === 'string') leaseId = op.leaseId;
+    }
   }
-  return { messages, firstItem, leaseId, acks: 0 };
+  return { messages, firstItem, leaseId, acks };
 }
 
 /** Ack or ack batch: the lease id of the (first) acknowledgement. */

@@ -39,7 +39,7 @@ export interface ProxyExchange extends RelayRecord {
   broker: string | null;
   /** The relayed answer will be handed to relayed(): hold metering until then. */
   expectBody(): void;
-  /** The relayed answer, parsed (undefined when there was none or it was not JSON). */
+  /** The relayed answer, parsed (undefined when none was captured or it was not JSON). */
   relayed(doc: unknown): void;
   /** Set when the request reached the broker and the client left before any answer was read. */
   answerLost: boolean;
@@ -50,8 +50,8 @@ export interface UpstreamProxy {
   /**
    * Forwards `req` and relays the answer into `res`. Resolves with the refusal the caller must
    * render when no response started (no broker, connect failure, timeout), or null when the
-   * answer was relayed or the client left. Never rejects. When `req.capture` is set, the exchange
-   * gets relayed() exactly once, after the response went out.
+   * answer was relayed or the client left. Never rejects. The exchange gets relayed() exactly
+   * once, after the response went out (with the parsed answer when `req.capture` is set).
    */
   forward(res: EdgeResponse, x: ProxyExchange, tenant: Tenant, req: ProxyRequest): Promise<EdgeError | null>;
   /**
@@ -90,7 +90,9 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
   }
 
   async function forward(res: EdgeResponse, x: ProxyExchange, tenant: Tenant, req: ProxyRequest): Promise<EdgeError | null> {
-    if (req.capture) x.expectBody();
+    // Metering waits for the outcome even when it counts no answer: a transaction whose client left
+    // is counted from its request, and only the proxy learns that it was sent (answerLost).
+    x.expectBody();
     let body: Buffer | null = null;
     try {
       const lane = req.lane;
@@ -133,7 +135,7 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
         return failureError(result.failure);
       }
     } finally {
-      if (req.capture && body === null) x.relayed(undefined);
+      if (body === null) x.relayed(undefined);
     }
   }
 

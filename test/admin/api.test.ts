@@ -43,7 +43,7 @@ describe('admin API authentication', () => {
       expect(r.status).toBe(401);
       expect(r.json).toEqual({ error: 'missing or invalid admin token', code: 'unauthorized' });
     }
-    const basic = await call(a, 'GET', '/admin/v1/tenants', { base: a.adminUrl, headers: { authorization: `Basic ${ADMIN_TOKEN}` } });
+    const basic = await call(a, 'GET', '/admin/v1/tenants', { base: a.adminUrl, host: '127.0.0.1', headers: { authorization: `Basic ${ADMIN_TOKEN}` } });
     expect(basic.status).toBe(401);
   });
 

@@ -222,6 +222,7 @@ describe('a usage store failing in the middle of an export', () => {
   it('cuts the response before its end: the client sees an error, not a short export', async () => {
     const handler = createAdminHandler({
       token: ADMIN_TOKEN,
+      hostNames: new Set(),
       tenants: { backing: 'static', all: () => ids.map((id) => ({ id })) } as unknown as TenantStore,
       tenantRecord: async () => null,
       usage: async () => new Map(),

@@ -105,6 +105,11 @@ describe('configuration', () => {
     expect(problemsOf(() => compileTables(cfg))).toEqual(['tenants.b.hosts: host "x" is already listed by tenant "a"']);
   });
 
+  it('refuses admin allowedHosts that are not bare host names (they would never match a Host)', () => {
+    const problems = problemsOf(() => parseConfig({ ...minimal, server: { admin: { allowedHosts: ['admin.ns.svc', 'http://admin.ns.svc', 'admin.ns.svc:9090', '*.svc', ''] } } }, {}));
+    expect(problems.filter((p) => p.startsWith('server.admin.allowedHosts'))).toEqual([1, 2, 3, 4].map((i) => `server.admin.allowedHosts[${i}]: a host name, without scheme, port or path`));
+  });
+
   it('reports YAML syntax errors and missing files', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'qe-cfg-'));
     await writeFile(join(dir, 'bad.yaml'), 'server: [unclosed\n');

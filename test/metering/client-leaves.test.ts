@@ -45,8 +45,8 @@ describe('a client that leaves does not make what the broker did free', () => {
           res.writeHead(201, { 'content-type': 'application/json' });
           return void res.end(JSON.stringify([{ status: 'buffered' }, { status: 'buffered' }]));
         }
-        if (req.url === '/api/v1/push' || req.url === '/api/v1/ack/batch') {
-          // The push or ack is taken (a broker would have acted on it) and its answer never comes.
+        if (req.url === '/api/v1/push' || req.url === '/api/v1/ack/batch' || req.url === '/api/v1/transaction') {
+          // The push, ack or transaction is taken (a broker would have acted on it) and its answer never comes.
           held.push(res);
           pushArrived?.();
           return;
@@ -97,6 +97,13 @@ describe('a client that leaves does not make what the broker did free', () => {
     await sendAndLeave('/api/v1/ack/batch', { consumerGroup: 'g', acknowledgments: [ack(1), ack(2)] });
     await waitFor(() => recorded.some((x) => x.route.name === 'ack.batch'), 10_000, 'the ack batch to be metered');
     expect(counted('ack.batch').acks).toBe(2);
+  });
+
+  it('a transaction whose client leaves once it reached the broker counts its pushes and its acks from the request', async () => {
+    const ack = (i: number) => ({ type: 'ack', transactionId: `t${i}`, partitionId: 'p', leaseId: 'lease-1', status: 'completed' });
+    await sendAndLeave('/api/v1/transaction', { operations: [ack(1), { type: 'push', items: [{ queue: 'q', payload: 1 }, { queue: 'q', payload: 2 }] }, ack(2), ack(3)] });
+    await waitFor(() => recorded.some((x) => x.route.name === 'transaction'), 10_000, 'the transaction to be metered');
+    expect(counted('transaction')).toMatchObject({ messagesPushed: 2, acks: 3 });
   });
 
   it('a pop whose client takes most of the batch and leaves before the last byte is counted whole', async () => {

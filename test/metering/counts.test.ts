@@ -14,10 +14,10 @@ describe('countExchange', () => {
     ['pop: messages of a 200', x('pop.queue', 200, { messages: [{}, {}, {}] }), { messagesDelivered: 3 }],
     ['pop: a 204 delivers nothing', x('pop.queue', 204, undefined), { messagesDelivered: 0 }],
     ['ack: only success true', x('ack.batch', 200, [{ success: true }, { success: false }, { success: true }]), { acks: 2 }],
-    ['transaction: request items when 2xx', x('transaction', 200, undefined, { requestMessages: 7 }), { messagesPushed: 7 }],
-    ['transaction: nothing when refused', x('transaction', 409, undefined, { requestMessages: 7 }), { messagesPushed: 0 }],
+    ['transaction: request items and acks when 2xx', x('transaction', 200, undefined, { requestMessages: 7, requestAcks: 2 }), { messagesPushed: 7, acks: 2 }],
+    ['transaction: nothing when refused', x('transaction', 409, undefined, { requestMessages: 7, requestAcks: 2 }), { messagesPushed: 0, acks: 0 }],
     ['push: the request items when the client left before any answer', x('push', 0, undefined, { requestMessages: 5, answerLost: true }), { messagesPushed: 5 }],
-    ['transaction: the request items when the client left before any answer', x('transaction', 0, undefined, { requestMessages: 3, answerLost: true }), { messagesPushed: 3 }],
+    ['transaction: the request items and acks when the client left before any answer', x('transaction', 0, undefined, { requestMessages: 3, requestAcks: 2, answerLost: true }), { messagesPushed: 3, acks: 2 }],
     ['ack: the request acks when the client left before any answer', x('ack.batch', 0, undefined, { requestAcks: 4, answerLost: true }), { acks: 4 }],
     ['a refusal by code', x('push', 429, undefined, { code: 'rate_limited' }), { refusals: { rate_limited: 1 } }],
   ])('%s', (_name, exchange, expected) => {

@@ -31,7 +31,7 @@ afterAll(async () => {
 const bytes = (s: string) => Buffer.byteLength(s);
 
 describe('usage across two instances', () => {
-  it('counts 300 pushed (one duplicate), 250 delivered, 250 acks, the bytes and a refusal, exactly once', async () => {
+  it('counts 301 pushed (one duplicate, one in a transaction), 252 delivered, 252 acks (two in a transaction), the bytes and a refusal, exactly once', async () => {
     const tok = await token({ roles: ['read-write'], tenant: 'acme' });
     let ingress = 0;
     let egress = 0;
@@ -63,6 +63,20 @@ describe('usage across two instances', () => {
       expect(ack.status).toBe(200);
       egress += bytes(ack.text);
     }
+    // Two more delivered, then acked by a transaction that also pushes one: its acks are acks.
+    const p = await send(a, 'GET', '/api/v1/pop/queue/orders?batch=2');
+    expect(p.status).toBe(200);
+    egress += bytes(p.text);
+    const popped = (p.json as { messages: Array<{ transactionId: string; partitionId: string; leaseId: string }> }).messages;
+    expect(popped).toHaveLength(2);
+    const tx = await send(b, 'POST', '/api/v1/transaction', {
+      operations: [
+        ...popped.map((m) => ({ type: 'ack', transactionId: m.transactionId, partitionId: m.partitionId, leaseId: m.leaseId, status: 'completed' })),
+        { type: 'push', items: [{ queue: 'orders', transactionId: 'tx-in-transaction', payload: { n: 0 } }] },
+      ],
+    });
+    expect(tx.status).toBe(200);
+    egress += bytes(tx.text);
     // One refusal the tenant is metered for: kv is not in the test plan.
     expect((await send(a, 'GET', '/api/v1/kv/x')).status).toBe(403);
 
@@ -73,9 +87,9 @@ describe('usage across two instances', () => {
     }, 5000, 'both instances flushed');
     expect(usage.total).toEqual({
       requests,
-      messagesPushed: 300,
-      messagesDelivered: 250,
-      acks: 250,
+      messagesPushed: 301,
+      messagesDelivered: 252,
+      acks: 252,
       ingressBytes: ingress,
       egressBytes: egress,
       refusals: { feature_gated: 1 },
