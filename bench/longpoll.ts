@@ -19,6 +19,8 @@ export interface LongPollResult {
   rssBeforeMiB: number;
   rssPeakMiB: number;
   rssPerPollKiB: number;
+  /** V8 heap used per parked poll (garbage not yet collected included): the JS share of the RSS. */
+  heapPerPollKiB: number;
   loopDelayP50Ms: number;
   loopDelayP99Ms: number;
   loopDelayMaxMs: number;
@@ -115,6 +117,7 @@ function percentile(sorted: readonly number[], q: number): number {
 export async function runLongPolls(edge: EdgeProcess, doublePort: number, n: number, holdSeconds: number, token: string): Promise<LongPollResult> {
   const port = Number(new URL(edge.base).port);
   const rssBefore = treeRssBytes(edge.pid);
+  const heapBefore = (await edge.read()).heapUsedBytes;
   const t0 = Date.now();
   const polls = await openPolls(port, n, token, 64);
   let parked = 0;
@@ -160,6 +163,7 @@ export async function runLongPolls(edge: EdgeProcess, doublePort: number, n: num
     rssBeforeMiB: mib(rssBefore),
     rssPeakMiB: mib(rssPeak),
     rssPerPollKiB: (rssPeak - rssBefore) / 1024 / n,
+    heapPerPollKiB: (reading.heapUsedBytes - heapBefore) / 1024 / n,
     loopDelayP50Ms: reading.loopP50Ms,
     loopDelayP99Ms: reading.loopP99Ms,
     loopDelayMaxMs: reading.loopMaxMs,

@@ -15,6 +15,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { parseArgs as parseCli } from 'node:util';
 import { SignJWT } from 'jose';
 import type { Redis } from 'ioredis';
 import { configSchema } from '../src/config/schema.js';
@@ -31,11 +32,11 @@ import { childFileLimit, freePort, loadAverage, nodeProcessCount, sleep, spawnWi
 import { renderMarkdown, updateBenchmarksMd } from './report.js';
 
 /** Scenario ids, in the order they run. */
-export const SCENARIOS = ['direct', 'nginx', 'floor', 'edge', 'full', 'full-rs256', 'workers', 'h2-floor', 'h2-edge', 'h2-full', 'throttled', 'h2-throttled', 'longpoll'] as const;
+export const SCENARIOS = ['direct', 'nginx', 'floor', 'edge', 'full', 'full-rs256', 'leased', 'workers', 'h2-floor', 'h2-edge', 'h2-full', 'throttled', 'h2-throttled', 'longpoll'] as const;
 export type ScenarioId = (typeof SCENARIOS)[number];
 
 /** Scenarios whose proxy talks to the private Redis (the others get no Redis column). */
-const USES_REDIS: ReadonlySet<ScenarioId> = new Set(['full', 'full-rs256', 'workers', 'h2-full', 'throttled', 'h2-throttled']);
+const USES_REDIS: ReadonlySet<ScenarioId> = new Set(['full', 'full-rs256', 'leased', 'workers', 'h2-full', 'throttled', 'h2-throttled']);
 
 /** Scenarios loaded over HTTP/2 by h2load (the others over HTTP/1.1 by autocannon). */
 export const H2_SCENARIOS: ReadonlySet<ScenarioId> = new Set(['h2-floor', 'h2-edge', 'h2-full', 'h2-throttled']);
@@ -52,6 +53,7 @@ export const SCENARIO_LABELS: Record<ScenarioId, string> = {
   edge: '3. queen-edge plain forwarding',
   full: '4. queen-edge full pipeline (HS256)',
   'full-rs256': '4b. full pipeline, RS256 via JWKS',
+  leased: '4c. full pipeline, limits.mode: leased',
   workers: '5. full pipeline, server.workers: 2',
   'h2-floor': '7a. h2 floor (node:http2 + undici)',
   'h2-edge': '7b. queen-edge plain forwarding, h2',
@@ -135,29 +137,41 @@ export function throttledWorkloads(): Workload[] {
   ];
 }
 
-/** Parses argv into options. */
+/** Parses argv into options (`--render FILE` is read by the entry point, so it is accepted here). */
 export function parseArgs(argv: readonly string[], log: (line: string) => void = (l) => process.stdout.write(`${l}\n`)): BenchOptions {
-  const flag = (name: string) => argv.includes(`--${name}`);
-  const value = (name: string): string | undefined => {
-    const i = argv.indexOf(`--${name}`);
-    return i === -1 ? argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) : argv[i + 1];
-  };
-  const quick = flag('quick');
-  const onlyRaw = value('only');
-  const only = onlyRaw ? new Set(onlyRaw.split(',').map((s) => s.trim()) as ScenarioId[]) : null;
+  const { values: v } = parseCli({
+    args: [...argv],
+    options: {
+      quick: { type: 'boolean', default: false },
+      only: { type: 'string' },
+      seconds: { type: 'string' },
+      warmup: { type: 'string' },
+      connections: { type: 'string', default: '50' },
+      'h2-streams': { type: 'string', default: String(H2_STREAMS) },
+      polls: { type: 'string', default: '1000,10000' },
+      hold: { type: 'string', default: '15' },
+      profile: { type: 'boolean', default: false },
+      tsx: { type: 'boolean', default: false },
+      'no-write': { type: 'boolean', default: false },
+      render: { type: 'string' },
+    },
+    strict: true,
+  });
+  const quick = v.quick;
+  const only = v.only ? new Set(v.only.split(',').map((s) => s.trim()) as ScenarioId[]) : null;
   for (const s of only ?? []) if (!SCENARIOS.includes(s)) throw new Error(`unknown scenario "${s}" (known: ${SCENARIOS.join(', ')})`);
   return {
     quick,
     only,
-    seconds: Number(value('seconds') ?? (quick ? 2 : 6)),
-    warmupSeconds: Number(value('warmup') ?? (quick ? 0.5 : 2)),
-    connections: Number(value('connections') ?? 50),
-    h2Streams: Number(value('h2-streams') ?? H2_STREAMS),
-    polls: (value('polls') ?? '1000,10000').split(',').map(Number),
-    holdSeconds: Number(value('hold') ?? 15),
-    profile: flag('profile'),
-    fromSource: flag('tsx'),
-    write: !flag('no-write'),
+    seconds: Number(v.seconds ?? (quick ? 2 : 6)),
+    warmupSeconds: Number(v.warmup ?? (quick ? 0.5 : 2)),
+    connections: Number(v.connections),
+    h2Streams: Number(v['h2-streams']),
+    polls: v.polls.split(',').map(Number),
+    holdSeconds: Number(v.hold),
+    profile: v.profile,
+    fromSource: v.tsx,
+    write: !v['no-write'],
     log,
   };
 }
@@ -221,7 +235,7 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
 
     let redis: PrivateRedis | null = null;
     let stats: Redis | null = null;
-    const needsRedis = (['full', 'full-rs256', 'workers', 'h2-full', 'throttled', 'h2-throttled', 'longpoll'] as const).some(wanted);
+    const needsRedis = (['full', 'full-rs256', 'leased', 'workers', 'h2-full', 'throttled', 'h2-throttled', 'longpoll'] as const).some(wanted);
     if (needsRedis) {
       redis = await PrivateRedis.start();
       cleanups.push(() => redis!.kill());
@@ -348,6 +362,10 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
       log(SCENARIO_LABELS['full-rs256']);
       await withEdge('edge-full-rs256', fullInput({ jwksUrl: jwks!.url }), (edge) => measure('full-rs256', edge.base, { authorization: `Bearer ${rsToken}` }, edge.pid));
     }
+    if (wanted('leased')) {
+      log(SCENARIO_LABELS.leased);
+      await withEdge('edge-leased', fullInput({ extra: { ...metering.extra, limits: { mode: 'leased' } } }), (edge) => measure('leased', edge.base, bearer, edge.pid));
+    }
     if (wanted('workers')) {
       log(SCENARIO_LABELS.workers);
       await withEdge('edge-workers', fullInput({ workers: 2 }), async (edge) => {
@@ -398,7 +416,7 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
           const after = stats ? await redisTotals(stats) : null;
           report.longPolls.push({ ...r, redisCommandsPerPoll: before && after ? (after.calls - before.calls) / n : null });
           log(
-            `  ${n} polls: parked ${r.parkedAtPeak} in ${r.secondsToPark.toFixed(1)} s; RSS ${r.rssBeforeMiB.toFixed(0)} → ${r.rssPeakMiB.toFixed(0)} MiB (${r.rssPerPollKiB.toFixed(1)} KiB/poll); loop delay p99 ${r.loopDelayP99Ms.toFixed(1)} ms max ${r.loopDelayMaxMs.toFixed(1)} ms; probe push p99 ${r.probeP99Ms.toFixed(1)} ms; ${r.answered204} answered 204`,
+            `  ${n} polls: parked ${r.parkedAtPeak} in ${r.secondsToPark.toFixed(1)} s; RSS ${r.rssBeforeMiB.toFixed(0)} → ${r.rssPeakMiB.toFixed(0)} MiB (${r.rssPerPollKiB.toFixed(1)} KiB/poll, V8 heap ${r.heapPerPollKiB.toFixed(1)}); loop delay p99 ${r.loopDelayP99Ms.toFixed(1)} ms max ${r.loopDelayMaxMs.toFixed(1)} ms; probe push p99 ${r.probeP99Ms.toFixed(1)} ms; ${r.answered204} answered 204`,
           );
         });
       }
@@ -466,10 +484,10 @@ async function snapshot(proxyPid: number | null, doublePid: number, stats: Redis
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const opts = parseArgs(process.argv.slice(2));
-  const render = process.argv.indexOf('--render');
-  if (render !== -1) {
+  const render = parseCli({ args: process.argv.slice(2), options: { render: { type: 'string' } }, strict: false }).values.render;
+  if (typeof render === 'string') {
     // Re-renders BENCHMARKS.md's block from a saved result (after a change of the report's layout).
-    const saved = JSON.parse(await readFile(process.argv[render + 1]!, 'utf8')) as BenchReport;
+    const saved = JSON.parse(await readFile(render, 'utf8')) as BenchReport;
     await updateBenchmarksMd(join(REPO_ROOT, 'BENCHMARKS.md'), renderMarkdown(saved, SCENARIO_LABELS));
   } else if (process.env.QE_BENCH_NOFILE === '1') await runBench(opts);
   else {

@@ -57,7 +57,7 @@ export interface BodyFacts {
   readonly firstItem: unknown;
   /** A lease id the request refers to (ack, ack batch, transaction), for broker affinity. */
   readonly leaseId: string | null;
-  /** Acknowledgements of an ack (1) or ack batch (its items); metered when their answer is lost. */
+  /** Acknowledgements: an ack (1), an ack batch (its items) or a transaction's ack operations; metered from here when their answer is lost. */
   readonly acks: number;
 }
 
