@@ -114,4 +114,31 @@ describe('limiter stores: TypeScript verdict vs Lua script', () => {
       },
     );
   });
+
+  it('decide the admits of one tenant sent in one turn (one script call) as the verdict decides them in order', async () => {
+    await fc.assert(
+      fc.asyncProperty(planArb, fc.array(stepArb, { minLength: 2, maxLength: 12 }), async (p, steps) => {
+        const plan = compileLimitPlan(
+          { requestsPerSec: p.requestsPerSec, requestBurst: p.requestBurst, messagesPerSec: p.messagesPerSec, messageBurst: p.messageBurst, parkedPolls: p.parkedPolls, maxPayloadBytes: 1 << 20, maxBatch: 1000 },
+          { messagesPerMonth: p.messagesPerMonth, ingressBytesPerMonth: p.ingressBytesPerMonth },
+        );
+        const tenant = `diff-turn-${run++}`;
+        const memory = new MemoryLimitStore();
+        const shared = new RedisLimitStore(redis, prefix);
+        const now = Date.now();
+        const month = monthWindow(now);
+        const costs: LimitCost[] = steps.map((s) => ({ messages: s.messages, ingressBytes: s.ingressBytes, parkedPoll: s.parkedPoll }));
+        // Issued without awaiting: the store sends them in one EVALSHA.
+        const lua = await Promise.all(costs.map((cost, i) => shared.admit(tenant, plan, cost, now, month, `slot-${i}`, SLOT_TTL_MS)));
+        const ts = costs.map((cost, i) => memory.admit(tenant, plan, cost, now, month.id, `slot-${i}`, SLOT_TTL_MS));
+        for (let i = 0; i < costs.length; i++) {
+          expect(lua[i]!.refused, `admit ${i}`).toBe(ts[i]!.refused);
+          expect(lua[i]!.remaining, `admit ${i}`).toBe(ts[i]!.remaining);
+          expect(lua[i]!.resetMs, `admit ${i}`).toBeCloseTo(ts[i]!.resetMs, 6);
+          expect(lua[i]!.messageWaitMs, `admit ${i}`).toBeCloseTo(ts[i]!.messageWaitMs, 6);
+        }
+      }),
+      { numRuns: 40 },
+    );
+  });
 });
