@@ -1,9 +1,11 @@
 /**
- * Scenario 6: N parked `wait=true` pops through the edge, each on its own raw TLS keep-alive
- * connection (one poll per connection, as SDK consumers hold them), held at the double for a
- * fixed time while the edge's RSS, event-loop delay and the latency of a probe push are measured.
+ * Scenario 6: N parked `wait=true` pops through the edge, held at the double for a fixed time
+ * while the edge's RSS, event-loop delay and the latency of a probe push are measured. Over h1
+ * each poll has its own raw TLS keep-alive connection (as SDK consumers hold them); over h2 (6b)
+ * polls are streams, H2_POLLS_PER_SESSION to a TLS connection, as a browser's share one.
  */
 import { request as httpRequest } from 'node:http';
+import { connect as h2connect, type ClientHttp2Session } from 'node:http2';
 import { Agent, request as httpsRequest } from 'node:https';
 import { connect, type TLSSocket } from 'node:tls';
 import type { EdgeProcess } from './edge.js';
@@ -11,6 +13,8 @@ import { sleep, treeCpuSeconds, treeRssBytes } from './procs.js';
 
 /** What one long-poll run measured. */
 export interface LongPollResult {
+  /** How the polls reached the edge. */
+  proto: 'h1' | 'h2';
   polls: number;
   /** Parked at the double at the peak (should equal polls). */
   parkedAtPeak: number;
@@ -41,14 +45,23 @@ export interface LongPollResult {
 /** Long enough that the first polls are still parked when the last of 10,000 handshakes is done (the edge's cap is raised to match). */
 export const PARK_TIMEOUT_MS = 240_000;
 
+/** Streams per h2 connection in 6b: under the edge's 256 concurrent streams per session. */
+export const H2_POLLS_PER_SESSION = 250;
+
 interface Poll {
-  socket: TLSSocket;
-  /** 0 until the answer's status line arrives; -1 when the connection failed. */
+  /** 0 until the answer's status arrives; -1 when the connection or stream failed. */
   status: number;
 }
 
+/** The polls of a run and how to drop their connections. */
+interface OpenPolls {
+  readonly polls: Poll[];
+  close(): void;
+}
+
 /** Opens `n` TLS connections to the edge, at most `concurrency` handshakes at a time, and sends one parked pop on each. */
-async function openPolls(port: number, n: number, token: string, concurrency: number): Promise<Poll[]> {
+async function openPolls(port: number, n: number, token: string, concurrency: number): Promise<OpenPolls> {
+  const sockets: TLSSocket[] = [];
   const head = Buffer.from(`GET /api/v1/pop/queue/bench?wait=true&timeout=${PARK_TIMEOUT_MS} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${token}\r\n\r\n`);
   const polls: Poll[] = [];
   let next = 0;
@@ -57,7 +70,8 @@ async function openPolls(port: number, n: number, token: string, concurrency: nu
       next++;
       const poll = await new Promise<Poll>((resolve) => {
         const socket = connect({ host: '127.0.0.1', port, rejectUnauthorized: false, ALPNProtocols: ['http/1.1'] });
-        const p: Poll = { socket, status: 0 };
+        sockets.push(socket);
+        const p: Poll = { status: 0 };
         socket.once('secureConnect', () => {
           socket.write(head);
           resolve(p);
@@ -75,7 +89,36 @@ async function openPolls(port: number, n: number, token: string, concurrency: nu
     }
   };
   await Promise.all(Array.from({ length: concurrency }, worker));
-  return polls;
+  return { polls, close: () => sockets.forEach((s) => s.destroy()) };
+}
+
+/** Opens `n` parked pops as h2 streams, H2_POLLS_PER_SESSION to a connection. */
+async function openH2Polls(base: string, n: number, token: string): Promise<OpenPolls> {
+  const sessions: ClientHttp2Session[] = [];
+  const polls: Poll[] = [];
+  for (let first = 0; first < n; first += H2_POLLS_PER_SESSION) {
+    const session = h2connect(base, { rejectUnauthorized: false });
+    sessions.push(session);
+    session.on('error', () => {});
+    const up = await new Promise<boolean>((resolve) => {
+      session.once('remoteSettings', () => resolve(true));
+      session.once('close', () => resolve(false));
+    });
+    for (let i = first; i < Math.min(n, first + H2_POLLS_PER_SESSION); i++) {
+      const p: Poll = { status: up ? 0 : -1 };
+      polls.push(p);
+      if (!up) continue;
+      const stream = session.request({ ':method': 'GET', ':path': `/api/v1/pop/queue/bench?wait=true&timeout=${PARK_TIMEOUT_MS}`, authorization: `Bearer ${token}` }, { endStream: true });
+      stream.on('response', (headers) => {
+        p.status = Number(headers[':status']);
+      });
+      stream.on('error', () => {
+        if (p.status === 0) p.status = -1;
+      });
+      stream.resume();
+    }
+  }
+  return { polls, close: () => sessions.forEach((s) => s.destroy()) };
 }
 
 function doubleCall(port: number, method: string, path: string): Promise<Record<string, number>> {
@@ -114,12 +157,13 @@ function percentile(sorted: readonly number[], q: number): number {
 }
 
 /** Parks `n` polls, holds them `holdSeconds`, releases them, and reports. */
-export async function runLongPolls(edge: EdgeProcess, doublePort: number, n: number, holdSeconds: number, token: string): Promise<LongPollResult> {
+export async function runLongPolls(edge: EdgeProcess, doublePort: number, n: number, holdSeconds: number, token: string, proto: 'h1' | 'h2' = 'h1'): Promise<LongPollResult> {
   const port = Number(new URL(edge.base).port);
   const rssBefore = treeRssBytes(edge.pid);
   const heapBefore = (await edge.read()).heapUsedBytes;
   const t0 = Date.now();
-  const polls = await openPolls(port, n, token, 64);
+  const open = proto === 'h2' ? await openH2Polls(edge.base, n, token) : await openPolls(port, n, token, 64);
+  const polls = open.polls;
   let parked = 0;
   const parkDeadline = Date.now() + 120_000;
   // Polls refused or cut by the edge never park: wait for the ones still waiting for an answer.
@@ -151,11 +195,12 @@ export async function runLongPolls(edge: EdgeProcess, doublePort: number, n: num
   const answerDeadline = Date.now() + 60_000;
   while (polls.some((p) => p.status === 0) && Date.now() < answerDeadline) await sleep(100);
   const answered204 = polls.filter((p) => p.status === 204).length;
-  for (const p of polls) p.socket.destroy();
+  open.close();
 
   const ok = probes.filter((v) => !Number.isNaN(v)).sort((a, b) => a - b);
   const mib = (b: number) => b / 1048576;
   return {
+    proto,
     polls: n,
     parkedAtPeak: Math.max(parked, parkedAtPeak),
     secondsToPark,

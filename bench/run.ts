@@ -32,7 +32,7 @@ import { childFileLimit, freePort, loadAverage, nodeProcessCount, sleep, spawnWi
 import { renderMarkdown, updateBenchmarksMd } from './report.js';
 
 /** Scenario ids, in the order they run. */
-export const SCENARIOS = ['direct', 'nginx', 'floor', 'edge', 'full', 'full-rs256', 'leased', 'workers', 'h2-floor', 'h2-edge', 'h2-full', 'throttled', 'h2-throttled', 'longpoll'] as const;
+export const SCENARIOS = ['direct', 'nginx', 'floor', 'edge', 'full', 'full-rs256', 'leased', 'workers', 'h2-floor', 'h2-edge', 'h2-full', 'throttled', 'h2-throttled', 'longpoll', 'h2-longpoll'] as const;
 export type ScenarioId = (typeof SCENARIOS)[number];
 
 /** Scenarios whose proxy talks to the private Redis (the others get no Redis column). */
@@ -61,6 +61,7 @@ export const SCENARIO_LABELS: Record<ScenarioId, string> = {
   throttled: '8. full pipeline, tenant throttled to 1 req/s (429s), h1',
   'h2-throttled': '8b. full pipeline, tenant throttled to 1 req/s (429s), h2',
   longpoll: '6. parked long polls',
+  'h2-longpoll': '6b. parked long polls over h2 (250 streams per connection)',
 };
 
 /** Options of one invocation. */
@@ -209,7 +210,7 @@ function meteringExtra(): { extra: Record<string, unknown>; on: boolean } {
 
 /** Runs the scenarios; returns the report (and writes it unless `write` is false). */
 export async function runBench(opts: BenchOptions): Promise<BenchReport> {
-  const wanted = (s: ScenarioId) => (opts.only ? opts.only.has(s) : !(opts.quick && (s === 'longpoll' || s === 'full-rs256')));
+  const wanted = (s: ScenarioId) => (opts.only ? opts.only.has(s) : !(opts.quick && (s === 'longpoll' || s === 'h2-longpoll' || s === 'full-rs256')));
   const all = workloads();
   const loads = opts.quick ? all.slice(0, 1) : all;
   const dir = await mkdtemp(join(tmpdir(), 'queen-edge-bench-'));
@@ -235,7 +236,7 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
 
     let redis: PrivateRedis | null = null;
     let stats: Redis | null = null;
-    const needsRedis = (['full', 'full-rs256', 'leased', 'workers', 'h2-full', 'throttled', 'h2-throttled', 'longpoll'] as const).some(wanted);
+    const needsRedis = (['full', 'full-rs256', 'leased', 'workers', 'h2-full', 'throttled', 'h2-throttled', 'longpoll', 'h2-longpoll'] as const).some(wanted);
     if (needsRedis) {
       redis = await PrivateRedis.start();
       cleanups.push(() => redis!.kill());
@@ -403,20 +404,24 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
       const throttledToken = await token({ roles: ['read-write'], tenant: THROTTLED_TENANT });
       await withEdge('edge-throttled-h2', fullInput(), (edge) => measure('h2-throttled', edge.base, { authorization: `Bearer ${throttledToken}`, ':authority': THROTTLED_HOST }, edge.pid, throttledWorkloads()));
     }
-    if (wanted('longpoll')) {
-      log(SCENARIO_LABELS.longpoll);
-      // Each parked poll holds two descriptors in the edge (client and upstream socket).
-      const maxPolls = Math.floor((childFileLimit() - 1000) / 2);
+    for (const proto of ['h1', 'h2'] as const) {
+      const id = proto === 'h1' ? 'longpoll' : 'h2-longpoll';
+      if (!wanted(id)) continue;
+      log(SCENARIO_LABELS[id]);
+      // A parked poll holds its upstream socket in the edge, and over h1 its client socket too;
+      // over h2 the client sockets are one per H2_POLLS_PER_SESSION polls.
+      const perPoll = proto === 'h1' ? 2 : 1;
+      const maxPolls = Math.floor((childFileLimit() - 1000) / perPoll);
       for (const asked of opts.polls) {
         const n = Math.min(asked, maxPolls);
-        if (n < asked) report.notes.push(`long polls: ${asked} asked, ${n} run: the file-descriptor hard limit here is ${childFileLimit()} and cannot be raised (no CAP_SYS_RESOURCE); a parked poll needs two descriptors in the edge`);
-        await withEdge(`edge-longpoll-${n}`, fullInput({ upstreamConnections: n + 1024, maxLongPollMs: PARK_TIMEOUT_MS }), async (edge) => {
+        if (n < asked) report.notes.push(`long polls (${proto}): ${asked} asked, ${n} run: the file-descriptor hard limit here is ${childFileLimit()} and cannot be raised (no CAP_SYS_RESOURCE); a parked poll needs ${perPoll} descriptor${perPoll > 1 ? 's' : ''} in the edge`);
+        await withEdge(`edge-${id}-${n}`, fullInput({ upstreamConnections: n + 1024, maxLongPollMs: PARK_TIMEOUT_MS }), async (edge) => {
           const before = stats ? await redisTotals(stats) : null;
-          const r = await runLongPolls(edge, double.port, n, opts.holdSeconds, edgeToken);
+          const r = await runLongPolls(edge, double.port, n, opts.holdSeconds, edgeToken, proto);
           const after = stats ? await redisTotals(stats) : null;
           report.longPolls.push({ ...r, redisCommandsPerPoll: before && after ? (after.calls - before.calls) / n : null });
           log(
-            `  ${n} polls: parked ${r.parkedAtPeak} in ${r.secondsToPark.toFixed(1)} s; RSS ${r.rssBeforeMiB.toFixed(0)} → ${r.rssPeakMiB.toFixed(0)} MiB (${r.rssPerPollKiB.toFixed(1)} KiB/poll, V8 heap ${r.heapPerPollKiB.toFixed(1)}); loop delay p99 ${r.loopDelayP99Ms.toFixed(1)} ms max ${r.loopDelayMaxMs.toFixed(1)} ms; probe push p99 ${r.probeP99Ms.toFixed(1)} ms; ${r.answered204} answered 204`,
+            `  ${n} polls (${proto}): parked ${r.parkedAtPeak} in ${r.secondsToPark.toFixed(1)} s; RSS ${r.rssBeforeMiB.toFixed(0)} → ${r.rssPeakMiB.toFixed(0)} MiB (${r.rssPerPollKiB.toFixed(1)} KiB/poll, V8 heap ${r.heapPerPollKiB.toFixed(1)}); loop delay p99 ${r.loopDelayP99Ms.toFixed(1)} ms max ${r.loopDelayMaxMs.toFixed(1)} ms; probe push p99 ${r.probeP99Ms.toFixed(1)} ms; ${r.answered204} answered 204`,
           );
         });
       }
