@@ -19,7 +19,7 @@ function find(runs: readonly RunRecord[], scenario: ScenarioId, workload: string
 export function renderMarkdown(report: BenchReport, labels: Record<ScenarioId, string>): string {
   const out: string[] = [];
   const m = report.machine;
-  out.push(`Run ${report.date} · ${m.cpus} CPUs · Node ${m.node} · 1-min load ${m.load1AtStart} at start, ${m.load1AtEnd} at end · ${report.options.connections} connections${report.options.h2Streams ? ` (h2 rows: h2load, ${report.options.h2Connections} connections × ${report.options.h2Streams} streams)` : ''}, ${report.options.warmupSeconds} s warm-up + ${report.options.seconds} s per row · edge from ${report.options.edgeFrom}${report.options.quick ? ' · **--quick**' : ''}`);
+  out.push(`Run ${report.date} · ${m.cpus} CPUs · Node ${m.node} · 1-min load ${m.load1AtStart} at start, ${m.load1AtEnd} at end · ${report.options.connections} connections${report.options.h2Streams ? ` (h2 rows: h2load, ${report.options.h2Connections} connections × ${report.options.h2Streams} streams)` : ''}, ${report.options.warmupSeconds} s warm-up + ${report.options.seconds} s per row${(report.options.repeat ?? 1) > 1 ? ` · every row run ${report.options.repeat} times, interleaved (all scenarios in turn, then again): the row shown is the run with the median CPU per request, its CPU cell gives the range of all runs` : ''} · edge from ${report.options.edgeFrom}${report.options.quick ? ' · **--quick**' : ''}`);
   out.push('');
   for (const n of report.notes) out.push(`- ${n}`);
   for (const [s, why] of Object.entries(report.skipped)) out.push(`- skipped ${labels[s as ScenarioId]}: ${why}`);
@@ -35,7 +35,7 @@ export function renderMarkdown(report: BenchReport, labels: Record<ScenarioId, s
       const added = (a: number, b: number | undefined) => (b === undefined || r.scenario === 'direct' ? '-' : `${(a - b).toFixed(2)}`);
       const floor = floorFor(report.runs, r);
       out.push(
-        `| ${labels[r.scenario]} | ${f(r.reqPerSec, 0)} | ${ratio(r.reqPerSec, direct?.reqPerSec)} | ${ratio(r.reqPerSec, nginx?.reqPerSec)} | ${f(r.p50Ms, 2)} | ${f(r.p99Ms, 2)} | ${f(r.p999Ms, 2)} | ${added(r.p50Ms, direct?.p50Ms)} | ${added(r.p99Ms, direct?.p99Ms)} | ${f(r.cpuUsPerReq)} | ${ratio(r.cpuUsPerReq, floor?.cpuUsPerReq)} | ${ratio(r.cpuUsPerReq, nginx?.cpuUsPerReq)} | ${f(r.cpuSecondsPer10k, 3)} | ${r.redisEvalshaPerReq === null ? '-' : `${f(r.redisEvalshaPerReq, 2)} / ${f(r.redisCommandsPerReq, 2)}`} | ${r.errors + r.timeouts + r.unexpected} |`,
+        `| ${labels[r.scenario]} | ${f(r.reqPerSec, 0)} | ${ratio(r.reqPerSec, direct?.reqPerSec)} | ${ratio(r.reqPerSec, nginx?.reqPerSec)} | ${f(r.p50Ms, 2)} | ${f(r.p99Ms, 2)} | ${f(r.p999Ms, 2)} | ${added(r.p50Ms, direct?.p50Ms)} | ${added(r.p99Ms, direct?.p99Ms)} | ${f(r.cpuUsPerReq)}${spread(r)} | ${ratio(r.cpuUsPerReq, floor?.cpuUsPerReq)} | ${ratio(r.cpuUsPerReq, nginx?.cpuUsPerReq)} | ${f(r.cpuSecondsPer10k, 3)} | ${r.redisEvalshaPerReq === null ? '-' : `${f(r.redisEvalshaPerReq, 2)} / ${f(r.redisCommandsPerReq, 2)}`} | ${r.errors + r.timeouts + r.unexpected} |`,
       );
     }
     out.push('');
@@ -61,6 +61,12 @@ export function renderMarkdown(report: BenchReport, labels: Record<ScenarioId, s
     for (const l of report.profile.selfByFunction.slice(0, 20)) out.push(`| \`${l.name}\` | ${l.pct.toFixed(1)} % |`);
   }
   return out.join('\n');
+}
+
+/** ` (min–max)` of a row's repetitions, or nothing for a single run. */
+function spread(r: RunRecord): string {
+  const runs = r.cpuUsPerReqRuns ?? [];
+  return runs.length > 1 ? ` (${f(Math.min(...runs))}–${f(Math.max(...runs))})` : '';
 }
 
 /** The floor a row is compared with: the h2 floor for h2 rows (when it ran), else the HTTP/1.1 floor. */

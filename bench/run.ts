@@ -75,6 +75,8 @@ export interface BenchOptions {
   h2Streams: number;
   polls: readonly number[];
   holdSeconds: number;
+  /** Runs every load scenario this many times, interleaved; the tables show each row's median. */
+  repeat: number;
   profile: boolean;
   /** Run the edge from src/ with tsx instead of a tsc build (faster start, slower requests). */
   fromSource: boolean;
@@ -96,6 +98,8 @@ export interface RunRecord extends LoadResult {
   /** Per command, per request (commands run inside the limiter's script are counted by Redis too). */
   redisByCommand: Record<string, number> | null;
   load1: number;
+  /** CPU µs per request of every repetition of this row (one value without --repeat). */
+  cpuUsPerReqRuns?: number[];
 }
 
 /** A long-poll run with the Redis commands it caused, per poll (admission and release). */
@@ -105,7 +109,7 @@ export type LongPollRecord = LongPollResult & { redisCommandsPerPoll: number | n
 export interface BenchReport {
   date: string;
   machine: { cpus: number; node: string; load1AtStart: number; load1AtEnd: number };
-  options: { seconds: number; warmupSeconds: number; connections: number; h2Connections?: number; h2Streams?: number; quick: boolean; edgeFrom: 'tsc build' | 'tsx (source)' };
+  options: { seconds: number; warmupSeconds: number; connections: number; h2Connections?: number; h2Streams?: number; repeat?: number; quick: boolean; edgeFrom: 'tsc build' | 'tsx (source)' };
   notes: string[];
   skipped: Partial<Record<ScenarioId, string>>;
   runs: RunRecord[];
@@ -151,6 +155,7 @@ export function parseArgs(argv: readonly string[], log: (line: string) => void =
       'h2-streams': { type: 'string', default: String(H2_STREAMS) },
       polls: { type: 'string', default: '1000,10000' },
       hold: { type: 'string', default: '15' },
+      repeat: { type: 'string', default: '1' },
       profile: { type: 'boolean', default: false },
       tsx: { type: 'boolean', default: false },
       'no-write': { type: 'boolean', default: false },
@@ -170,6 +175,7 @@ export function parseArgs(argv: readonly string[], log: (line: string) => void =
     h2Streams: Number(v['h2-streams']),
     polls: v.polls.split(',').map(Number),
     holdSeconds: Number(v.hold),
+    repeat: Math.max(1, Math.floor(Number(v.repeat))),
     profile: v.profile,
     fromSource: v.tsx,
     write: !v['no-write'],
@@ -217,7 +223,7 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
   const report: BenchReport = {
     date: new Date().toISOString(),
     machine: { cpus: (await import('node:os')).cpus().length, node: process.version, load1AtStart: loadAverage(), load1AtEnd: 0 },
-    options: { seconds: opts.seconds, warmupSeconds: opts.warmupSeconds, connections: opts.connections, h2Connections: H2_CLIENTS, h2Streams: opts.h2Streams, quick: opts.quick, edgeFrom: opts.fromSource ? 'tsx (source)' : 'tsc build' },
+    options: { seconds: opts.seconds, warmupSeconds: opts.warmupSeconds, connections: opts.connections, h2Connections: H2_CLIENTS, h2Streams: opts.h2Streams, repeat: opts.repeat, quick: opts.quick, edgeFrom: opts.fromSource ? 'tsx (source)' : 'tsc build' },
     notes: [],
     skipped: {},
     runs: [],
@@ -327,83 +333,88 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
     const fullInput = (o: Partial<EdgeConfigInput> = {}): Partial<EdgeConfigInput> => ({ redisUrl: redis?.url ?? null, accessLog: true, extra: metering.extra, ...o });
     const bearer = { authorization: `Bearer ${edgeToken}` };
 
-    if (wanted('direct')) {
-      log(SCENARIO_LABELS.direct);
-      await measure('direct', brokerUrl, bearer, null);
-    }
-    if (wanted('nginx')) {
-      log(SCENARIO_LABELS.nginx);
-      const bin = nginxBinary();
-      if (bin === null) {
-        report.skipped.nginx = NGINX_HINT;
-        log(`  skipped: ${NGINX_HINT}`);
-      } else {
-        const port = await freePort();
-        const nginx = await startNginx(bin, { dir: join(dir, 'nginx'), port, upstreamPort: double.port, ...certs });
-        try {
-          await measure('nginx', `https://127.0.0.1:${port}`, bearer, nginx.pid!);
-        } finally {
-          await stopChild(nginx);
+    for (let rep = 1; rep <= opts.repeat; rep++) {
+      if (opts.repeat > 1) log(`repetition ${rep} of ${opts.repeat}`);
+      if (wanted('direct')) {
+        log(SCENARIO_LABELS.direct);
+        await measure('direct', brokerUrl, bearer, null);
+      }
+      if (wanted('nginx')) {
+        log(SCENARIO_LABELS.nginx);
+        const bin = nginxBinary();
+        if (bin === null) {
+          report.skipped.nginx = NGINX_HINT;
+          log(`  skipped: ${NGINX_HINT}`);
+        } else {
+          const port = await freePort();
+          const nginx = await startNginx(bin, { dir: join(dir, 'nginx'), port, upstreamPort: double.port, ...certs });
+          try {
+            await measure('nginx', `https://127.0.0.1:${port}`, bearer, nginx.pid!);
+          } finally {
+            await stopChild(nginx);
+          }
         }
       }
+      if (wanted('floor')) {
+        log(SCENARIO_LABELS.floor);
+        await withFloor('h1', (base, pid) => measure('floor', base, bearer, pid));
+      }
+      if (wanted('edge')) {
+        log(SCENARIO_LABELS.edge);
+        await withEdge('edge-plain', {}, (edge) => measure('edge', edge.base, bearer, edge.pid));
+      }
+      if (wanted('full')) {
+        log(SCENARIO_LABELS.full);
+        await withEdge('edge-full', fullInput(), (edge) => measure('full', edge.base, bearer, edge.pid));
+      }
+      if (wanted('full-rs256')) {
+        log(SCENARIO_LABELS['full-rs256']);
+        await withEdge('edge-full-rs256', fullInput({ jwksUrl: jwks!.url }), (edge) => measure('full-rs256', edge.base, { authorization: `Bearer ${rsToken}` }, edge.pid));
+      }
+      if (wanted('leased')) {
+        log(SCENARIO_LABELS.leased);
+        await withEdge('edge-leased', fullInput({ extra: { ...metering.extra, limits: { mode: 'leased' } } }), (edge) => measure('leased', edge.base, bearer, edge.pid));
+      }
+      if (wanted('workers')) {
+        log(SCENARIO_LABELS.workers);
+        await withEdge('edge-workers', fullInput({ workers: 2 }), async (edge) => {
+          await sleep(500);
+          const processes = nodeProcessCount(edge.pid);
+          if (processes < 2) {
+            report.skipped.workers = `server.workers: 2 started ${processes} node process: the workers feature is not implemented yet`;
+            log(`  skipped: ${report.skipped.workers}`);
+            return;
+          }
+          report.notes.push(`workers: ${processes} node processes (primary and workers); CPU is the sum over all of them`);
+          await measure('workers', edge.base, bearer, edge.pid);
+        });
+      }
+      if (h2 && wanted('h2-floor')) {
+        log(SCENARIO_LABELS['h2-floor']);
+        await withFloor('h2', (base, pid) => measure('h2-floor', base, bearer, pid));
+      }
+      if (h2 && wanted('h2-edge')) {
+        log(SCENARIO_LABELS['h2-edge']);
+        await withEdge('edge-plain-h2', {}, (edge) => measure('h2-edge', edge.base, bearer, edge.pid));
+      }
+      if (h2 && wanted('h2-full')) {
+        log(SCENARIO_LABELS['h2-full']);
+        await withEdge('edge-full-h2', fullInput(), (edge) => measure('h2-full', edge.base, bearer, edge.pid));
+      }
+      for (const x of SCENARIOS) if (report.skipped[x] === H2LOAD_HINT) log(`  skipped ${x}: ${H2LOAD_HINT}`);
+      if (wanted('throttled')) {
+        log(SCENARIO_LABELS.throttled);
+        const throttledToken = await token({ roles: ['read-write'], tenant: THROTTLED_TENANT });
+        await withEdge('edge-throttled', fullInput(), (edge) => measure('throttled', edge.base, { authorization: `Bearer ${throttledToken}`, host: THROTTLED_HOST }, edge.pid, throttledWorkloads()));
+      }
+      if (h2 && wanted('h2-throttled')) {
+        log(SCENARIO_LABELS['h2-throttled']);
+        const throttledToken = await token({ roles: ['read-write'], tenant: THROTTLED_TENANT });
+        await withEdge('edge-throttled-h2', fullInput(), (edge) => measure('h2-throttled', edge.base, { authorization: `Bearer ${throttledToken}`, ':authority': THROTTLED_HOST }, edge.pid, throttledWorkloads()));
+      }
     }
-    if (wanted('floor')) {
-      log(SCENARIO_LABELS.floor);
-      await withFloor('h1', (base, pid) => measure('floor', base, bearer, pid));
-    }
-    if (wanted('edge')) {
-      log(SCENARIO_LABELS.edge);
-      await withEdge('edge-plain', {}, (edge) => measure('edge', edge.base, bearer, edge.pid));
-    }
-    if (wanted('full')) {
-      log(SCENARIO_LABELS.full);
-      await withEdge('edge-full', fullInput(), (edge) => measure('full', edge.base, bearer, edge.pid));
-    }
-    if (wanted('full-rs256')) {
-      log(SCENARIO_LABELS['full-rs256']);
-      await withEdge('edge-full-rs256', fullInput({ jwksUrl: jwks!.url }), (edge) => measure('full-rs256', edge.base, { authorization: `Bearer ${rsToken}` }, edge.pid));
-    }
-    if (wanted('leased')) {
-      log(SCENARIO_LABELS.leased);
-      await withEdge('edge-leased', fullInput({ extra: { ...metering.extra, limits: { mode: 'leased' } } }), (edge) => measure('leased', edge.base, bearer, edge.pid));
-    }
-    if (wanted('workers')) {
-      log(SCENARIO_LABELS.workers);
-      await withEdge('edge-workers', fullInput({ workers: 2 }), async (edge) => {
-        await sleep(500);
-        const processes = nodeProcessCount(edge.pid);
-        if (processes < 2) {
-          report.skipped.workers = `server.workers: 2 started ${processes} node process: the workers feature is not implemented yet`;
-          log(`  skipped: ${report.skipped.workers}`);
-          return;
-        }
-        report.notes.push(`workers: ${processes} node processes (primary and workers); CPU is the sum over all of them`);
-        await measure('workers', edge.base, bearer, edge.pid);
-      });
-    }
-    if (h2 && wanted('h2-floor')) {
-      log(SCENARIO_LABELS['h2-floor']);
-      await withFloor('h2', (base, pid) => measure('h2-floor', base, bearer, pid));
-    }
-    if (h2 && wanted('h2-edge')) {
-      log(SCENARIO_LABELS['h2-edge']);
-      await withEdge('edge-plain-h2', {}, (edge) => measure('h2-edge', edge.base, bearer, edge.pid));
-    }
-    if (h2 && wanted('h2-full')) {
-      log(SCENARIO_LABELS['h2-full']);
-      await withEdge('edge-full-h2', fullInput(), (edge) => measure('h2-full', edge.base, bearer, edge.pid));
-    }
-    for (const x of SCENARIOS) if (report.skipped[x] === H2LOAD_HINT) log(`  skipped ${x}: ${H2LOAD_HINT}`);
-    if (wanted('throttled')) {
-      log(SCENARIO_LABELS.throttled);
-      const throttledToken = await token({ roles: ['read-write'], tenant: THROTTLED_TENANT });
-      await withEdge('edge-throttled', fullInput(), (edge) => measure('throttled', edge.base, { authorization: `Bearer ${throttledToken}`, host: THROTTLED_HOST }, edge.pid, throttledWorkloads()));
-    }
-    if (h2 && wanted('h2-throttled')) {
-      log(SCENARIO_LABELS['h2-throttled']);
-      const throttledToken = await token({ roles: ['read-write'], tenant: THROTTLED_TENANT });
-      await withEdge('edge-throttled-h2', fullInput(), (edge) => measure('h2-throttled', edge.base, { authorization: `Bearer ${throttledToken}`, ':authority': THROTTLED_HOST }, edge.pid, throttledWorkloads()));
-    }
+    if (opts.repeat > 1) report.runs = medianRows(report.runs);
+    report.notes = [...new Set(report.notes)];
     for (const proto of ['h1', 'h2'] as const) {
       const id = proto === 'h1' ? 'longpoll' : 'h2-longpoll';
       if (!wanted(id)) continue;
@@ -451,6 +462,26 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
     log(`wrote ${file} and the table in BENCHMARKS.md`);
   }
   return report;
+}
+
+/**
+ * One row per scenario and workload: the repetition with the median CPU per request (req/s for
+ * the direct row, which has no proxy), with every repetition's CPU kept for the spread.
+ */
+function medianRows(runs: readonly RunRecord[]): RunRecord[] {
+  const groups = new Map<string, RunRecord[]>();
+  for (const r of runs) {
+    const k = `${r.scenario}\u0000${r.workload}`;
+    const g = groups.get(k);
+    if (g) g.push(r);
+    else groups.set(k, [r]);
+  }
+  return [...groups.values()].map((g) => {
+    const key = (r: RunRecord) => r.cpuUsPerReq ?? -r.reqPerSec;
+    const sorted = [...g].sort((x, y) => key(x) - key(y));
+    const median = sorted[Math.floor((sorted.length - 1) / 2)]!;
+    return { ...median, cpuUsPerReqRuns: g.flatMap((r) => (r.cpuUsPerReq === null ? [] : [r.cpuUsPerReq])) };
+  });
 }
 
 interface RedisTotals {

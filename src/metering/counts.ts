@@ -1,7 +1,7 @@
 /**
  * What one exchange adds to a tenant's usage (docs/operating.md), and the arithmetic of usage buckets:
  * pure functions on plain values. Counting rules:
- * - push: items of the broker's response array whose status is `queued` or `duplicate`;
+ * - push: items of the broker's response array whose status is `queued`, `duplicate` or `buffered`;
  * - pop: length of `messages` in a 200 response (a 204 delivers nothing);
  * - ack, ack batch: items of the response array with `success: true`;
  * - transaction: the push items and ack operations of the request, when the broker answered 2xx

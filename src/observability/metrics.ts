@@ -280,7 +280,7 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
     });
   };
   usageCounter('queen_edge_usage_requests_total', 'Requests', 'requests');
-  usageCounter('queen_edge_messages_pushed_total', 'Messages pushed (queued or duplicate)', 'messagesPushed');
+  usageCounter('queen_edge_messages_pushed_total', 'Messages pushed (queued, duplicate or buffered)', 'messagesPushed');
   usageCounter('queen_edge_messages_delivered_total', 'Messages delivered by pops', 'messagesDelivered');
   usageCounter('queen_edge_acks_total', 'Successful acks', 'acks');
   new Counter({
