@@ -97,8 +97,8 @@ export const ROUTES: readonly RouteSpec[] = Object.freeze([
   route({ name: 'consumer-groups.seek', methods: ['POST'], path: '/api/v1/consumer-groups/:group/queues/:queue/seek', access: RW_ADMIN }),
   route({ name: 'consumer-groups.seek', methods: ['POST'], path: '/api/v1/consumer-groups/:group/queues/:queue/partitions/:partition/seek', access: RW_ADMIN }),
   route({ name: 'messages.delete', methods: ['DELETE'], path: '/api/v1/messages/:partitionId/:transactionId', access: RW_ADMIN }),
-  route({ name: 'messages.retry', methods: ['POST'], path: '/api/v1/messages/:partitionId/:transactionId/retry', access: RW_ADMIN, broker: 'none' }),
-  route({ name: 'dlq.replay', methods: ['POST'], path: '/api/v1/dlq/:id/replay', access: RW_ADMIN, broker: 'none' }),
+  route({ name: 'messages.retry', methods: ['POST'], path: '/api/v1/messages/:partitionId/:transactionId/retry', access: RW_ADMIN, writes: true, broker: 'none' }),
+  route({ name: 'dlq.replay', methods: ['POST'], path: '/api/v1/dlq/:id/replay', access: RW_ADMIN, writes: true, broker: 'none' }),
   // Reads.
   ...subtree({ name: 'resources.read', methods: ['GET'], path: '/api/v1/resources', access: RO_RW_ADMIN }),
   ...subtree({ name: 'messages.read', methods: ['GET'], path: '/api/v1/messages', access: RO_RW_ADMIN, broker: 'later' }),
@@ -126,7 +126,7 @@ export const ROUTES: readonly RouteSpec[] = Object.freeze([
   // create timers and push ephemeral messages. No broker up to 0.15.1 answers these.
   ...subtree({ name: 'kv.read', methods: ['GET'], path: '/api/v1/kv', access: RO_RW, feature: 'kv', broker: 'none' }),
   ...subtree({ name: 'kv.write', methods: WRITE_METHODS, path: '/api/v1/kv', access: RW, feature: 'kv', broker: 'none' }),
-  route({ name: 'timers.create', methods: ['POST'], path: '/api/v1/timers', access: WO_RW, feature: 'timers', broker: 'none' }),
+  route({ name: 'timers.create', methods: ['POST'], path: '/api/v1/timers', access: WO_RW, feature: 'timers', writes: true, broker: 'none' }),
   ...subtree({ name: 'timers.read', methods: ['GET'], path: '/api/v1/timers', access: RO_RW, feature: 'timers', broker: 'none' }),
   ...subtree({ name: 'timers.write', methods: ['PUT', 'DELETE', 'PATCH'], path: '/api/v1/timers', access: RW, feature: 'timers', broker: 'none' }),
   route({ name: 'timers.write', methods: ['POST'], path: '/api/v1/timers/*', access: RW, feature: 'timers', broker: 'none' }),

@@ -74,6 +74,11 @@ describe('storage quota (recorded by the control plane)', () => {
     expect(refused.json).toEqual({ error: expect.any(String), code: 'storage_quota_exceeded' });
     const txn = await call(edge, 'POST', '/api/v1/transaction', { token: t, body: { operations: [{ type: 'push', items: [{ queue: 'sq', payload: 2 }] }] } });
     expect(txn.json).toMatchObject({ code: 'storage_quota_exceeded' });
+    // Routes that put messages back into storage (retry, DLQ replay) are gated too, though their bodies are streamed.
+    const replay = await call(edge, 'POST', '/api/v1/dlq/d1/replay', { token: t, body: {} });
+    expect(replay.json).toMatchObject({ code: 'storage_quota_exceeded' });
+    const retry = await call(edge, 'POST', '/api/v1/messages/p1/t1/retry', { token: t, body: {} });
+    expect(retry.json).toMatchObject({ code: 'storage_quota_exceeded' });
     expect(forwarded(broker).length).toBe(before);
 
     // Draining keeps working: pop the message pushed before the block, ack it.
