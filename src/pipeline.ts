@@ -15,6 +15,7 @@ import { actualResponseHeaders, preflightVerdict } from './cors/policy.js';
 import { edgeError, isEdgeError, renderError, type EdgeError, type ErrorCode } from './errors.js';
 import { clientKey, type ClientLimits } from './limits/client-limits.js';
 import type { Admission, Limiter } from './limits/limiter.js';
+import { duplicatedSingleton } from './listen/raw-headers.js';
 import type { EdgeRequest, EdgeResponse, RequestHandler } from './listen/servers.js';
 import { MeteredExchange, type UsageRecorder } from './metering/recorder.js';
 import { accessLogWriter } from './observability/access-log.js';
@@ -387,21 +388,6 @@ function hostOf(req: EdgeRequest): string {
   }
   if (end > 1 && raw.charCodeAt(end - 1) === 46 /* . */) end--;
   return (end === raw.length ? raw : raw.slice(0, end)).toLowerCase();
-}
-
-/** 'authorization' or 'host' when the raw request repeats it; null otherwise. Allocation-free. */
-function duplicatedSingleton(raw: readonly string[]): 'authorization' | 'host' | null {
-  let auth = 0;
-  let host = 0;
-  for (let i = 0; i < raw.length; i += 2) {
-    const name = raw[i]!;
-    if (name.length === 13 && name.toLowerCase() === 'authorization') {
-      if (++auth > 1) return 'authorization';
-    } else if (name.length === 4 && name.toLowerCase() === 'host') {
-      if (++host > 1) return 'host';
-    }
-  }
-  return null;
 }
 
 const HEALTHY = Buffer.from('{"status":"healthy"}');

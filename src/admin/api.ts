@@ -30,6 +30,7 @@ import type { BrokerMaintenance, BrokerMaintenanceState, MaintenanceSwitch } fro
 import { answerProbe, type Readiness } from './probes.js';
 import { serveConsole } from './console.js';
 import { adminHostAllowed } from './hosts.js';
+import { duplicatedSingleton } from '../listen/raw-headers.js';
 import { edgeError, isEdgeError, renderError } from '../errors.js';
 
 /** What the admin handler reads and writes. */
@@ -387,7 +388,7 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
   };
 
   return (req, res) => {
-    if (!adminHostAllowed(req.headers.host, d.hostNames)) return refuseHost(res);
+    if (duplicatedSingleton(req.rawHeaders) === 'host' || !adminHostAllowed(req.headers.host, d.hostNames)) return refuseHost(res);
     if (answerProbe(req, res, d.readiness)) return;
     serve(req, res).catch((err: unknown) => {
       d.log.error({ err }, 'admin handler failure');

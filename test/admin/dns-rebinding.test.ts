@@ -89,16 +89,27 @@ describe('the admin listener over a socket', () => {
     }
   });
 
-  it('refuses a request without Host (HTTP/1.0; Node itself answers 400 to an HTTP/1.1 one)', async () => {
-    const raw = await new Promise<string>((resolve, reject) => {
-      const socket = connect(port, '127.0.0.1', () => socket.write('GET /metrics HTTP/1.0\r\n\r\n'));
+  const rawGet = (head: string): Promise<string> =>
+    new Promise<string>((resolve, reject) => {
+      const socket = connect(port, '127.0.0.1', () => socket.write(head));
       let text = '';
       socket.on('data', (d: Buffer) => (text += d.toString('latin1')));
       socket.on('end', () => resolve(text));
       socket.on('error', reject);
     });
+
+  it('refuses a request without Host (HTTP/1.0; Node itself answers 400 to an HTTP/1.1 one)', async () => {
+    const raw = await rawGet('GET /metrics HTTP/1.0\r\n\r\n');
     expect(raw.split('\r\n', 1)[0]).toBe('HTTP/1.1 403 Forbidden');
     expect(JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4))).toEqual(REFUSED);
+  });
+
+  it('refuses two Host headers, whichever comes first (Node would read only the first)', async () => {
+    for (const hosts of [['127.0.0.1', 'attacker.example'], ['attacker.example', 'localhost']]) {
+      const raw = await rawGet(`GET /metrics HTTP/1.1\r\nHost: ${hosts[0]}\r\nHost: ${hosts[1]}\r\nConnection: close\r\n\r\n`);
+      expect(raw.split('\r\n', 1)[0], hosts.join(' then ')).toBe('HTTP/1.1 403 Forbidden');
+      expect(JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4))).toEqual(REFUSED);
+    }
   });
 
   it('serves IP literals, localhost and the configured names, any port, any case', async () => {
