@@ -4,7 +4,7 @@
  */
 import type { Registry } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
-import { compileTables } from './config/compile.js';
+import { compileTables } from './tables.js';
 import { ConfigError } from './config/load.js';
 import { createTenantVerifiers } from './auth/verifiers.js';
 import { createMinter } from './auth/mint.js';

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { AggregatorRegistry, type PrometheusContentType } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
 import { startApp, type App } from './app.js';
-import { compileTables } from './config/compile.js';
+import { compileTables } from './tables.js';
 import { ConfigError } from './config/load.js';
 import { CertificateSet } from './listen/tls.js';
 import { processLogger, type Logger } from './observability/log.js';

@@ -3,7 +3,7 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, loadConfigFile, parseConfig, substituteEnv } from '../../src/config/load.js';
-import { compileTables } from '../../src/config/compile.js';
+import { compileTables } from '../../src/tables.js';
 
 const minimal = {
   plans: { free: { limits: { requestsPerSec: 1, requestBurst: 1, messagesPerSec: 1, messageBurst: 1, parkedPolls: 1, maxPayloadBytes: 1, maxBatch: 1 }, quotas: { messagesPerMonth: 1, ingressBytesPerMonth: 1 }, storageBytes: 1 } },

@@ -1,0 +1,25 @@
+/**
+ * Compiles the validated configuration file into frozen runtime tables, refusing at load time
+ * what the schema alone cannot see: tenant ids, plans and hosts are judged by the tenant
+ * directory's one build. It sits above config/, tenants/ and routes/, which it joins, so none of
+ * those folders imports another back.
+ */
+import { ConfigError } from './config/load.js';
+import type { RawConfig } from './config/schema.js';
+import type { Tenant } from './tenants/model.js';
+import { buildSnapshot, NO_RECORDS } from './tenants/snapshot.js';
+import { applyRouteOverrides, ROUTES, type RouteSpec } from './routes/table.js';
+
+export interface CompiledTables {
+  readonly tenants: readonly Tenant[];
+  readonly routes: readonly RouteSpec[];
+}
+
+export function compileTables(cfg: RawConfig): CompiledTables {
+  const built = buildSnapshot({ plans: cfg.plans, tenants: cfg.tenants }, NO_RECORDS);
+  const problems = built.rejected.flatMap((r) => r.problems);
+  const { routes, problems: routeProblems } = applyRouteOverrides(ROUTES, cfg.routes);
+  problems.push(...routeProblems);
+  if (problems.length > 0) throw new ConfigError(problems);
+  return { tenants: [...built.snapshot.byId.values()], routes };
+}
