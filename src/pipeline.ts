@@ -27,7 +27,7 @@ import type { RouteSpec } from './routes/table.js';
 import { ackFacts, bodyTooLarge, pushFacts, readBody, transactionFacts, type BodyFacts } from './stages/body.js';
 import { parsePopQuery, type PopQuery } from './stages/pop-query.js';
 import { acceptableRequestId, upstreamHeaders } from './upstream/upstream-headers.js';
-import type { Tenant, TenantDirectory } from './tenants/model.js';
+import { canonicalHost, type Tenant, type TenantDirectory } from './tenants/model.js';
 import { candidateTenant, tokenFits } from './tenants/resolve.js';
 import { clientGone } from './upstream/forward.js';
 import { popNamespaceLaneKey, popQueueLaneKey, pushLaneKey } from './upstream/lane-key.js';
@@ -373,11 +373,7 @@ function laneOf(
   }
 }
 
-/**
- * The host a request names, lower case, without port, and without the trailing dot of a fully
- * qualified name (`acme.example.com.` is the same host: RFC 1034 §3.1), so that spelling cannot
- * miss the tenant that lists the host and fall back to the token's claim.
- */
+/** The host a request names, without its port, in the form tenants list hosts (canonicalHost). */
 function hostOf(req: EdgeRequest): string {
   const raw = ONE_OF(req.headers[':authority'] as string | undefined) ?? ONE_OF(req.headers.host) ?? '';
   let end: number;
@@ -386,8 +382,7 @@ function hostOf(req: EdgeRequest): string {
     const colon = raw.indexOf(':');
     end = colon === -1 ? raw.length : colon;
   }
-  if (end > 1 && raw.charCodeAt(end - 1) === 46 /* . */) end--;
-  return (end === raw.length ? raw : raw.slice(0, end)).toLowerCase();
+  return canonicalHost(end === raw.length ? raw : raw.slice(0, end));
 }
 
 const HEALTHY = Buffer.from('{"status":"healthy"}');

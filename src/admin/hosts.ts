@@ -6,19 +6,14 @@
  * use the pod address), `localhost`, the listener's bind host and `server.admin.allowedHosts`.
  */
 import { isIPv4, isIPv6 } from 'node:net';
+import { canonicalHost } from '../tenants/model.js';
 
 /** `host[:port]` or `[ipv6][:port]`; the port is ignored. */
 const HOST_HEADER = /^(?:\[([0-9a-f:.]+)\]|([^\s:[\]]+))(?::\d*)?$/i;
 
-/** Lower case, without the trailing dot of a fully qualified name (`admin.ns.svc.cluster.local.`). */
-function canonical(name: string): string {
-  const lower = name.toLowerCase();
-  return lower.endsWith('.') ? lower.slice(0, -1) : lower;
-}
-
 /** The names allowed besides IP literals: `localhost`, the bind host and the configured ones. */
 export function adminHostNames(bindHost: string, allowedHosts: readonly string[]): ReadonlySet<string> {
-  return new Set(['localhost', bindHost, ...allowedHosts].map(canonical));
+  return new Set(['localhost', bindHost, ...allowedHosts].map(canonicalHost));
 }
 
 /** Whether a Host header names this listener; a missing or malformed one does not. */
@@ -26,6 +21,6 @@ export function adminHostAllowed(header: string | undefined, names: ReadonlySet<
   const m = header === undefined ? null : HOST_HEADER.exec(header);
   if (m === null) return false;
   if (m[1] !== undefined) return isIPv6(m[1]);
-  const name = canonical(m[2]!);
+  const name = canonicalHost(m[2]!);
   return isIPv4(name) || names.has(name);
 }

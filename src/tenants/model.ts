@@ -57,6 +57,16 @@ export function compilePlan(id: string, raw: RawPlan): Plan {
   });
 }
 
+/**
+ * A host as tenants are listed and found by it: lower case, without the trailing dot of a fully
+ * qualified name (`acme.example.com.` is `acme.example.com`, RFC 1034 §3.1), so neither spelling,
+ * in the configuration or in a request, can miss the tenant and fall back to the token's claim.
+ */
+export function canonicalHost(name: string): string {
+  const lower = name.toLowerCase();
+  return lower.length > 1 && lower.endsWith('.') ? lower.slice(0, -1) : lower;
+}
+
 /** `auth` may be left out: a tenant without its own identity provider. */
 export function compileTenant(id: string, raw: Omit<RawTenant, 'auth'> & { readonly auth?: RawTenantAuth | null }, plan: Plan): Tenant {
   return Object.freeze({
@@ -64,7 +74,7 @@ export function compileTenant(id: string, raw: Omit<RawTenant, 'auth'> & { reado
     status: raw.status,
     plan,
     limits: Object.freeze({ ...plan.limits, ...(raw.limits ?? {}) }),
-    hosts: Object.freeze(raw.hosts.map((h) => h.toLowerCase())),
+    hosts: Object.freeze(raw.hosts.map(canonicalHost)),
     brokers: Object.freeze(raw.brokers.map((b) => b.replace(/\/+$/, ''))),
     cors: compileCorsPolicy(raw.cors.origins),
     boundedLoadFactor: raw.boundedLoadFactor,

@@ -18,7 +18,7 @@ import type { z } from 'zod';
 import { planSchema, tenantSchema, type RawPlan, type RawTenant } from '../config/schema.js';
 import { sameTrust, type TrustSettings } from './resolve.js';
 import { storageVerdict } from './storage.js';
-import { compilePlan, compileTenant, ID_PATTERN, type Plan, type Tenant } from './model.js';
+import { canonicalHost, compilePlan, compileTenant, ID_PATTERN, type Plan, type Tenant } from './model.js';
 
 /** The config file's part of the directory. */
 export interface FileDirectory {
@@ -149,8 +149,8 @@ export function buildSnapshot(file: FileDirectory, records: RedisRecords, previo
   const inForce = new Map<string, RawTenant>();
   const takenBy = (id: string, raw: RawTenant): string | undefined => {
     for (const h of raw.hosts) {
-      const other = owner.get(h.toLowerCase());
-      if (other !== undefined && other !== id) return `hosts: host "${h.toLowerCase()}" is already listed by tenant "${other}"`;
+      const other = owner.get(canonicalHost(h));
+      if (other !== undefined && other !== id) return `hosts: host "${canonicalHost(h)}" is already listed by tenant "${other}"`;
     }
     if (raw.auth) {
       if (file.auth && sameTrust(raw.auth, file.auth)) return 'auth: trusts the same tokens as the global auth settings (same key, no distinct issuer or audience)';
@@ -162,7 +162,7 @@ export function buildSnapshot(file: FileDirectory, records: RedisRecords, previo
   };
   const admit = (id: string, raw: RawTenant): void => {
     inForce.set(id, raw);
-    for (const h of raw.hosts) owner.set(h.toLowerCase(), id);
+    for (const h of raw.hosts) owner.set(canonicalHost(h), id);
   };
   for (const [id, raw] of fromFile) {
     if (fromRedis.has(id)) continue;

@@ -24,6 +24,12 @@ describe('buildSnapshot', () => {
     expect(snapshot.records.get('a')).toBe(FILE.tenants.a);
   });
 
+  it('lists a host written with the trailing dot of an FQDN under the name requests use, and sees it as the same host', () => {
+    const { snapshot, rejected } = buildSnapshot({ ...FILE, tenants: { ...FILE.tenants, c: tenant(['C.Example.']), d: tenant(['c.example']) } }, NO_RECORDS);
+    expect(snapshot.byHost.get('c.example')?.id).toBe('c');
+    expect(rejected.map((r) => [r.id, r.problems])).toEqual([['d', ['tenants.d.hosts: host "c.example" is already listed by tenant "c"']]]);
+  });
+
   it('refuses file tenants with a bad id, an unknown plan, or a host another lists', () => {
     const { snapshot, rejected } = buildSnapshot({ plans: { free: PLAN, 'bad{id}': PLAN }, tenants: { ...FILE.tenants, 'x{y}': tenant([]), c: tenant([], 'gold'), d: tenant(['A.example']) } }, NO_RECORDS);
     expect(rejected.map((r) => [r.kind, r.id, r.source, r.conflict])).toEqual([
