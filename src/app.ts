@@ -72,9 +72,15 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   const verifiers = createTenantVerifiers(config.auth, { log, clock });
   const minter = config.upstreamIdentity.mode === 'mint' ? await createMinter(config.upstreamIdentity.mint, { clock }) : null;
   const lp = config.server.longPoll;
-  const exactLimiter = createLimiter(config.redis, { log, clock, parkedSlotTtlMs: lp.maxTimeoutMs + 2 * lp.slackMs, ...(redis ? { redis } : {}) });
-  // Leasing needs the shared bucket; without Redis the memory limiter is already local.
-  const limiter = redis && config.limits.mode === 'leased' ? new LeasedLimiter(exactLimiter, redis, config.redis.keyPrefix, config.limits.lease, clock) : exactLimiter;
+  // Leasing needs the shared state; without Redis the memory limiter is already local.
+  const leased = redis !== null && config.limits.mode === 'leased';
+  const exactLimiter = createLimiter(config.redis, {
+    log, clock, parkedSlotTtlMs: lp.maxTimeoutMs + 2 * lp.slackMs, ...(redis ? { redis } : {}),
+    // A quota refused while other instances hold slices of it may pass once they go back: within
+    // a lease, plus the sweep that returns a quiet tenant's slices.
+    ...(leased ? { quotaDenialMs: 2 * config.limits.lease.durationMs } : {}),
+  });
+  const limiter = leased ? new LeasedLimiter(exactLimiter, redis, config.redis.keyPrefix, config.limits.lease, clock) : exactLimiter;
   const clusters = createClusters(config.upstream, { log, clock });
   const pools = createBrokerPools(config.upstream);
   const proxy = createUpstreamProxy({ clusters, pools, log });

@@ -138,7 +138,7 @@ export const configSchema = z.strictObject({
   }).prefault({}),
   /** added: how shared limits are decided (docs/limits.md, "Leased mode"). */
   limits: z.strictObject({
-    /** `exact`: one Redis round trip per request; `leased`: request-rate slices admitted locally. */
+    /** `exact`: one Redis round trip per request; `leased`: requests admitted locally from slices of the shared limits. */
     mode: z.enum(['exact', 'leased']).default('exact'),
     lease: z.strictObject({
       durationMs: z.number().int().min(10).max(60000).default(1000),

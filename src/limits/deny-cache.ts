@@ -2,7 +2,8 @@
  * Local deny cache: dimensions Redis just refused are refused here, with no round trip, until
  * they could pass. Sound because, between refusal and reset, other instances can only spend
  * more: a refused request-bucket stays empty until its wait ends, a message cost c refused
- * stays refused for every cost ≥ c, and a spent quota stays spent until the month ends.
+ * stays refused for every cost ≥ c, and a spent quota stays spent until the month ends (in
+ * leased mode only for `quotaDenialMs`: slices held by other instances go back to the quota).
  * Entries are tied to the Tenant object, so a limits change (a new object) drops them.
  */
 import type { Tenant } from '../tenants/model.js';
@@ -33,6 +34,12 @@ export class DenyCache {
   readonly #byTenant = new Map<string, (DenyEntry | undefined)[]>();
   /** Request-bucket state at the last refusal, for the RateLimit field of cached denials. */
   readonly #bucket = new Map<string, { remaining: number; resetAt: number }>();
+  readonly #quotaDenialMs: number;
+
+  /** `quotaDenialMs`: how long a spent quota is refused here at most (the rest of the month by default). */
+  constructor(quotaDenialMs = Infinity) {
+    this.#quotaDenialMs = quotaDenialMs;
+  }
 
   /** A refusal if a cached dimension refuses this cost now; null to ask the store. */
   check(tenant: Tenant, cost: LimitCost, now: number): CachedDenial | null {
@@ -71,7 +78,7 @@ export class DenyCache {
     }
     for (let slot = 0; slot < DIMS.length; slot++) {
       if (!(d.refused & DIMS[slot]!)) continue;
-      const until = slot === 0 ? now + d.requestWaitMs : slot === 1 ? now + d.messageWaitMs : monthEndMs;
+      const until = slot === 0 ? now + d.requestWaitMs : slot === 1 ? now + d.messageWaitMs : Math.min(monthEndMs, now + this.#quotaDenialMs);
       entries[slot] = { tenant, until, minCost: costOf(slot, cost) };
     }
     this.#bucket.set(tenant.id, { remaining: d.remaining, resetAt: now + d.resetMs });

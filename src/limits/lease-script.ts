@@ -1,30 +1,63 @@
 /**
  * The Lua side of leased mode: one call gives back what an instance did not spend of its last
- * slice and takes a new one from the tenant's request bucket, the same GCRA key ADMIT_LUA uses,
- * so leased and exact admits share one bucket. A slice is taken from the bucket before any
- * request spends it, so the shared bucket itself is never overdrawn.
+ * slices and takes new ones, from the same keys ADMIT_LUA uses, so leased and exact admits share
+ * one state: the request and message buckets (GCRA) and the month's message and byte counters.
  *
- * KEYS: the tenant's request-bucket TAT (its hash tag routes the call on Redis Cluster).
- * ARGV: now ms, request interval ms, burst, tokens returned, tokens wanted.
- * Returns {granted, remaining, reset ms, wait ms}: remaining whole requests in the bucket after
- * the grant, ms until it is full, and ms until it could grant `wanted` again (0 when it could now).
- * Floats as strings because Redis truncates Lua numbers to integers.
+ * A bucket slice is taken before any request spends it, so a bucket is never overdrawn. A month
+ * slice is added to the month's counter when granted and taken off when given back, so the
+ * counter holds what was admitted plus what is held, and never exceeds the quota. A month slice is
+ * granted whole or not at all, and only while the quota keeps room for (live instances + 1) more
+ * slices: near the end of a quota every instance admits exactly again, and the slices still held
+ * elsewhere go back within a lease.
+ *
+ * KEYS: request tat, message tat, month messages, month bytes (one tenant, one hash tag).
+ * ARGV: now ms, live instances, month-key TTL ms (relative);
+ *   request interval, burst, tokens returned, tokens wanted;
+ *   message interval, burst, tokens returned, tokens wanted;
+ *   month message quota (0 = none), units returned, units wanted;
+ *   month byte quota (0 = none), units returned, units wanted.
+ * Returns {requests granted, requests remaining, request reset ms, request wait ms,
+ *   messages granted, message wait ms, month messages granted, month bytes granted}: remaining whole
+ *   requests in the bucket after the grant, ms until it is full, and ms until each bucket could
+ *   grant its `wanted` again (0 when it could now). Floats as strings because Redis truncates Lua
+ *   numbers to integers.
  */
 export const LEASE_LUA = `
-local now, t, b = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local returned, wanted = tonumber(ARGV[4]), tonumber(ARGV[5])
+local now, instances, monthTtl = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local eps = 1e-6
-local tat = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), now)
-tat = math.max(tat - returned * t, now)
-local avail = math.floor((now + b * t - tat) / t + eps)
-local granted = math.max(0, math.min(wanted, avail))
-tat = tat + granted * t
-if tat > now then
-  redis.call('SET', KEYS[1], string.format('%.17g', tat), 'PX', math.ceil(tat - now) + 1000)
-else
-  redis.call('DEL', KEYS[1])
+
+local function bucket(key, t, b, returned, wanted)
+  local tat = math.max(tonumber(redis.call('GET', key) or '0'), now)
+  tat = math.max(tat - returned * t, now)
+  local avail = math.floor((now + b * t - tat) / t + eps)
+  local granted = math.max(0, math.min(wanted, avail))
+  tat = tat + granted * t
+  if tat > now then
+    redis.call('SET', key, string.format('%.17g', tat), 'PX', math.ceil(tat - now) + 1000)
+  else
+    redis.call('DEL', key)
+  end
+  local remaining = math.max(0, math.floor((now + b * t - tat) / t + eps))
+  return granted, remaining, tat - now, math.max(0, tat + wanted * t - now - b * t)
 end
-local remaining = math.max(0, math.floor((now + b * t - tat) / t + eps))
-local wait = math.max(0, tat + wanted * t - now - b * t)
-return {granted, remaining, tostring(tat - now), tostring(wait)}
+
+local function counter(key, limit, returned, wanted)
+  if returned == 0 and wanted == 0 then return 0 end
+  local used = math.max(0, tonumber(redis.call('GET', key) or '0') - returned)
+  local granted = wanted
+  if limit > 0 and limit - used < wanted * (instances + 1) then granted = 0 end
+  redis.call('SET', key, string.format('%.0f', used + granted), 'PX', monthTtl)
+  return granted
+end
+
+local rg, rr, rreset, rwait = bucket(KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]))
+local mg, mwait = 0, 0
+local mReturned, mWanted = tonumber(ARGV[10]), tonumber(ARGV[11])
+if mReturned > 0 or mWanted > 0 then
+  local _r, _s
+  mg, _r, _s, mwait = bucket(KEYS[2], tonumber(ARGV[8]), tonumber(ARGV[9]), mReturned, mWanted)
+end
+local qm = counter(KEYS[3], tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]))
+local qb = counter(KEYS[4], tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17]))
+return {rg, rr, tostring(rreset), tostring(rwait), mg, tostring(mwait), qm, qb}
 `;

@@ -1,27 +1,38 @@
 /**
- * Leased request-rate limits, the pure part (docs/limits.md, "Leased mode"): which requests an
- * instance may admit from its local slice, and how large a slice it asks Redis for.
+ * Leased limits, the pure part (docs/limits.md, "Leased mode"): which requests an instance may
+ * admit from its local slices, and how much of each shared dimension one lease call asks for.
  */
 import type { LimitCost, LimitPlan } from './verdict.js';
 
 /** The `limits.lease` settings. */
 export interface LeaseSettings {
-  /** How long a slice may be spent before its unused tokens go back to the shared bucket. */
+  /** How long a slice may be spent before its unused part goes back to Redis. */
   readonly durationMs: number;
-  /** Share of the tenant's burst that all instances' slices may hold together. */
+  /** Share of a tenant's burst that all instances' slices may hold together. */
   readonly sliceFraction: number;
 }
 
 /**
- * Tokens one instance asks for: its share (1/instances) of the smaller of what the bucket refills
- * during one lease and `sliceFraction` of the burst, at least 1. The first bound keeps a slice to
- * what the instance can fairly spend before the lease ends; the second caps what all instances
- * together can hold unused (the overshoot bound) to sliceFraction × burst, whatever their number.
+ * Tokens one instance asks for from a GCRA bucket: its share (1/instances) of the smaller of what
+ * the bucket refills during one lease and `sliceFraction` of the burst, at least 1. The first
+ * bound keeps a slice to what the instance can fairly spend before the lease ends; the second caps
+ * what all instances together can hold unused (the overshoot bound) to sliceFraction × burst,
+ * whatever their number.
  */
-export function leaseSlice(plan: LimitPlan, instances: number, lease: LeaseSettings): number {
-  const refillPerLease = lease.durationMs / plan.requestIntervalMs;
-  const ofBurst = plan.requestBurst * lease.sliceFraction;
+function rateSlice(intervalMs: number, burst: number, instances: number, lease: LeaseSettings): number {
+  const refillPerLease = lease.durationMs / intervalMs;
+  const ofBurst = burst * lease.sliceFraction;
   return Math.max(1, Math.floor(Math.min(refillPerLease, ofBurst) / Math.max(1, instances)));
+}
+
+/** The request-bucket slice (see rateSlice). */
+export function leaseSlice(plan: LimitPlan, instances: number, lease: LeaseSettings): number {
+  return rateSlice(plan.requestIntervalMs, plan.requestBurst, instances, lease);
+}
+
+/** The message-bucket slice (see rateSlice): also the most messages one push may take from a slice. */
+export function messageSlice(plan: LimitPlan, instances: number, lease: LeaseSettings): number {
+  return rateSlice(plan.messageIntervalMs, plan.messageBurst, instances, lease);
 }
 
 /**
@@ -38,10 +49,47 @@ export function callAgainAfterMs(granted: number, wanted: number, waitMs: number
 }
 
 /**
- * Whether a request's only shared dimension is the request rate, so a slice may admit it: no
- * messages (message rate and monthly messages stay exact), no parked-poll slot, and no bytes
- * counted against a byte quota. Every other request takes the one exact admit.
+ * Whether a slice may admit a request: not a parked poll (its slot is a live count, not a rate),
+ * and not a push larger than a message slice (only the exact admit lets a push larger than the
+ * burst through as debt, and a slice that small could never hold it).
  */
-export function leasable(plan: LimitPlan, cost: LimitCost): boolean {
-  return cost.messages === 0 && !cost.parkedPoll && (cost.ingressBytes === 0 || plan.ingressBytesPerMonth === 0);
+export function leasable(plan: LimitPlan, cost: LimitCost, instances: number, lease: LeaseSettings): boolean {
+  return !cost.parkedPoll && (cost.messages === 0 || cost.messages <= messageSlice(plan, instances, lease));
+}
+
+/** What one lease call asks for in each shared dimension. */
+export interface LeaseWants {
+  readonly requests: number;
+  /** Message-bucket tokens, and as many units of the month's message quota. */
+  readonly messages: number;
+  /** Units of the month's ingress-byte quota. */
+  readonly bytes: number;
+}
+
+/** This instance's recent traffic of one tenant: moving averages per admitted request. */
+export interface LeaseTraffic {
+  messagesPerRequest: number;
+  bytesPerRequest: number;
+}
+
+/** Weight of the newest request in the moving averages (about the last 16 requests count). */
+const TRAFFIC_WEIGHT = 1 / 16;
+
+/** Folds one request into the tenant's moving averages. */
+export function observeTraffic(traffic: LeaseTraffic, cost: LimitCost): void {
+  traffic.messagesPerRequest += (cost.messages - traffic.messagesPerRequest) * TRAFFIC_WEIGHT;
+  traffic.bytesPerRequest += (cost.ingressBytes - traffic.bytesPerRequest) * TRAFFIC_WEIGHT;
+}
+
+/**
+ * Slices for one call: a request slice, and of messages and bytes what a request slice of the
+ * recent traffic would spend (messages capped at a message slice), but never less than the
+ * request at hand needs. A tenant that only pops holds no message tokens another instance could
+ * want; one that pushes holds about a lease's worth.
+ */
+export function leaseWants(plan: LimitPlan, instances: number, lease: LeaseSettings, traffic: LeaseTraffic, cost: LimitCost): LeaseWants {
+  const requests = leaseSlice(plan, instances, lease);
+  const messages = Math.max(cost.messages, Math.min(messageSlice(plan, instances, lease), Math.round(requests * traffic.messagesPerRequest)));
+  const bytes = Math.max(cost.ingressBytes, Math.round(requests * traffic.bytesPerRequest));
+  return { requests, messages, bytes };
 }

@@ -1,50 +1,65 @@
 /**
- * `limits.mode: leased` (docs/limits.md, "Leased mode"): each instance takes a slice of a
- * tenant's request bucket from Redis in one script call (LEASE_LUA) and admits requests locally
- * from it, so a steady stream costs one round trip per slice instead of one per request. The
- * slice is taken from the shared bucket before it is spent, so the bucket is never overdrawn; what
- * an instance holds unspent (at most sliceFraction × burst over all instances) is the bound by
- * which a window can see more than the exact limiter would admit. Unspent tokens go back when the
- * lease ends: with the next slice, or from the sweep for tenants that went quiet.
+ * `limits.mode: leased` (docs/limits.md, "Leased mode"): each instance takes slices of a tenant's
+ * shared limits from Redis in one script call (LEASE_LUA) and admits requests locally from them,
+ * so a steady stream costs one round trip per slice instead of one per request. Four dimensions
+ * are leased: the request bucket, the message bucket, and the month's message and byte quotas.
+ * Slices are taken from the shared state before they are spent, so a bucket is never overdrawn
+ * and a quota never exceeded; what an instance holds unspent (at most sliceFraction × burst of a
+ * bucket over all instances) is the bound by which a window can see more than the exact limiter
+ * would admit. Unspent slices go back when the lease ends: with the next call, or from the sweep
+ * for tenants that went quiet.
  *
- * Only the request rate is leased. A request that also costs messages, a parked-poll slot or
- * bytes against a byte quota takes the exact admit (one round trip, every dimension atomically),
- * as does every request while the exact limiter is not on Redis (its fail mode decides). A lease
- * call that fails hands the request to the exact admit too, so failMode semantics stay those of
- * the exact limiter; the slice of a failed call is treated as lost (never spent twice).
+ * The exact admit (one round trip, every dimension atomically) still decides parked polls (their
+ * slot is a live count, not a rate), pushes larger than a message slice (only it lets a push over
+ * the burst through as debt), pushes while a quota is too near its end to be sliced, and every
+ * request while the exact limiter is not on Redis (its fail mode decides). A lease call that fails
+ * hands the request to the exact admit too, so failMode semantics stay those of the exact limiter;
+ * the slices of a failed call are treated as lost (never spent twice).
  */
 import type { Cluster, Redis } from 'ioredis';
 import type { Tenant } from '../tenants/model.js';
-import { requestBucketKey } from '../redis/keys.js';
+import { limiterKeys, monthKeyTtlMs } from '../redis/keys.js';
 import { evalScript } from '../redis/scripts.js';
 import { rateLimitHeaders } from './headers.js';
-import { callAgainAfterMs, leasable, leaseSlice, type LeaseSettings } from './lease-slice.js';
+import { callAgainAfterMs, leasable, leaseWants, observeTraffic, type LeaseSettings, type LeaseTraffic, type LeaseWants } from './lease-slice.js';
 import { LEASE_LUA } from './lease-script.js';
 import { PlanCache, refusedAdmission, type Admission, type AdmitInput, type EdgeLimiter, type PlanEntry } from './limiter.js';
 import { scriptSha } from './script.js';
-import { DIM_REQUESTS, classifyRefusal } from './verdict.js';
+import { classifyRefusal, DIM_MESSAGES, DIM_REQUESTS, monthWindow, type LimitCost, type LimitPlan } from './verdict.js';
 
 const LEASE_SHA = scriptSha(LEASE_LUA);
+const NOTHING: LeaseWants = { requests: 0, messages: 0, bytes: 0 };
 
-/** One tenant's slice on this instance. */
+type LeaseReply = [number, number, string, string, number, string, number, number];
+
+/** One tenant's slices on this instance. */
 interface Lease {
-  /** The tenant object the slice was taken for (a directory change makes a new one). */
+  /** The tenant object the slices were taken for (a directory change makes a new one). */
   tenant: Tenant;
   entry: PlanEntry;
-  /** Unspent tokens of the current slice. */
-  tokens: number;
-  /** After this, unspent tokens may not be spent: they go back with the next call. */
+  /** Unspent units of the current slices. */
+  requests: number;
+  messages: number;
+  monthMessages: number;
+  monthBytes: number;
+  /** After this, unspent units may not be spent: they go back with the next call. */
   expiresAt: number;
-  /** No lease call before this while the slice is spent: the bucket could not give a full slice earlier. */
-  readyAt: number;
-  /** The bucket after the last grant, for the RateLimit field. */
+  /** End of the month the month slices count against (they are dropped, not given back, after it). */
+  monthEndMs: number;
+  /** No lease call before these while that bucket's slice is spent: it could not give a full slice earlier. */
+  requestsReadyAt: number;
+  messagesReadyAt: number;
+  /** The last call's month slices were refused (a quota near its end): pushes take the exact admit until the lease ends. */
+  monthExact: boolean;
+  /** The request bucket after the last grant, for the RateLimit field. */
   bucketRemaining: number;
   bucketFullAt: number;
+  traffic: LeaseTraffic;
   /** The lease call in flight, shared by the requests that wait for it. */
   inflight: Promise<boolean> | null;
 }
 
-/** Leased request-rate admits in front of the exact limiter (see the file comment). */
+/** Leased admits in front of the exact limiter (see the file comment). */
 export class LeasedLimiter implements EdgeLimiter {
   readonly #exact: EdgeLimiter;
   readonly #redis: Redis | Cluster;
@@ -68,21 +83,23 @@ export class LeasedLimiter implements EdgeLimiter {
   }
 
   admit(input: AdmitInput): Admission | Promise<Admission> {
+    if (this.#exact.mode() !== 'redis') return this.#exact.admit(input);
     const entry = this.#plans.get(input.tenant, 1);
-    if (!leasable(entry.plan, input) || this.#exact.mode() !== 'redis') return this.#exact.admit(input);
+    if (!leasable(entry.plan, input, this.#exact.liveInstances(), this.#settings)) return this.#exact.admit(input);
     const now = this.#clock();
     let lease = this.#leases.get(input.tenant.id);
     if (lease && lease.tenant !== input.tenant) lease = this.#replaced(lease, input.tenant, entry);
     if (!lease) {
-      lease = { tenant: input.tenant, entry, tokens: 0, expiresAt: 0, readyAt: 0, bucketRemaining: 0, bucketFullAt: 0, inflight: null };
+      lease = newLease(input.tenant, entry, input);
       this.#leases.set(input.tenant.id, lease);
-    }
-    const taken = take(lease, now);
+    } else observeTraffic(lease.traffic, input);
+    const taken = take(lease, input, now);
     if (taken) return taken;
-    // The exact path's deny cache knows the bucket is empty: no lease call can succeed before then.
+    // The exact path's deny cache knows a dimension is spent: no lease call can help before then.
     const cached = this.#exact.preAdmit(input);
     if (cached) return cached;
-    if (now < lease.readyAt) return refusal(lease, now);
+    if (blockedUntil(lease, input, now) > now) return refusal(lease, input, now);
+    if (now < lease.expiresAt && monthShortOnly(lease, input)) return this.#exact.admit(input);
     return this.#renewThenTake(lease, input);
   }
 
@@ -111,10 +128,9 @@ export class LeasedLimiter implements EdgeLimiter {
     await this.#exact.close();
   }
 
-  /** A tenant whose record changed: the slice stays if its bucket did, else it goes back (priced at the old rate). */
+  /** A tenant whose record changed: the slices stay if its limits did, else they go back (priced at the old plan). */
   #replaced(lease: Lease, tenant: Tenant, entry: PlanEntry): Lease | undefined {
-    const was = lease.entry.plan;
-    if (was.requestIntervalMs === entry.plan.requestIntervalMs && was.requestBurst === entry.plan.requestBurst) {
+    if (samePlan(lease.entry.plan, entry.plan)) {
       lease.tenant = tenant;
       lease.entry = entry;
       return lease;
@@ -125,46 +141,67 @@ export class LeasedLimiter implements EdgeLimiter {
   }
 
   async #renewThenTake(lease: Lease, input: AdmitInput): Promise<Admission> {
-    lease.inflight ??= this.#call(lease, leaseSlice(lease.entry.plan, this.#exact.liveInstances(), this.#settings)).finally(() => {
+    lease.inflight ??= this.#call(lease, leaseWants(lease.entry.plan, this.#exact.liveInstances(), this.#settings, lease.traffic, input)).finally(() => {
       lease.inflight = null;
     });
     if (!(await lease.inflight)) return this.#exact.admit(input);
     const now = this.#clock();
-    return take(lease, now) ?? refusal(lease, now);
+    const taken = take(lease, input, now);
+    if (taken) return taken;
+    if (blockedUntil(lease, input, now) > now) return refusal(lease, input, now);
+    // A quota too near its end to slice, or slices sized for another request that shared the call:
+    // the exact admit decides this one.
+    return this.#exact.admit(input);
   }
 
-  /** Gives back the unspent tokens and takes up to `wanted` in one call; false when Redis did not answer. */
-  async #call(lease: Lease, wanted: number): Promise<boolean> {
+  /** Gives back the unspent slices and takes `wanted` in one call; false when Redis did not answer. */
+  async #call(lease: Lease, wanted: LeaseWants): Promise<boolean> {
     const now = this.#clock();
-    const returned = lease.tokens;
-    lease.tokens = 0;
-    let reply: [number, number, string, string];
+    const instances = this.#exact.liveInstances();
+    let reply: LeaseReply;
     try {
-      reply = await this.#eval(lease, now, returned, wanted);
+      reply = await this.#exchange(lease, now, instances, wanted);
     } catch {
       return false;
     }
-    lease.tokens = reply[0];
-    lease.expiresAt = now + this.#settings.durationMs;
-    lease.readyAt = now + callAgainAfterMs(reply[0], wanted, Number(reply[3]), this.#exact.liveInstances(), lease.entry.plan.requestIntervalMs);
+    const plan = lease.entry.plan;
+    const month = monthWindow(now);
+    lease.requests = reply[0];
+    lease.messages = reply[4];
+    lease.monthMessages = reply[6];
+    lease.monthBytes = reply[7];
+    lease.monthEndMs = month.endMs;
+    lease.expiresAt = Math.min(now + this.#settings.durationMs, month.endMs);
+    lease.requestsReadyAt = now + callAgainAfterMs(reply[0], wanted.requests, Number(reply[3]), instances, plan.requestIntervalMs);
+    lease.messagesReadyAt = now + callAgainAfterMs(reply[4], wanted.messages, Number(reply[5]), instances, plan.messageIntervalMs);
+    lease.monthExact = reply[6] < wanted.messages || reply[7] < wanted.bytes;
     lease.bucketRemaining = reply[1];
     lease.bucketFullAt = now + Number(reply[2]);
     return true;
   }
 
-  /** Returns a slice's unspent tokens without taking any; a failure leaves them lost (under-admission, never double spending). */
+  /** Returns the unspent slices without taking any; a failure leaves them lost (under-admission, never double spending). */
   async #giveBack(lease: Lease): Promise<void> {
-    const returned = lease.tokens;
-    if (returned === 0) return;
-    lease.tokens = 0;
-    await this.#eval(lease, this.#clock(), returned, 0).catch(() => {});
+    if (lease.requests + lease.messages + lease.monthMessages + lease.monthBytes === 0) return;
+    await this.#exchange(lease, this.#clock(), this.#exact.liveInstances(), NOTHING).catch(() => {});
   }
 
-  #eval(lease: Lease, now: number, returned: number, wanted: number): Promise<[number, number, string, string]> {
+  /** One LEASE_LUA call: the lease's unspent units go back (its month slices only within their month), and are zeroed here first. */
+  #exchange(lease: Lease, now: number, instances: number, wanted: LeaseWants): Promise<LeaseReply> {
     const plan = lease.entry.plan;
-    const args = [now, plan.requestIntervalMs, plan.requestBurst, returned, wanted];
-    const key = requestBucketKey(this.#prefix, lease.tenant.id);
-    return evalScript(this.#redis, LEASE_SHA, LEASE_LUA, [key], args) as Promise<[number, number, string, string]>;
+    const month = monthWindow(now);
+    const sameMonth = lease.monthEndMs === month.endMs;
+    const back = { requests: lease.requests, messages: lease.messages, monthMessages: sameMonth ? lease.monthMessages : 0, monthBytes: sameMonth ? lease.monthBytes : 0 };
+    lease.requests = lease.messages = lease.monthMessages = lease.monthBytes = 0;
+    const k = limiterKeys(this.#prefix, lease.tenant.id, month.id);
+    const args = [
+      now, instances, monthKeyTtlMs(month.endMs, now),
+      plan.requestIntervalMs, plan.requestBurst, back.requests, wanted.requests,
+      plan.messageIntervalMs, plan.messageBurst, back.messages, wanted.messages,
+      plan.messagesPerMonth, back.monthMessages, wanted.messages,
+      plan.ingressBytesPerMonth, back.monthBytes, wanted.bytes,
+    ];
+    return evalScript(this.#redis, LEASE_SHA, LEASE_LUA, [k.requests, k.messages, k.monthMessages, k.monthBytes], args) as Promise<LeaseReply>;
   }
 
   /** Returns the expired slices of tenants that went quiet, and forgets idle leases. */
@@ -172,24 +209,58 @@ export class LeasedLimiter implements EdgeLimiter {
     const now = this.#clock();
     for (const [id, lease] of this.#leases) {
       if (lease.inflight || now < lease.expiresAt) continue;
-      if (lease.tokens > 0) void this.#giveBack(lease);
-      else if (now >= lease.readyAt) this.#leases.delete(id);
+      if (lease.requests + lease.messages + lease.monthMessages + lease.monthBytes > 0) void this.#giveBack(lease);
+      else if (now >= lease.requestsReadyAt && now >= lease.messagesReadyAt) this.#leases.delete(id);
     }
   }
 }
 
-/** Spends one token of a live slice, or null. */
-function take(lease: Lease, now: number): Admission | null {
-  if (lease.tokens === 0 || now >= lease.expiresAt) return null;
-  lease.tokens--;
+/** A lease with no slices yet; its traffic averages start at its first request's. */
+function newLease(tenant: Tenant, entry: PlanEntry, first: LimitCost): Lease {
+  return {
+    tenant, entry, requests: 0, messages: 0, monthMessages: 0, monthBytes: 0, expiresAt: 0, monthEndMs: 0,
+    requestsReadyAt: 0, messagesReadyAt: 0, monthExact: false, bucketRemaining: 0, bucketFullAt: 0,
+    traffic: { messagesPerRequest: first.messages, bytesPerRequest: first.ingressBytes }, inflight: null,
+  };
+}
+
+function samePlan(a: LimitPlan, b: LimitPlan): boolean {
+  return a.requestIntervalMs === b.requestIntervalMs && a.requestBurst === b.requestBurst && a.messageIntervalMs === b.messageIntervalMs &&
+    a.messageBurst === b.messageBurst && a.messagesPerMonth === b.messagesPerMonth && a.ingressBytesPerMonth === b.ingressBytesPerMonth;
+}
+
+/** Spends one request's units of live slices, or null when a slice is short or ended. */
+function take(lease: Lease, cost: LimitCost, now: number): Admission | null {
+  if (now >= lease.expiresAt || lease.requests === 0 || lease.messages < cost.messages || lease.monthMessages < cost.messages || lease.monthBytes < cost.ingressBytes) return null;
+  lease.requests--;
+  lease.messages -= cost.messages;
+  lease.monthMessages -= cost.messages;
+  lease.monthBytes -= cost.ingressBytes;
   // Approximate: the bucket as of the last grant, plus what this instance still holds.
-  const headers = rateLimitHeaders(lease.entry.policy, lease.bucketRemaining + lease.tokens, Math.max(0, lease.bucketFullAt - now));
+  const headers = rateLimitHeaders(lease.entry.policy, lease.bucketRemaining + lease.requests, Math.max(0, lease.bucketFullAt - now));
   return { refusal: null, headers, release: null };
 }
 
-/** A refusal until the bucket could give a slice again; it takes nothing. */
-function refusal(lease: Lease, now: number): Admission {
-  const waitMs = Math.max(lease.readyAt - now, lease.entry.plan.requestIntervalMs);
-  const cls = classifyRefusal(DIM_REQUESTS, waitMs, 0, now, 0);
-  return refusedAdmission(cls, rateLimitHeaders(lease.entry.policy, 0, Math.max(0, lease.bucketFullAt - now)));
+/** When a bucket this request is short of could give a slice again (≤ now: a call may be made now). */
+function blockedUntil(lease: Lease, cost: LimitCost, now: number): number {
+  let until = now;
+  if (lease.requests === 0) until = Math.max(until, lease.requestsReadyAt);
+  if (lease.messages < cost.messages) until = Math.max(until, lease.messagesReadyAt);
+  return until;
+}
+
+/** The buckets' slices cover the request; only a month slice, refused near the quota's end, does not. */
+function monthShortOnly(lease: Lease, cost: LimitCost): boolean {
+  return lease.monthExact && lease.requests > 0 && lease.messages >= cost.messages;
+}
+
+/** A refusal until the short bucket could give a slice again; it takes nothing. */
+function refusal(lease: Lease, cost: LimitCost, now: number): Admission {
+  const plan = lease.entry.plan;
+  const requestShort = lease.requests === 0 && lease.requestsReadyAt > now;
+  const messageShort = lease.messages < cost.messages && lease.messagesReadyAt > now;
+  const requestWaitMs = requestShort ? Math.max(lease.requestsReadyAt - now, plan.requestIntervalMs) : 0;
+  const messageWaitMs = messageShort ? Math.max(lease.messagesReadyAt - now, cost.messages * plan.messageIntervalMs) : 0;
+  const cls = classifyRefusal((requestShort ? DIM_REQUESTS : 0) | (messageShort ? DIM_MESSAGES : 0), requestWaitMs, messageWaitMs, now, 0);
+  return refusedAdmission(cls, rateLimitHeaders(lease.entry.policy, lease.requests === 0 ? 0 : lease.bucketRemaining + lease.requests, Math.max(0, lease.bucketFullAt - now)));
 }

@@ -3,7 +3,7 @@
  * polls and monthly quotas per tenant, decided in one step. Two implementations behind one
  * interface: memory (no Redis configured) and Redis (one EVALSHA per admit, a local deny cache,
  * and a circuit breaker whose fail mode decides while Redis is away). For `limits.mode: leased`,
- * leased.ts wraps the Redis one and admits request-rate-only requests from local slices.
+ * leased.ts wraps the Redis one and admits most requests from local slices.
  *
  * Why not rate-limiter-flexible: its limiters hold one key and one algorithm each, so checking
  * four dimensions atomically would take four round trips and could not undo the ones that
@@ -93,6 +93,8 @@ export interface LimiterDeps {
   readonly heartbeatMs?: number;
   /** Breaker cool-down before the half-open probe. Default 1000. */
   readonly breakerOpenMs?: number;
+  /** How long a spent quota is refused from the deny cache; default the rest of the month (see DenyCache). */
+  readonly quotaDenialMs?: number;
 }
 
 const DEFAULT_SLOT_TTL_MS = 70_000;
@@ -213,7 +215,7 @@ class RedisLimiter implements EdgeLimiter {
   readonly #redis: RedisClient;
   readonly #owned: boolean;
   readonly #store: RedisLimitStore;
-  readonly #deny = new DenyCache();
+  readonly #deny: DenyCache;
   readonly #plans = new PlanCache();
   readonly #slots = new SlotIds();
   readonly #breaker: Breaker;
@@ -235,6 +237,7 @@ class RedisLimiter implements EdgeLimiter {
     this.#redis = redis;
     this.#owned = owned;
     this.#store = new RedisLimitStore(redis, cfg.keyPrefix, cfg.timeoutMs);
+    this.#deny = new DenyCache(deps.quotaDenialMs);
     this.#failMode = cfg.failMode;
     this.#log = deps.log;
     this.#clock = deps.clock ?? Date.now;

@@ -8,7 +8,7 @@
 import calculateSlot from 'cluster-key-slot';
 import { Cluster } from 'ioredis';
 import type { RedisClient } from '../redis/connection.js';
-import { instancesKey, limiterKeys, parkedKey } from '../redis/keys.js';
+import { instancesKey, limiterKeys, monthKeyTtlMs, parkedKey } from '../redis/keys.js';
 import { evalScript, isNoScript } from '../redis/scripts.js';
 import { ADMIT_ARGS, ADMIT_LUA, HEARTBEAT_LUA, scriptSha } from './script.js';
 import type { Decision, LimitCost, LimitPlan } from './verdict.js';
@@ -80,9 +80,7 @@ export class RedisLimitStore {
       plan.messagesPerMonth,
       cost.ingressBytes,
       plan.ingressBytesPerMonth,
-      // Until a day past the month end, so a skewed instance still finds the key. Whole ms:
-      // PEXPIRE refuses a fraction, and the script would fail after its first writes.
-      Math.ceil(month.endMs - now) + 86_400_000,
+      monthKeyTtlMs(month.endMs, now),
     ]);
     return {
       refused: reply[0],

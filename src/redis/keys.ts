@@ -6,7 +6,8 @@
  *   <p>{t:<id>}:rq            request bucket TAT (ms, string), PX until the bucket is full
  *   <p>{t:<id>}:rm            message bucket TAT, likewise
  *   <p>{t:<id>}:pp            parked-poll slots: ZSET slot id → expiry ms
- *   <p>{t:<id>}:qm:<yyyymm>   messages pushed this UTC month (INCRBY), expires a day after the month ends
+ *   <p>{t:<id>}:qm:<yyyymm>   messages admitted this UTC month, plus leased slices not yet spent or
+ *                             given back; expires a day after the month ends (monthKeyTtlMs)
  *   <p>{t:<id>}:qb:<yyyymm>   ingress bytes this UTC month, likewise
  *   <p>{t:<id>}:ud:<yyyymmdd>   usage: HASH `<hh>:<field>` → count (fields in metering/counts.ts)
  *   <p>{t:<id>}:us:<instance>   usage: last flush sequence number of an instance applied here
@@ -42,6 +43,14 @@ export function limiterKeys(prefix: string, tenantId: string, monthId: string): 
     monthMessages: `${base}qm:${monthId}`,
     monthBytes: `${base}qb:${monthId}`,
   };
+}
+
+/**
+ * PX for a month counter: until a day past the month end, so a skewed instance still finds the
+ * key. Whole ms: PEXPIRE refuses a fraction, and a script would fail after its first writes.
+ */
+export function monthKeyTtlMs(monthEndMs: number, now: number): number {
+  return Math.ceil(monthEndMs - now) + 86_400_000;
 }
 
 /** A tenant's request bucket (month-independent; exact admits and leased slices share it). */

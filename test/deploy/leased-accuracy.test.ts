@@ -1,14 +1,14 @@
 /**
- * Leased mode across processes: three real edge processes share one private Redis; a tenant
- * limited to 100 requests/s (burst 100) is offered three times that, spread evenly over the
- * three, for 10 s. Admitted requests (counted from the responses: 2xx admitted, 429 refused)
- * must land within ±5 % of what the exact limiter admits over the window (the burst plus the
- * refill), and the limiter's Redis calls (lease and heartbeat scripts) stay at or under 0.1 per
- * request.
+ * Leased mode across processes: three real edge processes share one private Redis; a tenant is
+ * offered three times its limit, spread evenly over the three, for 10 s: once a request rate
+ * (100 pops/s, burst 100) and once a message rate (500 messages/s, burst 500, pushes of 5).
+ * Admitted units (counted from the responses: 2xx admitted, 429 refused) must land within ±5 %
+ * of what the exact limiter admits over the window (the burst plus the refill), and the
+ * limiter's Redis calls (lease and heartbeat scripts) stay at or under 0.1 per request.
  *
  * The bound the design guarantees (docs/limits.md, "Leased mode"): slices are taken from the
  * shared bucket before they are spent, so from a full bucket nothing above burst + rate × elapsed
- * is admitted; the shortfall is at most the tokens held when the window closes (HELD below).
+ * is admitted; the shortfall is at most the units held when the window closes (held() below).
  * Robust on a loaded machine: the processes are warmed up on another tenant first, the offered
  * load is paced by the clock well above the limit (a stall is caught up, not lost), and the
  * window's edges are taken from when the first and last answers came, so queueing widens the
@@ -19,27 +19,63 @@ import { Pool } from 'undici';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { TEST_PLAN, TEST_SECRET, token } from '../helpers/edge.js';
 import { commandCalls, connectTest, PrivateRedis } from '../helpers/redis.js';
-import { leaseSlice } from '../../src/limits/lease-slice.js';
-import { compileLimitPlan } from '../../src/limits/verdict.js';
+import { leaseSlice, messageSlice } from '../../src/limits/lease-slice.js';
+import { compileLimitPlan, type LimitPlan } from '../../src/limits/verdict.js';
 import { freePort, spawnEdge, type EdgeProcess } from './edge-process.js';
 
 const INSTANCES = 3;
-const RATE = 100;
-const BURST = 100;
-/** Offered per instance: the tenant's whole rate at each of the three, 3× in total. */
-const OFFERED_PER_INSTANCE = RATE;
 /** Long enough to drain the initial burst and warm every process up; not counted. */
 const WARM_MS = 2_000;
 const WINDOW_MS = 10_000;
 const LEASE = { durationMs: 1000, sliceFraction: 0.3 };
-/** Held tokens at either end of the window: unspent slices plus the bucket's backlog, each ≤ instances × slice. */
-const SLICE = leaseSlice(compileLimitPlan({ ...TEST_PLAN.limits, requestsPerSec: RATE, requestBurst: BURST }, TEST_PLAN.quotas), INSTANCES, LEASE);
+/** Requests offered per second to each instance: 300 in all. */
+const OFFERED_PER_INSTANCE = 100;
+
+/** One limited dimension: the tenant's plan, the request that spends it, and what one request costs. */
+interface Case {
+  readonly tenant: string;
+  readonly limits: Partial<typeof TEST_PLAN.limits>;
+  /** Units of the limited dimension per second, and its burst. */
+  readonly rate: number;
+  readonly burst: number;
+  readonly unitsPerRequest: number;
+  readonly request: { method: 'GET' | 'POST'; path: string; body?: string };
+  /** The slice of the limited dimension each instance takes. */
+  readonly slice: (plan: LimitPlan) => number;
+}
+
+const CASES: readonly Case[] = [
+  {
+    tenant: 'pops',
+    limits: { requestsPerSec: 100, requestBurst: 100 },
+    rate: 100,
+    burst: 100,
+    unitsPerRequest: 1,
+    request: { method: 'GET', path: '/api/v1/pop/queue/q?wait=false' },
+    slice: (plan) => leaseSlice(plan, INSTANCES, LEASE),
+  },
+  {
+    tenant: 'pushes',
+    limits: { messagesPerSec: 500, messageBurst: 500 },
+    rate: 500,
+    burst: 500,
+    unitsPerRequest: 5,
+    request: { method: 'POST', path: '/api/v1/push', body: JSON.stringify({ items: Array.from({ length: 5 }, (_, i) => ({ queue: 'q', payload: { i } })) }) },
+    slice: (plan) => messageSlice(plan, INSTANCES, LEASE),
+  },
+];
+
+const planOf = (c: Case) => ({ ...TEST_PLAN, limits: { ...TEST_PLAN.limits, ...c.limits } });
+
 /**
- * Tokens held outside the exact count at the end: unspent slices (one per instance) plus the
+ * Units held outside the exact count at the end: unspent slices (one per instance) plus the
  * bucket's backlog between calls (a contending instance calls again when its view of the bucket
  * holds its slice and half a slice per other instance).
  */
-const HELD = INSTANCES * SLICE + ((INSTANCES + 1) / 2) * SLICE;
+function held(c: Case): number {
+  const slice = c.slice(compileLimitPlan(planOf(c).limits, TEST_PLAN.quotas));
+  return INSTANCES * slice + ((INSTANCES + 1) / 2) * slice;
+}
 
 let redis: PrivateRedis;
 let broker: BrokerDouble;
@@ -59,10 +95,10 @@ beforeAll(async () => {
         redis: { url: redis.url, keyPrefix: 'qe:', timeoutMs: 1000 },
         auth: { secret: TEST_SECRET },
         upstream: { healthIntervalMs: 1000, healthTimeoutMs: 2000 },
-        plans: { limited: { ...TEST_PLAN, limits: { ...TEST_PLAN.limits, requestsPerSec: RATE, requestBurst: BURST } }, test: TEST_PLAN },
+        plans: { test: TEST_PLAN, ...Object.fromEntries(CASES.map((c) => [c.tenant, planOf(c)])) },
         tenants: {
-          acme: { plan: 'limited', hosts: ['acme.localhost'], brokers: [broker.url] },
           warm: { plan: 'test', hosts: ['warm.localhost'], brokers: [broker.url] },
+          ...Object.fromEntries(CASES.map((c) => [c.tenant, { plan: c.tenant, hosts: [`${c.tenant}.localhost`], brokers: [broker.url] }])),
         },
       }),
     ),
@@ -78,8 +114,8 @@ afterAll(async () => {
 });
 
 describe('leased mode, three edge processes on one Redis', () => {
-  it('admits within ±5 % of the limit per 10-s window under 3× load, at ≤ 0.1 limiter round trips per request', async () => {
-    const jwt = await token({ roles: ['read-write'], tenant: 'acme' });
+  it.each(CASES)('$tenant: admits within ±5 % of the limit per 10-s window under 3× load, at ≤ 0.1 limiter round trips per request', async (c) => {
+    const jwt = await token({ roles: ['read-write'], tenant: c.tenant });
     const warmJwt = await token({ roles: ['read-write'], tenant: 'warm' });
     const probe = await connectTest(redis.url, 2000);
     const pools = ports.map((p) => new Pool(`http://127.0.0.1:${p}`, { connections: 16 }));
@@ -87,17 +123,22 @@ describe('leased mode, three edge processes on one Redis', () => {
     let firstAnswer = 0;
     let lastAnswer = 0;
     const send = (pool: Pool, tenant: string) =>
-      pool.request({ method: 'GET', path: '/api/v1/pop/queue/q?wait=false', headers: { host: `${tenant}.localhost`, authorization: `Bearer ${tenant === 'acme' ? jwt : warmJwt}` } }).then(
-        async (res) => {
-          await res.body.dump();
-          if (tenant !== 'acme') return;
-          lastAnswer = performance.now();
-          firstAnswer ||= lastAnswer;
-          statuses.push(res.statusCode);
-        },
-        () => void statuses.push(0),
-      );
-    /** Offers `perSec` × INSTANCES requests a second for `ms`, paced by the clock (a stalled loop catches up in a burst instead of offering less). */
+      pool
+        .request({
+          ...c.request,
+          headers: { host: `${tenant}.localhost`, authorization: `Bearer ${tenant === c.tenant ? jwt : warmJwt}`, ...(c.request.body ? { 'content-type': 'application/json' } : {}) },
+        })
+        .then(
+          async (res) => {
+            await res.body.dump();
+            if (tenant !== c.tenant) return;
+            lastAnswer = performance.now();
+            firstAnswer ||= lastAnswer;
+            statuses.push(res.statusCode);
+          },
+          () => void statuses.push(0),
+        );
+    /** Offers OFFERED_PER_INSTANCE × INSTANCES requests a second for `ms`, paced by the clock (a stalled loop catches up in a burst instead of offering less). */
     async function offer(tenant: string, ms: number, during: Promise<void>[]): Promise<{ first: number; last: number; sent: number }> {
       const start = performance.now();
       let sent = 0;
@@ -112,40 +153,41 @@ describe('leased mode, three edge processes on one Redis', () => {
       }
     }
 
-    // Warm every process up (JIT, pools, the token cache) on another tenant, so the measured
-    // tenant's first requests are decided as soon as they arrive.
+    // Warm every process up (JIT, pools, the token cache) on another tenant with the same
+    // requests, so the measured tenant's first requests are decided as soon as they arrive.
     const warm: Promise<void>[] = [];
     await offer('warm', WARM_MS, warm);
     await Promise.all(warm);
     const measured: Promise<void>[] = [];
     const before = await commandCalls(probe);
-    const run = await offer('acme', WINDOW_MS, measured);
+    const run = await offer(c.tenant, WINDOW_MS, measured);
     const after = await commandCalls(probe);
     await Promise.all(measured);
     await Promise.all(pools.map((p) => p.close()));
     probe.disconnect();
 
-    const admitted = statuses.filter((s) => s >= 200 && s < 300).length;
+    const admittedRequests = statuses.filter((s) => s >= 200 && s < 300).length;
     const refused = statuses.filter((s) => s === 429).length;
+    const admitted = admittedRequests * c.unitsPerRequest;
     // The exact limiter's count from a full bucket: the burst plus the refill while requests were decided.
-    const limit = BURST + (RATE * (run.last - run.first)) / 1000;
-    const delta = (c: string) => (after.get(c) ?? 0) - (before.get(c) ?? 0);
+    const limit = c.burst + (c.rate * (run.last - run.first)) / 1000;
+    const delta = (cmd: string) => (after.get(cmd) ?? 0) - (before.get(cmd) ?? 0);
     // Top-level calls only: INFO commandstats also counts the commands a script runs inside.
     const scripts = delta('evalsha') + delta('eval');
     console.log(
-      `leased accuracy: ${statuses.length} answered in the window, admitted ${admitted} of a limit of ${limit} ` +
-        `(${(((admitted - limit) / limit) * 100).toFixed(2)} %), slice ${SLICE}; ${scripts} limiter scripts (lease + heartbeat) ` +
-        `= ${(scripts / statuses.length).toFixed(3)} per request; other commands ${JSON.stringify([...after].map(([c, v]) => [c, v - (before.get(c) ?? 0)]).filter(([, v]) => v !== 0))}`,
+      `leased accuracy (${c.tenant}): ${statuses.length} answered in the window, admitted ${admitted} units of a limit of ${limit.toFixed(0)} ` +
+        `(${(((admitted - limit) / limit) * 100).toFixed(2)} %), held bound ${held(c)}; ${scripts} limiter scripts (lease + heartbeat) ` +
+        `= ${(scripts / statuses.length).toFixed(3)} per request; other commands ${JSON.stringify([...after].map(([cmd, v]) => [cmd, v - (before.get(cmd) ?? 0)]).filter(([, v]) => v !== 0))}`,
     );
     // Every request was answered, admitted or refused: no errors skew the count.
     expect(statuses.length).toBe(run.sent);
-    expect(admitted + refused).toBe(run.sent);
+    expect(admittedRequests + refused).toBe(run.sent);
     // Offered stayed well above the limit, or the count would say nothing about the limiter.
-    expect(statuses.length).toBeGreaterThan(2 * limit);
+    expect(statuses.length * c.unitsPerRequest).toBeGreaterThan(2 * limit);
     // The design's bound (see the file comment), widened by when the first and last decisions fell
-    // between sending and answering: never above the bucket, short of it by at most the held tokens.
-    expect(admitted).toBeLessThanOrEqual(BURST + (RATE * (lastAnswer - run.first)) / 1000);
-    expect(admitted).toBeGreaterThanOrEqual(BURST + (RATE * (run.last - firstAnswer)) / 1000 - HELD);
+    // between sending and answering: never above the bucket, short of it by at most the held units.
+    expect(admitted).toBeLessThanOrEqual(c.burst + (c.rate * (lastAnswer - run.first)) / 1000);
+    expect(admitted).toBeGreaterThanOrEqual(c.burst + (c.rate * (run.last - firstAnswer)) / 1000 - held(c));
     expect(Math.abs(admitted - limit) / limit).toBeLessThanOrEqual(0.05);
     expect(scripts / statuses.length).toBeLessThanOrEqual(0.1);
   }, 60_000);

@@ -1,13 +1,13 @@
-/** Leased mode: the slice-sizing decision, and lease / spend / return against a real Redis. */
+/** Leased mode: the slice-sizing decisions, and lease / spend / return against a real Redis and a Redis Cluster. */
 import type { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LeasedLimiter } from '../../src/limits/leased.js';
-import { callAgainAfterMs, leasable, leaseSlice } from '../../src/limits/lease-slice.js';
+import { callAgainAfterMs, leasable, leaseSlice, leaseWants, messageSlice } from '../../src/limits/lease-slice.js';
 import { createLimiter, type Admission, type AdmitInput } from '../../src/limits/limiter.js';
-import { compileLimitPlan } from '../../src/limits/verdict.js';
+import { compileLimitPlan, monthWindow } from '../../src/limits/verdict.js';
 import { silentLogger } from '../../src/observability/log.js';
-import { requestBucketKey } from '../../src/redis/keys.js';
-import { compilePlan, compileTenant, type Limits, type Tenant } from '../../src/tenants/model.js';
+import { limiterKeys, requestBucketKey } from '../../src/redis/keys.js';
+import { compilePlan, compileTenant, type Limits, type Quotas, type Tenant } from '../../src/tenants/model.js';
 import { RedisCluster } from '../helpers/redis-cluster.js';
 import { connectTest, flushPrefix, PrivateRedis, SHARED_REDIS_URL, uniquePrefix, waitFor } from '../helpers/redis.js';
 
@@ -63,15 +63,39 @@ describe('callAgainAfterMs', () => {
 });
 
 describe('leasable', () => {
-  const free = compileLimitPlan(LIMITS, NO_QUOTAS);
-  const capped = compileLimitPlan(LIMITS, { messagesPerMonth: 1000, ingressBytesPerMonth: 1 << 30 });
+  const plan = compileLimitPlan(LIMITS, { messagesPerMonth: 1000, ingressBytesPerMonth: 1 << 30 });
+  const lease = { durationMs: 1000, sliceFraction: 0.25 };
+  const cost = (more: Partial<AdmitInput>) => ({ messages: 0, ingressBytes: 0, parkedPoll: false, ...more });
 
-  it('admits locally only requests whose one shared dimension is the request rate', () => {
-    expect(leasable(capped, { messages: 0, ingressBytes: 0, parkedPoll: false })).toBe(true);
-    expect(leasable(free, { messages: 0, ingressBytes: 500, parkedPoll: false })).toBe(true);
-    expect(leasable(capped, { messages: 0, ingressBytes: 500, parkedPoll: false })).toBe(false);
-    expect(leasable(free, { messages: 1, ingressBytes: 0, parkedPoll: false })).toBe(false);
-    expect(leasable(free, { messages: 0, ingressBytes: 0, parkedPoll: true })).toBe(false);
+  it('admits locally everything but parked polls and pushes larger than a message slice', () => {
+    // Message slice: min(100/s × 1 s, 0.25 × 100) = 25 with one instance, 12 with two.
+    expect(messageSlice(plan, 1, lease)).toBe(25);
+    expect(leasable(plan, cost({}), 1, lease)).toBe(true);
+    expect(leasable(plan, cost({ ingressBytes: 500 }), 1, lease)).toBe(true);
+    expect(leasable(plan, cost({ messages: 25, ingressBytes: 500 }), 1, lease)).toBe(true);
+    expect(leasable(plan, cost({ messages: 26 }), 1, lease)).toBe(false);
+    expect(leasable(plan, cost({ messages: 13 }), 2, lease)).toBe(false);
+    expect(leasable(plan, cost({ parkedPoll: true }), 1, lease)).toBe(false);
+  });
+});
+
+describe('leaseWants', () => {
+  const plan = compileLimitPlan(LIMITS, NO_QUOTAS);
+  const lease = { durationMs: 1000, sliceFraction: 0.25 };
+  const cost = (messages: number, ingressBytes: number) => ({ messages, ingressBytes, parkedPoll: false });
+
+  it('asks for no messages or bytes for a tenant that only pops, so other instances can have them', () => {
+    expect(leaseWants(plan, 1, lease, { messagesPerRequest: 0, bytesPerRequest: 0 }, cost(0, 0))).toEqual({ requests: 5, messages: 0, bytes: 0 });
+  });
+
+  it('sizes message and byte slices by what a request slice of the recent traffic spends, capped at a message slice', () => {
+    // Requests: 5 per slice; 2 messages of 300 bytes each per request.
+    expect(leaseWants(plan, 1, lease, { messagesPerRequest: 2, bytesPerRequest: 300 }, cost(2, 300))).toEqual({ requests: 5, messages: 10, bytes: 1500 });
+    expect(leaseWants(plan, 1, lease, { messagesPerRequest: 20, bytesPerRequest: 300 }, cost(2, 300))).toEqual({ requests: 5, messages: 25, bytes: 1500 });
+  });
+
+  it('never asks for less than the request at hand needs', () => {
+    expect(leaseWants(plan, 1, lease, { messagesPerRequest: 0.1, bytesPerRequest: 10 }, cost(7, 9000))).toEqual({ requests: 5, messages: 7, bytes: 9000 });
   });
 });
 
@@ -97,16 +121,17 @@ describe.each(['redis', 'cluster'] as const)('LeasedLimiter on %s', (kind) => {
     client.disconnect();
   });
 
-  function tenant(limits: Partial<Limits> = {}): Tenant {
-    const plan = compilePlan('p', { features: [], limits: { ...LIMITS, ...limits }, quotas: NO_QUOTAS, storageBytes: 0 });
+  function tenant(limits: Partial<Limits> = {}, quotas: Quotas = NO_QUOTAS): Tenant {
+    const plan = compilePlan('p', { features: [], limits: { ...LIMITS, ...limits }, quotas, storageBytes: 0 });
     return compileTenant(`t${++seq}`, { status: 'active', plan: 'p', hosts: [], brokers: ['http://127.0.0.1:1'], cors: { origins: [] }, boundedLoadFactor: null }, plan);
   }
   const input = (t: Tenant, more: Partial<AdmitInput> = {}): AdmitInput => ({ tenant: t, messages: 0, ingressBytes: 0, parkedPoll: false, ...more });
 
-  async function leased(): Promise<LeasedLimiter> {
-    const exact = createLimiter({ url: null, cluster: [], keyPrefix: prefix, timeoutMs: 500, failMode: 'closed' }, { log: silentLogger(), clock, redis: client });
+  async function leased(sliceFraction = 0.25): Promise<LeasedLimiter> {
+    // As app.ts builds it: a refused quota is rechecked after two leases.
+    const exact = createLimiter({ url: null, cluster: [], keyPrefix: prefix, timeoutMs: 500, failMode: 'closed' }, { log: silentLogger(), clock, redis: client, quotaDenialMs: 2000 });
     // 10/s, burst 20, one instance: slice = min(10 × 1 s, 0.25 × 20) = 5.
-    const l = new LeasedLimiter(exact, client, prefix, { durationMs: 1000, sliceFraction: 0.25 }, clock);
+    const l = new LeasedLimiter(exact, client, prefix, { durationMs: 1000, sliceFraction }, clock);
     await l.start();
     return l;
   }
@@ -167,16 +192,132 @@ describe.each(['redis', 'cluster'] as const)('LeasedLimiter on %s', (kind) => {
     await l.close();
   });
 
-  it('sends requests with other shared dimensions to the exact admit, on the same bucket', async () => {
+  const keys = (t: Tenant) => limiterKeys(prefix, t.id, monthWindow(now).id);
+  const counter = async (key: string) => Number((await client.get(key)) ?? '0');
+
+  it('leases pushes: message and month slices in the same call, spent locally, the unspent part given back', async () => {
+    const l = await leased();
+    const t = tenant({}, { messagesPerMonth: 10_000, ingressBytesPerMonth: 1 << 30 });
+    const push = input(t, { messages: 3, ingressBytes: 100 });
+    expect(await admitted(l.admit(push))).toBe(true);
+    // One call took 5 requests, and for 5 such pushes 15 messages and 500 bytes.
+    expect(await bucketTokens(t)).toBe(15);
+    expect([await counter(keys(t).monthMessages), await counter(keys(t).monthBytes)]).toEqual([15, 500]);
+    for (let i = 0; i < 4; i++) expect(await admitted(l.admit(push))).toBe(true);
+    // Spent locally: nothing moved.
+    expect([await bucketTokens(t), await counter(keys(t).monthMessages), await counter(keys(t).monthBytes)]).toEqual([15, 15, 500]);
+    // The sixth push takes new slices.
+    expect(await admitted(l.admit(push))).toBe(true);
+    expect([await bucketTokens(t), await counter(keys(t).monthMessages), await counter(keys(t).monthBytes)]).toEqual([10, 30, 1000]);
+    await l.close();
+    // close() gave back 4 requests, 12 messages and 400 bytes: the counters hold exactly the six pushes.
+    expect([await bucketTokens(t), await counter(keys(t).monthMessages), await counter(keys(t).monthBytes)]).toEqual([14, 18, 600]);
+    const messageTat = Number(await client.get(keys(t).messages));
+    expect(messageTat - now).toBeCloseTo(18 * 10, 6);
+  });
+
+  it('refuses a push locally while the message bucket cannot give a slice, taking nothing', async () => {
+    const l = await leased();
+    // Message slice min(100 × 1 s, 0.25 × 100) = 25: five pushes of 5.
+    const t = tenant({ requestsPerSec: 1000, requestBurst: 1000 });
+    const push = input(t, { messages: 5 });
+    for (let i = 0; i < 20; i++) expect(await admitted(l.admit(push))).toBe(true);
+    const before = await client.get(keys(t).messages);
+    const refused = await l.admit(push);
+    expect(refused.refusal?.code).toBe('rate_limited');
+    expect(refused.refusal?.retryAfterSec).toBe(1);
+    expect(await client.get(keys(t).messages)).toBe(before);
+    // Pops do not need the message bucket: still admitted from the request slice.
+    expect(await admitted(l.admit(input(t)))).toBe(true);
+    now += 250; // a slice of 25 messages has refilled
+    for (let i = 0; i < 5; i++) expect(await admitted(l.admit(push))).toBe(true);
+    expect((await l.admit(push)).refusal?.code).toBe('rate_limited');
+    await l.close();
+  });
+
+  it('sends parked polls and pushes larger than a message slice to the exact admit, on the same state', async () => {
     const l = await leased();
     const t = tenant();
-    expect(await admitted(l.admit(input(t, { messages: 3 })))).toBe(true);
-    // The exact admit took one request token and set the message bucket; no slice was taken.
-    expect(await bucketTokens(t)).toBe(19);
-    expect(await client.exists(`${prefix}{t:${t.id}}:rm`)).toBe(1);
-    expect(await admitted(l.admit(input(t)))).toBe(true);
-    expect(await bucketTokens(t)).toBe(14);
+    expect(await admitted(l.admit(input(t, { parkedPoll: true })))).toBe(true);
+    expect(await client.zcard(keys(t).parked)).toBe(1);
+    // 30 messages > a message slice of 25: the exact admit takes them (and one request token) at once.
+    expect(await admitted(l.admit(input(t, { messages: 30 })))).toBe(true);
+    expect(Number(await client.get(keys(t).messages)) - now).toBeCloseTo(300, 6);
+    expect(await bucketTokens(t)).toBe(18);
     await l.close();
+  });
+
+  it('never admits above a month quota, and uses it to the last message once held slices are back', async () => {
+    // Two instances; month slices of 20 messages (0.02 × a burst of 1000), then 10 each.
+    const a = await leased(0.02);
+    const b = await leased(0.02);
+    const t = tenant({ requestsPerSec: 100_000, requestBurst: 100_000, messagesPerSec: 1000, messageBurst: 1000 }, { messagesPerMonth: 1000, ingressBytesPerMonth: 0 });
+    let count = 0;
+    const push = async (l: LeasedLimiter) => {
+      now += 1; // the message bucket refills as fast as the pushes take
+      if (await admitted(l.admit(input(t, { messages: 1 })))) count++;
+      expect(await counter(keys(t).monthMessages)).toBeLessThanOrEqual(1000);
+    };
+    for (let i = 0; i < 1100; i++) await push(i % 2 === 0 ? a : b);
+    expect(count).toBeLessThanOrEqual(1000);
+    now += 2001; // the leases ended, and so did the refused quota's local cache
+    for (let i = 0; i < 40; i++) await push(i % 2 === 0 ? a : b);
+    expect(count).toBe(1000);
+    await a.close();
+    await b.close();
+    expect(await counter(keys(t).monthMessages)).toBe(1000);
+  });
+
+  it('takes no month slice once the quota lacks room for (instances + 1) slices: the rest is admitted exactly', async () => {
+    // One instance, month slices of 20 messages: slices while 40 or more are left, then exact admits.
+    const l = await leased(0.02);
+    const t = tenant({ requestsPerSec: 100_000, requestBurst: 100_000, messagesPerSec: 1000, messageBurst: 1000 }, { messagesPerMonth: 100, ingressBytesPerMonth: 0 });
+    const push = () => l.admit(input(t, { messages: 1 }));
+    for (let i = 0; i < 81; i++) {
+      now += 1;
+      expect(await admitted(push())).toBe(true);
+    }
+    // Four slices (80), then the 81st push was admitted exactly: the counter holds no unspent slice.
+    expect(await counter(keys(t).monthMessages)).toBe(81);
+    for (let i = 0; i < 19; i++) expect(await admitted(push())).toBe(true);
+    expect((await push()).refusal?.code).toBe('quota_exceeded');
+    expect(await counter(keys(t).monthMessages)).toBe(100);
+    await l.close();
+  });
+
+  it('rechecks a refused quota after quotaDenialMs, since slices held elsewhere go back to it', async () => {
+    const exact = createLimiter({ url: null, cluster: [], keyPrefix: prefix, timeoutMs: 500, failMode: 'closed' }, { log: silentLogger(), clock, redis: client, quotaDenialMs: 2000 });
+    await exact.start();
+    const t = tenant({}, { messagesPerMonth: 100, ingressBytesPerMonth: 0 });
+    // Another instance holds a slice of 30 of the 100.
+    await client.set(keys(t).monthMessages, '90');
+    expect((await exact.admit(input(t, { messages: 20 }))).refusal?.code).toBe('quota_exceeded');
+    await client.set(keys(t).monthMessages, '60'); // it gave the slice back
+    now += 1999;
+    expect(exact.preAdmit(input(t, { messages: 20 }))?.refusal?.code).toBe('quota_exceeded');
+    now += 1;
+    expect(exact.preAdmit(input(t, { messages: 20 }))).toBeNull();
+    expect((await exact.admit(input(t, { messages: 20 }))).refusal).toBeNull();
+    await exact.close();
+  });
+
+  it('does not give a month slice back to the next month', async () => {
+    const l = await leased();
+    const t = tenant({}, { messagesPerMonth: 10_000, ingressBytesPerMonth: 0 });
+    const saved = now;
+    now = Date.parse('2026-11-30T23:59:59.800Z');
+    const november = keys(t).monthMessages;
+    expect(await admitted(l.admit(input(t, { messages: 3 })))).toBe(true);
+    expect(await counter(november)).toBe(15);
+    now = Date.parse('2026-12-01T00:00:00.100Z');
+    // Another instance already admitted 100 messages in December.
+    await client.set(keys(t).monthMessages, '100');
+    expect(await admitted(l.admit(input(t, { messages: 3 })))).toBe(true);
+    // November keeps its slice (it is not read after its month); December only gains the new one.
+    expect([await counter(november), await counter(keys(t).monthMessages)]).toEqual([15, 115]);
+    await l.close();
+    expect(await counter(keys(t).monthMessages)).toBe(103);
+    now = saved;
   });
 });
 
