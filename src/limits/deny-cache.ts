@@ -11,7 +11,10 @@ import { DIM_MESSAGES, DIM_MONTH_BYTES, DIM_MONTH_MESSAGES, DIM_REQUESTS, EPSILO
 
 interface DenyEntry {
   readonly tenant: Tenant;
+  /** Refused here until then. */
   readonly until: number;
+  /** What Retry-After names: `until`, except for a quota rechecked before its month ends. */
+  readonly retryAt: number;
   /** The refused cost; smaller costs may still pass. */
   readonly minCost: number;
 }
@@ -45,8 +48,8 @@ export class DenyCache {
   check(tenant: Tenant, cost: LimitCost, now: number): CachedDenial | null {
     const entries = this.#byTenant.get(tenant.id);
     if (!entries) return null;
-    let quotaUntil = 0;
-    let rateUntil = 0;
+    let quotaRetryAt = 0;
+    let rateRetryAt = 0;
     for (let slot = 0; slot < DIMS.length; slot++) {
       const e = entries[slot];
       if (!e) continue;
@@ -56,14 +59,14 @@ export class DenyCache {
       }
       const c = costOf(slot, cost);
       if (c === 0 || c < e.minCost) continue;
-      if (slot >= 2) quotaUntil = Math.max(quotaUntil, e.until);
-      else rateUntil = Math.max(rateUntil, e.until);
+      if (slot >= 2) quotaRetryAt = Math.max(quotaRetryAt, e.retryAt);
+      else rateRetryAt = Math.max(rateRetryAt, e.retryAt);
     }
-    if (quotaUntil === 0 && rateUntil === 0) return null;
+    if (quotaRetryAt === 0 && rateRetryAt === 0) return null;
     const bucket = this.#bucket.get(tenant.id);
     return {
-      code: quotaUntil > 0 ? 'quota_exceeded' : 'rate_limited',
-      retryAfterSec: quotaUntil > 0 ? Math.max(1, Math.ceil((quotaUntil - now) / 1000)) : Math.max(1, Math.ceil((rateUntil - now) / 1000 - EPSILON)),
+      code: quotaRetryAt > 0 ? 'quota_exceeded' : 'rate_limited',
+      retryAfterSec: quotaRetryAt > 0 ? Math.max(1, Math.ceil((quotaRetryAt - now) / 1000)) : Math.max(1, Math.ceil((rateRetryAt - now) / 1000 - EPSILON)),
       remaining: bucket?.remaining ?? 0,
       resetMs: Math.max(0, (bucket?.resetAt ?? now) - now),
     };
@@ -78,8 +81,9 @@ export class DenyCache {
     }
     for (let slot = 0; slot < DIMS.length; slot++) {
       if (!(d.refused & DIMS[slot]!)) continue;
-      const until = slot === 0 ? now + d.requestWaitMs : slot === 1 ? now + d.messageWaitMs : Math.min(monthEndMs, now + this.#quotaDenialMs);
-      entries[slot] = { tenant, until, minCost: costOf(slot, cost) };
+      const retryAt = slot === 0 ? now + d.requestWaitMs : slot === 1 ? now + d.messageWaitMs : monthEndMs;
+      const until = slot >= 2 ? Math.min(retryAt, now + this.#quotaDenialMs) : retryAt;
+      entries[slot] = { tenant, until, retryAt, minCost: costOf(slot, cost) };
     }
     this.#bucket.set(tenant.id, { remaining: d.remaining, resetAt: now + d.resetMs });
   }

@@ -5,9 +5,10 @@
  *
  * A bucket slice is taken before any request spends it, so a bucket is never overdrawn. A month
  * slice is added to the month's counter when granted and taken off when given back, so the
- * counter holds what was admitted plus what is held, and never exceeds the quota. A month slice is
- * granted whole or not at all, and only while the quota keeps room for (live instances + 1) more
- * slices: near the end of a quota every instance admits exactly again, and the slices still held
+ * counter holds what was admitted plus what is held, and never exceeds the quota. The month slices
+ * are granted whole or not at all, both or neither, and only while each quota keeps room for
+ * (live instances + 1) more slices: near the end of a quota every instance admits exactly again,
+ * holding no month units its own exact admits would count as used, and the slices still held
  * elsewhere go back within a lease.
  *
  * KEYS: request tat, message tat, month messages, month bytes (one tenant, one hash tag).
@@ -41,13 +42,16 @@ local function bucket(key, t, b, returned, wanted)
   return granted, remaining, tat - now, math.max(0, tat + wanted * t - now - b * t)
 end
 
-local function counter(key, limit, returned, wanted)
-  if returned == 0 and wanted == 0 then return 0 end
+-- A month counter less what is returned, and whether it has room for the slice and its reserve.
+local function counterRoom(key, limit, returned, wanted)
+  if returned == 0 and wanted == 0 then return 0, true end
   local used = math.max(0, tonumber(redis.call('GET', key) or '0') - returned)
-  local granted = wanted
-  if limit > 0 and limit - used < wanted * (instances + 1) then granted = 0 end
+  return used, limit == 0 or limit - used >= wanted * (instances + 1)
+end
+
+local function counterSet(key, returned, used, granted)
+  if returned == 0 and granted == 0 then return end
   redis.call('SET', key, string.format('%.0f', used + granted), 'PX', monthTtl)
-  return granted
 end
 
 local rg, rr, rreset, rwait = bucket(KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]))
@@ -57,7 +61,13 @@ if mReturned > 0 or mWanted > 0 then
   local _r, _s
   mg, _r, _s, mwait = bucket(KEYS[2], tonumber(ARGV[8]), tonumber(ARGV[9]), mReturned, mWanted)
 end
-local qm = counter(KEYS[3], tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14]))
-local qb = counter(KEYS[4], tonumber(ARGV[15]), tonumber(ARGV[16]), tonumber(ARGV[17]))
+local qmReturned, qmWanted = tonumber(ARGV[13]), tonumber(ARGV[14])
+local qbReturned, qbWanted = tonumber(ARGV[16]), tonumber(ARGV[17])
+local qmUsed, qmRoom = counterRoom(KEYS[3], tonumber(ARGV[12]), qmReturned, qmWanted)
+local qbUsed, qbRoom = counterRoom(KEYS[4], tonumber(ARGV[15]), qbReturned, qbWanted)
+local qm, qb = 0, 0
+if qmRoom and qbRoom then qm, qb = qmWanted, qbWanted end
+counterSet(KEYS[3], qmReturned, qmUsed, qm)
+counterSet(KEYS[4], qbReturned, qbUsed, qb)
 return {rg, rr, tostring(rreset), tostring(rwait), mg, tostring(mwait), qm, qb}
 `;

@@ -30,7 +30,7 @@ export function leaseSlice(plan: LimitPlan, instances: number, lease: LeaseSetti
   return rateSlice(plan.requestIntervalMs, plan.requestBurst, instances, lease);
 }
 
-/** The message-bucket slice (see rateSlice): also the most messages one push may take from a slice. */
+/** The message-bucket slice (see rateSlice). */
 export function messageSlice(plan: LimitPlan, instances: number, lease: LeaseSettings): number {
   return rateSlice(plan.messageIntervalMs, plan.messageBurst, instances, lease);
 }
@@ -50,11 +50,11 @@ export function callAgainAfterMs(granted: number, wanted: number, waitMs: number
 
 /**
  * Whether a slice may admit a request: not a parked poll (its slot is a live count, not a rate),
- * and not a push larger than a message slice (only the exact admit lets a push larger than the
- * burst through as debt, and a slice that small could never hold it).
+ * and not a push larger than the message burst (only the exact admit lets it through, as debt).
+ * A push larger than a slice asks for a slice of its own size.
  */
-export function leasable(plan: LimitPlan, cost: LimitCost, instances: number, lease: LeaseSettings): boolean {
-  return !cost.parkedPoll && (cost.messages === 0 || cost.messages <= messageSlice(plan, instances, lease));
+export function leasable(plan: LimitPlan, cost: LimitCost): boolean {
+  return !cost.parkedPoll && cost.messages <= plan.messageBurst;
 }
 
 /** What one lease call asks for in each shared dimension. */

@@ -10,11 +10,12 @@
  * for tenants that went quiet.
  *
  * The exact admit (one round trip, every dimension atomically) still decides parked polls (their
- * slot is a live count, not a rate), pushes larger than a message slice (only it lets a push over
- * the burst through as debt), pushes while a quota is too near its end to be sliced, and every
- * request while the exact limiter is not on Redis (its fail mode decides). A lease call that fails
- * hands the request to the exact admit too, so failMode semantics stay those of the exact limiter;
- * the slices of a failed call are treated as lost (never spent twice).
+ * slot is a live count, not a rate), pushes larger than the message burst (only it lets them
+ * through as debt), pushes while a quota is too near its end to be sliced, and every request while
+ * the exact limiter is not on Redis (its fail mode decides). A lease call that fails hands the
+ * request to the exact admit too, so failMode semantics stay those of the exact limiter; the
+ * slices of a failed call are treated as lost (never spent twice): a bucket refills, a month quota
+ * keeps them counted (under-admission by at most one slice per failed call).
  */
 import type { Cluster, Redis } from 'ioredis';
 import type { Tenant } from '../tenants/model.js';
@@ -29,6 +30,8 @@ import { classifyRefusal, DIM_MESSAGES, DIM_REQUESTS, monthWindow, type LimitCos
 
 const LEASE_SHA = scriptSha(LEASE_LUA);
 const NOTHING: LeaseWants = { requests: 0, messages: 0, bytes: 0 };
+/** Lease calls one request may make or join before the exact admit decides it. */
+const MAX_CALLS_PER_ADMIT = 3;
 
 type LeaseReply = [number, number, string, string, number, string, number, number];
 
@@ -49,7 +52,7 @@ interface Lease {
   /** No lease call before these while that bucket's slice is spent: it could not give a full slice earlier. */
   requestsReadyAt: number;
   messagesReadyAt: number;
-  /** The last call's month slices were refused (a quota near its end): pushes take the exact admit until the lease ends. */
+  /** The last call's month slices were refused (a quota near its end; then none is held): pushes take the exact admit until the lease ends. */
   monthExact: boolean;
   /** The request bucket after the last grant, for the RateLimit field. */
   bucketRemaining: number;
@@ -68,6 +71,8 @@ export class LeasedLimiter implements EdgeLimiter {
   readonly #clock: () => number;
   readonly #plans = new PlanCache();
   readonly #leases = new Map<string, Lease>();
+  /** Give-backs of replaced leases, awaited by close() so none runs after Redis is closed. */
+  readonly #returning = new Set<Promise<void>>();
   #timer: NodeJS.Timeout | null = null;
 
   constructor(exact: EdgeLimiter, redis: Redis | Cluster, prefix: string, settings: LeaseSettings, clock: () => number = Date.now) {
@@ -85,7 +90,6 @@ export class LeasedLimiter implements EdgeLimiter {
   admit(input: AdmitInput): Admission | Promise<Admission> {
     if (this.#exact.mode() !== 'redis') return this.#exact.admit(input);
     const entry = this.#plans.get(input.tenant, 1);
-    if (!leasable(entry.plan, input, this.#exact.liveInstances(), this.#settings)) return this.#exact.admit(input);
     const now = this.#clock();
     let lease = this.#leases.get(input.tenant.id);
     if (lease && lease.tenant !== input.tenant) lease = this.#replaced(lease, input.tenant, entry);
@@ -93,12 +97,16 @@ export class LeasedLimiter implements EdgeLimiter {
       lease = newLease(input.tenant, entry, input);
       this.#leases.set(input.tenant.id, lease);
     } else observeTraffic(lease.traffic, input);
+    if (!leasable(entry.plan, input)) return this.#exactWithoutHeld(lease, input);
     const taken = take(lease, input, now);
     if (taken) return taken;
     // The exact path's deny cache knows a dimension is spent: no lease call can help before then.
     const cached = this.#exact.preAdmit(input);
     if (cached) return cached;
+    // The slices are being exchanged: what this instance held comes back with the call.
+    if (lease.inflight) return this.#renewThenTake(lease, input);
     if (blockedUntil(lease, input, now) > now) return refusal(lease, input, now);
+    // A quota too near its end to slice: the lease holds no month units (they are granted together or not at all).
     if (now < lease.expiresAt && monthShortOnly(lease, input)) return this.#exact.admit(input);
     return this.#renewThenTake(lease, input);
   }
@@ -124,6 +132,7 @@ export class LeasedLimiter implements EdgeLimiter {
       await l.inflight;
       await this.#giveBack(l);
     }));
+    await Promise.all(this.#returning);
     this.#leases.clear();
     await this.#exact.close();
   }
@@ -136,21 +145,40 @@ export class LeasedLimiter implements EdgeLimiter {
       return lease;
     }
     this.#leases.delete(tenant.id);
-    void (lease.inflight ?? Promise.resolve(true)).then(() => this.#giveBack(lease));
+    const returned = (lease.inflight ?? Promise.resolve(true)).then(() => this.#giveBack(lease));
+    this.#returning.add(returned);
+    void returned.finally(() => this.#returning.delete(returned));
     return undefined;
   }
 
   async #renewThenTake(lease: Lease, input: AdmitInput): Promise<Admission> {
-    lease.inflight ??= this.#call(lease, leaseWants(lease.entry.plan, this.#exact.liveInstances(), this.#settings, lease.traffic, input)).finally(() => {
-      lease.inflight = null;
-    });
-    if (!(await lease.inflight)) return this.#exact.admit(input);
-    const now = this.#clock();
-    const taken = take(lease, input, now);
-    if (taken) return taken;
-    if (blockedUntil(lease, input, now) > now) return refusal(lease, input, now);
-    // A quota too near its end to slice, or slices sized for another request that shared the call:
-    // the exact admit decides this one.
+    // A request that joined another request's call may find its slices spent or sized for that
+    // one: it makes a call of its own (shared by whoever waits then), up to a few times.
+    for (let calls = 0; calls < MAX_CALLS_PER_ADMIT; calls++) {
+      const own = lease.inflight === null;
+      lease.inflight ??= this.#call(lease, leaseWants(lease.entry.plan, this.#exact.liveInstances(), this.#settings, lease.traffic, input)).finally(() => {
+        lease.inflight = null;
+      });
+      if (!(await lease.inflight)) return this.#exact.admit(input);
+      const now = this.#clock();
+      const taken = take(lease, input, now);
+      if (taken) return taken;
+      if (blockedUntil(lease, input, now) > now) return refusal(lease, input, now);
+      if (own || lease.monthExact) break;
+    }
+    // A quota too near its end to slice: the exact admit decides.
+    return this.#exactWithoutHeld(lease, input);
+  }
+
+  /**
+   * The exact admit, after giving back what this instance holds of the month quotas: the exact
+   * admit counts held slices as used, so its own would refuse a push that fits.
+   */
+  async #exactWithoutHeld(lease: Lease, input: AdmitInput): Promise<Admission> {
+    if ((input.messages > 0 && lease.monthMessages > 0) || (input.ingressBytes > 0 && lease.monthBytes > 0)) {
+      await lease.inflight;
+      await this.#giveBack(lease);
+    }
     return this.#exact.admit(input);
   }
 
@@ -249,7 +277,7 @@ function blockedUntil(lease: Lease, cost: LimitCost, now: number): number {
   return until;
 }
 
-/** The buckets' slices cover the request; only a month slice, refused near the quota's end, does not. */
+/** The buckets' slices cover the request; only the month slices, refused near a quota's end, do not. */
 function monthShortOnly(lease: Lease, cost: LimitCost): boolean {
   return lease.monthExact && lease.requests > 0 && lease.messages >= cost.messages;
 }

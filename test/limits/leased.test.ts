@@ -2,7 +2,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LeasedLimiter } from '../../src/limits/leased.js';
-import { callAgainAfterMs, leasable, leaseSlice, leaseWants, messageSlice } from '../../src/limits/lease-slice.js';
+import { callAgainAfterMs, leasable, leaseSlice, leaseWants } from '../../src/limits/lease-slice.js';
 import { createLimiter, type Admission, type AdmitInput } from '../../src/limits/limiter.js';
 import { compileLimitPlan, monthWindow } from '../../src/limits/verdict.js';
 import { silentLogger } from '../../src/observability/log.js';
@@ -64,18 +64,14 @@ describe('callAgainAfterMs', () => {
 
 describe('leasable', () => {
   const plan = compileLimitPlan(LIMITS, { messagesPerMonth: 1000, ingressBytesPerMonth: 1 << 30 });
-  const lease = { durationMs: 1000, sliceFraction: 0.25 };
   const cost = (more: Partial<AdmitInput>) => ({ messages: 0, ingressBytes: 0, parkedPoll: false, ...more });
 
-  it('admits locally everything but parked polls and pushes larger than a message slice', () => {
-    // Message slice: min(100/s × 1 s, 0.25 × 100) = 25 with one instance, 12 with two.
-    expect(messageSlice(plan, 1, lease)).toBe(25);
-    expect(leasable(plan, cost({}), 1, lease)).toBe(true);
-    expect(leasable(plan, cost({ ingressBytes: 500 }), 1, lease)).toBe(true);
-    expect(leasable(plan, cost({ messages: 25, ingressBytes: 500 }), 1, lease)).toBe(true);
-    expect(leasable(plan, cost({ messages: 26 }), 1, lease)).toBe(false);
-    expect(leasable(plan, cost({ messages: 13 }), 2, lease)).toBe(false);
-    expect(leasable(plan, cost({ parkedPoll: true }), 1, lease)).toBe(false);
+  it('admits locally everything but parked polls and pushes larger than the message burst', () => {
+    expect(leasable(plan, cost({}))).toBe(true);
+    expect(leasable(plan, cost({ ingressBytes: 500 }))).toBe(true);
+    expect(leasable(plan, cost({ messages: 100, ingressBytes: 500 }))).toBe(true);
+    expect(leasable(plan, cost({ messages: 101 }))).toBe(false);
+    expect(leasable(plan, cost({ parkedPoll: true }))).toBe(false);
   });
 });
 
@@ -235,15 +231,64 @@ describe.each(['redis', 'cluster'] as const)('LeasedLimiter on %s', (kind) => {
     await l.close();
   });
 
-  it('sends parked polls and pushes larger than a message slice to the exact admit, on the same state', async () => {
+  it('sends parked polls and pushes larger than the message burst to the exact admit, on the same state', async () => {
     const l = await leased();
     const t = tenant();
     expect(await admitted(l.admit(input(t, { parkedPoll: true })))).toBe(true);
     expect(await client.zcard(keys(t).parked)).toBe(1);
-    // 30 messages > a message slice of 25: the exact admit takes them (and one request token) at once.
-    expect(await admitted(l.admit(input(t, { messages: 30 })))).toBe(true);
-    expect(Number(await client.get(keys(t).messages)) - now).toBeCloseTo(300, 6);
+    // 130 messages > a burst of 100: only the exact admit lets it through, as debt, with one request token.
+    expect(await admitted(l.admit(input(t, { messages: 130 })))).toBe(true);
+    expect(Number(await client.get(keys(t).messages)) - now).toBeCloseTo(1300, 6);
     expect(await bucketTokens(t)).toBe(18);
+    await l.close();
+  });
+
+  it('takes a slice of its own size for a push larger than a slice', async () => {
+    const l = await leased();
+    const t = tenant();
+    expect(await admitted(l.admit(input(t, { messages: 2 })))).toBe(true); // a slice of 10 messages
+    expect(await admitted(l.admit(input(t, { messages: 60 })))).toBe(true); // 8 go back, 60 are taken
+    expect(Number(await client.get(keys(t).messages)) - now).toBeCloseTo(620, 6);
+    await l.close();
+    expect(Number(await client.get(keys(t).messages)) - now).toBeCloseTo(620, 6);
+  });
+
+  it('admits a request that arrives while its slices are being exchanged, from what the call brings back', async () => {
+    const l = await leased();
+    const t = tenant({}, { messagesPerMonth: 0, ingressBytesPerMonth: 1 << 30 });
+    // The bucket holds exactly one slice (5 of 20): after the grant, the next call must wait.
+    await client.set(requestBucketKey(prefix, t.id), String(now + 1500));
+    expect(await admitted(l.admit(input(t, { ingressBytes: 100 })))).toBe(true);
+    // A body larger than the byte slice: a new call, which gives back the 4 requests held.
+    const big = l.admit(input(t, { ingressBytes: 10_000 }));
+    const pop = l.admit(input(t));
+    expect([await admitted(big), await admitted(pop)]).toEqual([true, true]);
+    await l.close();
+  });
+
+  it('gives back its own month slice before an exact admit, which would count it as used', async () => {
+    const l = await leased();
+    const t = tenant({ requestsPerSec: 1000, requestBurst: 1000, messagesPerSec: 1000, messageBurst: 100 }, { messagesPerMonth: 1000, ingressBytesPerMonth: 0 });
+    await client.set(keys(t).monthMessages, '850');
+    expect(await admitted(l.admit(input(t, { messages: 3 })))).toBe(true); // a month slice of 25: the counter reads 875
+    expect(await counter(keys(t).monthMessages)).toBe(875);
+    now += 10; // the message bucket is full again: a push over the burst passes only then
+    // 853 + 140 = 993 fits; 140 > the burst goes to the exact admit.
+    expect(await admitted(l.admit(input(t, { messages: 140 })))).toBe(true);
+    expect(await counter(keys(t).monthMessages)).toBe(993);
+    await l.close();
+  });
+
+  it('names the month end in Retry-After for a spent quota, also when the refusal comes from the local cache', async () => {
+    const l = await leased();
+    const t = tenant({}, { messagesPerMonth: 1000, ingressBytesPerMonth: 0 });
+    await client.set(keys(t).monthMessages, '1000');
+    const monthEndSec = Math.ceil((monthWindow(now).endMs - now) / 1000);
+    const first = (await l.admit(input(t, { messages: 1 }))).refusal;
+    now += 1000;
+    const cached = l.preAdmit(input(t, { messages: 1 }))?.refusal;
+    expect([first?.code, first?.retryAfterSec]).toEqual(['quota_exceeded', monthEndSec]);
+    expect([cached?.code, cached?.retryAfterSec]).toEqual(['quota_exceeded', monthEndSec - 1]);
     await l.close();
   });
 
