@@ -31,7 +31,7 @@ import { answerProbe, type Readiness } from './probes.js';
 import { serveConsole } from './console.js';
 import { adminHostAllowed } from './hosts.js';
 import { duplicatedSingleton } from '../listen/raw-headers.js';
-import { edgeError, isEdgeError, renderError } from '../errors.js';
+import { EdgeError, edgeError, isEdgeError, renderError, type AnyErrorCode } from '../errors.js';
 
 /** What the admin handler reads and writes. */
 export interface AdminDeps {
@@ -59,26 +59,8 @@ export interface AdminDeps {
   readonly clock: () => number;
 }
 
-/** The admin API's refusals (its own small catalogue: operators, not tenants, read these). */
-const ADMIN_ERRORS = {
-  invalid_request: 400,
-  unauthorized: 401,
-  not_found: 404,
-  /** No server.admin.token: the API is off (404, as if absent; the code lets the CLI say how to turn it on). */
-  admin_disabled: 404,
-  read_only: 409,
-  conflict: 409,
-  unavailable: 503,
-} as const;
-type AdminCode = keyof typeof ADMIN_ERRORS;
-
-class AdminError {
-  constructor(
-    readonly code: AdminCode,
-    readonly message: string,
-    readonly problems?: readonly string[],
-  ) {}
-}
+/** An admin refusal: a client code (`invalid_request`, `unauthorized`) or an operator-only one. */
+type Refusal = EdgeError<AnyErrorCode>;
 
 const BODY_LIMIT = 1024 * 1024;
 const MAX_USAGE_RANGE_MS = 366 * 24 * 3600 * 1000;
@@ -92,7 +74,7 @@ interface Call {
   readonly who: string;
 }
 type Reply = { status: number; body?: unknown } | { status: 200; headers: Record<string, string>; stream: Readable };
-type Action = (c: Call) => Promise<Reply | AdminError>;
+type Action = (c: Call) => Promise<Reply | Refusal>;
 
 function sha256(text: string): Buffer {
   return createHash('sha256').update(text).digest();
@@ -110,9 +92,12 @@ function send(res: EdgeResponse, status: number, body: unknown): void {
   res.end(text);
 }
 
-/** The one place admin refusals are rendered: `{"error","code"}` plus `problems` for bad bodies. */
-function sendError(res: EdgeResponse, e: AdminError): void {
-  send(res, ADMIN_ERRORS[e.code], e.problems ? { error: e.message, code: e.code, problems: e.problems } : { error: e.message, code: e.code });
+/** Writes a refusal as renderError renders it, unless a streamed reply already started. */
+function sendError(res: EdgeResponse, e: Refusal): void {
+  if (res.headersSent || res.destroyed) return;
+  const r = renderError(e);
+  res.writeHead(r.status, r.headers);
+  res.end(r.body);
 }
 
 function tenantSummary(t: Tenant, store: TenantStore): Record<string, unknown> {
@@ -142,9 +127,9 @@ function countsView(c: UsageCounts): Record<string, unknown> {
   };
 }
 
-function writeRefusal(r: WriteResult, what: string): AdminError | null {
+function writeRefusal(r: WriteResult, what: string): Refusal | null {
   if (r.ok) return null;
-  return new AdminError(r.conflict ? 'conflict' : 'invalid_request', `${r.conflict ? 'conflicting' : 'invalid'} ${what}: ${r.problems.join('; ')}`, r.problems);
+  return edgeError(r.conflict ? 'conflict' : 'invalid_request', `${r.conflict ? 'conflicting' : 'invalid'} ${what}: ${r.problems.join('; ')}`, { problems: r.problems });
 }
 
 /** A tenant's own auth settings as shown and logged: a shared secret never leaves the store. */
@@ -164,9 +149,9 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
     d.log.info({ admin: c.who, action, target, ...(change === undefined ? {} : { change }) }, 'admin change');
 
   /** Guards every write: the store refuses them without Redis; ids must fit keys and URLs. */
-  const writable = (id: string): AdminError | null => {
-    if (d.tenants.backing !== 'redis') return new AdminError('read_only', 'no Redis configured: tenants and plans come from the config file only');
-    if (!ID_PATTERN.test(id)) return new AdminError('invalid_request', `id: must match ${ID_PATTERN.source}`);
+  const writable = (id: string): Refusal | null => {
+    if (d.tenants.backing !== 'redis') return edgeError('read_only');
+    if (!ID_PATTERN.test(id)) return edgeError('invalid_request', `id: must match ${ID_PATTERN.source}`);
     return null;
   };
 
@@ -182,19 +167,19 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
     };
   };
 
-  const existing = (id: string): Tenant | AdminError => d.tenants.byId(id) ?? new AdminError('not_found', `no tenant "${id}"`);
+  const existing = (id: string): Tenant | Refusal => d.tenants.byId(id) ?? edgeError('not_found', `no tenant "${id}"`);
 
   on('GET', '/admin/v1/tenants', async () => ({ status: 200, body: { tenants: [...d.tenants.all()].map((t) => tenantSummary(t, d.tenants)) } }));
 
   on('GET', '/admin/v1/tenants/:id', async (c) => {
     const t = existing(c.params.id!);
-    return t instanceof AdminError ? t : { status: 200, body: await tenantDetail(t) };
+    return t instanceof EdgeError ? t : { status: 200, body: await tenantDetail(t) };
   });
 
   on('PUT', '/admin/v1/tenants/:id', async (c) => {
     const id = c.params.id!;
     const body = await jsonBody(c.req);
-    if (body instanceof AdminError) return body;
+    if (body instanceof EdgeError) return body;
     const refused = writable(id) ?? writeRefusal(await d.tenants.putTenant(id, body), 'tenant');
     if (refused) return refused;
     logChange(c, 'tenant.put', id, { ...(body as object), auth: authView(d.tenants.recordOf(id)?.auth) });
@@ -205,7 +190,7 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
     const id = c.params.id!;
     const refused = writable(id);
     if (refused) return refused;
-    if (!(await d.tenants.deleteTenant(id))) return new AdminError('not_found', `no tenant "${id}"`);
+    if (!(await d.tenants.deleteTenant(id))) return edgeError('not_found', `no tenant "${id}"`);
     logChange(c, 'tenant.delete', id);
     return { status: 204 };
   });
@@ -214,7 +199,7 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
     on('POST', `/admin/v1/tenants/:id/${verb}`, async (c) => {
       const id = c.params.id!;
       const t = existing(id);
-      if (t instanceof AdminError) return t;
+      if (t instanceof EdgeError) return t;
       const refused = writable(id) ?? writeRefusal(await d.tenants.setStatus(id, status), 'status');
       if (refused) return refused;
       logChange(c, `tenant.${verb}`, id);
@@ -225,13 +210,13 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
   on('PUT', '/admin/v1/tenants/:id/storage', async (c) => {
     const id = c.params.id!;
     const t = existing(id);
-    if (t instanceof AdminError) return t;
+    if (t instanceof EdgeError) return t;
     const body = await jsonBody(c.req);
-    if (body instanceof AdminError) return body;
+    if (body instanceof EdgeError) return body;
     const keys = body && typeof body === 'object' && !Array.isArray(body) ? Object.keys(body) : null;
     const usedBytes = (body as { usedBytes?: unknown } | null)?.usedBytes;
     if (!keys || keys.length !== 1 || typeof usedBytes !== 'number' || !Number.isSafeInteger(usedBytes) || usedBytes < 0) {
-      return new AdminError('invalid_request', 'usedBytes: must be a non-negative integer (and the only field)', ['usedBytes: must be a non-negative integer']);
+      return edgeError('invalid_request', 'usedBytes: must be a non-negative integer (and the only field)', { problems: ['usedBytes: must be a non-negative integer'] });
     }
     const refused = writable(id) ?? writeRefusal(await d.tenants.setStorageUsed(id, usedBytes), 'storage');
     if (refused) return refused;
@@ -241,13 +226,13 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
 
   on('GET', '/admin/v1/plans/:id', async (c) => {
     const p = d.tenants.planById(c.params.id!);
-    return p ? { status: 200, body: planView(p) } : new AdminError('not_found', `no plan "${c.params.id}"`);
+    return p ? { status: 200, body: planView(p) } : edgeError('not_found', `no plan "${c.params.id}"`);
   });
 
   on('PUT', '/admin/v1/plans/:id', async (c) => {
     const id = c.params.id!;
     const body = await jsonBody(c.req);
-    if (body instanceof AdminError) return body;
+    if (body instanceof EdgeError) return body;
     const refused = writable(id) ?? writeRefusal(await d.tenants.putPlan(id, body), 'plan');
     if (refused) return refused;
     logChange(c, 'plan.put', id, body);
@@ -256,9 +241,9 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
 
   on('GET', '/admin/v1/tenants/:id/usage', async (c) => {
     const id = c.params.id!;
-    if (!ID_PATTERN.test(id) && !d.tenants.byId(id)) return new AdminError('invalid_request', `id: must match ${ID_PATTERN.source}`);
+    if (!ID_PATTERN.test(id) && !d.tenants.byId(id)) return edgeError('invalid_request', `id: must match ${ID_PATTERN.source}`);
     const range = usageRange(c.query, d.clock());
-    if (range instanceof AdminError) return range;
+    if (range instanceof EdgeError) return range;
     // Deleted tenants stay readable: their last period still has to be billed.
     const hours = await d.usage(id, range.fromMs, range.toMs);
     const total = new UsageCounts();
@@ -280,9 +265,9 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
 
   // Broker maintenance, for all of a tenant's brokers or the one named by `broker`; 502 when a
   // broker could not be read or switched (the body still lists every broker's outcome).
-  const maintenanceTargets = (t: Tenant, broker: unknown): string[] | AdminError => {
+  const maintenanceTargets = (t: Tenant, broker: unknown): string[] | Refusal => {
     if (broker === undefined || broker === null) return [...t.brokers];
-    return typeof broker === 'string' && t.brokers.includes(broker) ? [broker] : new AdminError('invalid_request', `broker: not a broker of tenant "${t.id}"`);
+    return typeof broker === 'string' && t.brokers.includes(broker) ? [broker] : edgeError('invalid_request', `broker: not a broker of tenant "${t.id}"`);
   };
   const maintenanceReply = (t: Tenant, brokers: BrokerMaintenanceState[]): Reply => {
     const failed = brokers.some((b) => 'error' in b);
@@ -290,22 +275,22 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
   };
   on('GET', '/admin/v1/tenants/:id/maintenance', async (c) => {
     const t = existing(c.params.id!);
-    if (t instanceof AdminError) return t;
+    if (t instanceof EdgeError) return t;
     const targets = maintenanceTargets(t, c.query.get('broker') ?? undefined);
-    if (targets instanceof AdminError) return targets;
+    if (targets instanceof EdgeError) return targets;
     return maintenanceReply(t, await Promise.all(targets.map((url) => d.maintenance.read(url, t.id))));
   });
   on('PUT', '/admin/v1/tenants/:id/maintenance', async (c) => {
     const t = existing(c.params.id!);
-    if (t instanceof AdminError) return t;
-    const body = (await jsonBody(c.req)) as { mode?: unknown; enabled?: unknown; broker?: unknown } | AdminError;
-    if (body instanceof AdminError) return body;
+    if (t instanceof EdgeError) return t;
+    const body = (await jsonBody(c.req)) as { mode?: unknown; enabled?: unknown; broker?: unknown } | Refusal;
+    if (body instanceof EdgeError) return body;
     const mode = body?.mode ?? 'push';
     if ((mode !== 'push' && mode !== 'pop') || typeof body?.enabled !== 'boolean') {
-      return new AdminError('invalid_request', 'expected {"mode":"push"|"pop","enabled":true|false,"broker"?:URL}', ['mode: push or pop', 'enabled: boolean']);
+      return edgeError('invalid_request', 'expected {"mode":"push"|"pop","enabled":true|false,"broker"?:URL}', { problems: ['mode: push or pop', 'enabled: boolean'] });
     }
     const targets = maintenanceTargets(t, body.broker);
-    if (targets instanceof AdminError) return targets;
+    if (targets instanceof EdgeError) return targets;
     const enabled = body.enabled;
     logChange(c, 'broker.maintenance', t.id, { mode, enabled, brokers: targets });
     return maintenanceReply(t, await Promise.all(targets.map((url) => d.maintenance.set(url, t.id, mode as MaintenanceSwitch, enabled))));
@@ -321,13 +306,13 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
 
   on('GET', '/admin/v1/usage/export', async (c) => {
     const range = usageRange(c.query, d.clock(), 'hour');
-    if (range instanceof AdminError) return range;
-    if (range.granularity === 'month') return new AdminError('invalid_request', 'granularity: must be hour or day');
+    if (range instanceof EdgeError) return range;
+    if (range.granularity === 'month') return edgeError('invalid_request', 'granularity: must be hour or day');
     const format = c.query.get('format') ?? 'csv';
-    if (format !== 'csv' && format !== 'jsonl') return new AdminError('invalid_request', 'format: must be csv or jsonl');
+    if (format !== 'csv' && format !== 'jsonl') return edgeError('invalid_request', 'format: must be csv or jsonl');
     const named = c.query.getAll('tenant');
     const bad = named.find((id) => !ID_PATTERN.test(id));
-    if (bad !== undefined) return new AdminError('invalid_request', `tenant: must match ${ID_PATTERN.source}`);
+    if (bad !== undefined) return edgeError('invalid_request', `tenant: must match ${ID_PATTERN.source}`);
     const granularity = range.granularity as ExportGranularity;
     const aligned = alignRange(range.fromMs, range.toMs, granularity);
     // Named tenants may be deleted ones (their last period is still billed); else every current tenant.
@@ -362,23 +347,21 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
       res.end(text);
       return;
     }
-    if (!(path === '/admin' || path.startsWith('/admin/'))) return sendError(res, new AdminError('not_found', 'not found'));
-    if (expected === null) return sendError(res, new AdminError('admin_disabled', 'the admin API is off: no server.admin.token configured'));
-    if (!authorized(req)) {
-      res.setHeader('www-authenticate', 'Bearer');
-      return sendError(res, new AdminError('unauthorized', 'missing or invalid admin token'));
-    }
+    if (!(path === '/admin' || path.startsWith('/admin/'))) return sendError(res, edgeError('not_found', 'not found'));
+    if (expected === null) return sendError(res, edgeError('admin_disabled'));
+    // renderError adds `WWW-Authenticate: Bearer` to every `unauthorized`.
+    if (!authorized(req)) return sendError(res, edgeError('unauthorized', 'missing or invalid admin token'));
     const found = router.find(req.method as 'GET', path);
-    if (!found) return sendError(res, new AdminError('not_found', 'no such admin route'));
+    if (!found) return sendError(res, edgeError('not_found', 'no such admin route'));
     const call: Call = { req, params: found.params, query: new URLSearchParams(q === -1 ? '' : url.slice(q + 1)), who };
-    let out: Reply | AdminError;
+    let out: Reply | Refusal;
     try {
       out = await (found.store as Action)(call);
     } catch (err) {
       d.log.warn({ err, path }, 'admin API: store unavailable');
-      out = new AdminError('unavailable', 'tenant or usage store unavailable (Redis)');
+      out = edgeError('unavailable');
     }
-    if (out instanceof AdminError) sendError(res, out);
+    if (out instanceof EdgeError) sendError(res, out);
     else if ('stream' in out) {
       res.writeHead(out.status, out.headers);
       // A store failure mid-stream cuts the response before its last chunk: clients see a truncated
@@ -392,7 +375,7 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
     if (answerProbe(req, res, d.readiness)) return;
     serve(req, res).catch((err: unknown) => {
       d.log.error({ err }, 'admin handler failure');
-      if (!res.headersSent) sendError(res, new AdminError('unavailable', 'internal error'));
+      if (!res.headersSent) sendError(res, edgeError('unavailable', 'internal error'));
       else res.destroy();
     });
   };
@@ -400,38 +383,36 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
 
 /** A request whose Host does not name the listener: refused before any endpoint is looked at. */
 function refuseHost(res: EdgeResponse): void {
-  const r = renderError(edgeError('forbidden', 'Host not allowed on the admin listener (server.admin.allowedHosts)'));
-  res.writeHead(r.status, r.headers);
-  res.end(r.body);
+  sendError(res, edgeError('forbidden', 'Host not allowed on the admin listener (server.admin.allowedHosts)'));
 }
 
 /** The request body as JSON; a refusal for an oversized or malformed one. */
-async function jsonBody(req: EdgeRequest): Promise<unknown | AdminError> {
+async function jsonBody(req: EdgeRequest): Promise<unknown | Refusal> {
   const buf = await readBody(req, BODY_LIMIT);
-  if (isEdgeError(buf)) return new AdminError('invalid_request', buf.message);
+  if (isEdgeError(buf)) return edgeError('invalid_request', buf.message);
   try {
     return JSON.parse(buf.toString('utf8'));
   } catch (err) {
-    return new AdminError('invalid_request', `malformed JSON: ${(err as Error).message}`);
+    return edgeError('invalid_request', `malformed JSON: ${(err as Error).message}`);
   }
 }
 
 /** `from`/`to` (ISO 8601; default: this UTC month so far) and `granularity` (default `defaultGranularity`). */
-function usageRange(query: URLSearchParams, now: number, defaultGranularity: Granularity = 'day'): { fromMs: number; toMs: number; granularity: Granularity } | AdminError {
+function usageRange(query: URLSearchParams, now: number, defaultGranularity: Granularity = 'day'): { fromMs: number; toMs: number; granularity: Granularity } | Refusal {
   const d = new Date(now);
-  const parse = (name: string, fallback: number): number | AdminError => {
+  const parse = (name: string, fallback: number): number | Refusal => {
     const v = query.get(name);
     if (v === null) return fallback;
     const ms = Date.parse(v);
-    return Number.isNaN(ms) ? new AdminError('invalid_request', `${name}: not an ISO 8601 date-time`) : ms;
+    return Number.isNaN(ms) ? edgeError('invalid_request', `${name}: not an ISO 8601 date-time`) : ms;
   };
   const fromMs = parse('from', Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1));
-  if (fromMs instanceof AdminError) return fromMs;
+  if (fromMs instanceof EdgeError) return fromMs;
   const toMs = parse('to', now + 1);
-  if (toMs instanceof AdminError) return toMs;
+  if (toMs instanceof EdgeError) return toMs;
   const g = query.get('granularity') ?? defaultGranularity;
-  if (!GRANULARITIES.includes(g as Granularity)) return new AdminError('invalid_request', 'granularity: must be hour, day or month');
-  if (toMs <= fromMs) return new AdminError('invalid_request', 'to: must be after from');
-  if (toMs - fromMs > MAX_USAGE_RANGE_MS) return new AdminError('invalid_request', 'to: range longer than 366 days');
+  if (!GRANULARITIES.includes(g as Granularity)) return edgeError('invalid_request', 'granularity: must be hour, day or month');
+  if (toMs <= fromMs) return edgeError('invalid_request', 'to: must be after from');
+  if (toMs - fromMs > MAX_USAGE_RANGE_MS) return edgeError('invalid_request', 'to: range longer than 366 days');
   return { fromMs, toMs, granularity: g as Granularity };
 }
