@@ -189,12 +189,16 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     // of declared length the proxy does not parse is streamed to the broker after admission.
     let body: Buffer | EdgeRequest | null = null;
     let facts: BodyFacts | null = null;
+    // The body length the limiter admits and the broker is told.
+    let bodyLength = 0;
     if (req.method !== 'GET' && req.method !== 'DELETE' || hasBody(req)) {
       const limit = Math.min(config.server.bodyLimitBytes, tenant.limits.maxPayloadBytes);
       if (route.body === 'stream' && declared !== null) {
         if (declared > limit) return refuse(res, ctx, bodyTooLarge(limit));
-        // Node's parsers hold a body to its declared length, so the count is exact before the body arrives.
-        ctx.bytesIn = declared;
+        // Admitted on its declared length (Node's parsers never let more through), but metered as
+        // the proxy relays it (ctx.bytesIn): a client that stops part way is billed for what the
+        // broker got, and a body refused before forwarding for nothing.
+        bodyLength = declared;
         body = declared === 0 ? null : req;
       } else {
         sendContinue(req, res);
@@ -202,7 +206,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         if (isEdgeError(read)) return refuse(res, ctx, read);
         ctx.closeOnRefusal = false;
         body = read;
-        ctx.bytesIn = read.length;
+        ctx.bytesIn = bodyLength = read.length;
         const parsed = route.body === 'push' ? pushFacts(read) : route.body === 'transaction' ? transactionFacts(read) : route.body === 'ack' ? ackFacts(read) : null;
         if (isEdgeError(parsed)) return refuse(res, ctx, parsed);
         facts = parsed;
@@ -220,7 +224,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     }
 
     // 9. Limits and quotas: one decision, at most one Redis round trip.
-    const admitted = d.limiter.admit({ tenant, messages: facts?.messages ?? 0, ingressBytes: ctx.bytesIn, parkedPoll: pop?.wait ?? false });
+    const admitted = d.limiter.admit({ tenant, messages: facts?.messages ?? 0, ingressBytes: bodyLength, parkedPoll: pop?.wait ?? false });
     const admission = admitted instanceof Promise ? await admitted : admitted;
     if (admission.refusal) return refuseByLimits(res, ctx, admission);
     if (admission.headers) Object.assign(ctx.headers, admission.headers);
@@ -253,7 +257,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
           trustProxy: config.server.trustProxy,
           authorization,
           tenantHeader: config.upstreamIdentity.tenantHeader ? tenant.id : null,
-          contentLength: body ? ctx.bytesIn : null,
+          contentLength: body ? bodyLength : null,
         }),
         body,
         headersTimeoutMs: timeout,

@@ -13,6 +13,7 @@ export interface Exchange {
   readonly status: number;
   /** Refusal code, when the edge refused. */
   readonly code: ErrorCode | null;
+  /** Request body bytes: a body read whole, at its length; a streamed body, as relayed to the broker. */
   readonly bytesIn: number;
   readonly bytesOut: number;
   /** Acknowledgements the request body carries (ack, ack batch, a transaction's ack operations); 0 for other routes. */

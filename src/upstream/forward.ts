@@ -38,6 +38,11 @@ export interface RelayRecord {
   status: number;
   /** Body bytes relayed to the client. */
   bytesOut: number;
+  /**
+   * Request body bytes written to the broker, added to as a streamed body is relayed (a buffered
+   * body is counted by the caller, which read it whole).
+   */
+  bytesIn: number;
   /** Time from dispatch to the last relayed byte, summed over attempts (ms). */
   upstreamMs: number;
 }
@@ -119,6 +124,14 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
     let chunks: Buffer[] | null = null;
     let clientLeft = false;
     const sentAt = performance.now();
+    // A streamed body is metered as undici writes it to the broker's socket, so an upload cut short
+    // counts what the broker got, not what the client declared. Only streamed bodies get the
+    // callback (no closure for the rest); undici passes the chunk, its typings say a size.
+    const bodySent = req.body !== null && !Buffer.isBuffer(req.body)
+      ? (sent: number | Uint8Array) => {
+          rec.bytesIn += typeof sent === 'number' ? sent : sent.byteLength;
+        }
+      : undefined;
 
     // Runs before the response ends, so the upstream time is in `rec` before finish/close fire.
     const finish = () => {
@@ -159,6 +172,7 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
           result.sent = true;
           if (clientLeft) abort(new ClientAbort('client disconnected'));
         },
+        onBodySent: bodySent,
         onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
           if (clientLeft) return false;
           const headers: Record<string, string | string[]> = {};
