@@ -5,6 +5,7 @@
  * Decisions live in their modules; this file only sequences them and writes the response.
  */
 import { randomUUID } from 'node:crypto';
+import { PassThrough, type Readable } from 'node:stream';
 import { constants as http2Constants } from 'node:http2';
 import { isAllowed } from './auth/access.js';
 import { extractToken, type Identity, type TokenVerifier } from './auth/jwt.js';
@@ -187,7 +188,9 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
 
     // Body: read only where a request has one; parsed only where the proxy must read it; a body
     // of declared length the proxy does not parse is streamed to the broker after admission.
-    let body: Buffer | EdgeRequest | null = null;
+    let body: Buffer | null = null;
+    // A body of declared length streamed to the broker, opened only once the request is admitted.
+    let streamed = false;
     let facts: BodyFacts | null = null;
     // The body length the limiter admits and the broker is told.
     let bodyLength = 0;
@@ -199,7 +202,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         // the proxy relays it (ctx.bytesIn): a client that stops part way is billed for what the
         // broker got, and a body refused before forwarding for nothing.
         bodyLength = declared;
-        body = declared === 0 ? null : req;
+        streamed = declared !== 0;
       } else {
         sendContinue(req, res);
         const read = await readBody(req, limit);
@@ -230,7 +233,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     if (admission.headers) Object.assign(ctx.headers, admission.headers);
     ctx.limit = 'admitted';
     const release = admission.release;
-    if (body === req) {
+    if (streamed) {
       sendContinue(req, res);
       // From here undici reads the body; a failure leaves the rest to Node, which discards it.
       ctx.closeOnRefusal = false;
@@ -257,9 +260,9 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
           trustProxy: config.server.trustProxy,
           authorization,
           tenantHeader: config.upstreamIdentity.tenantHeader ? tenant.id : null,
-          contentLength: body ? bodyLength : null,
+          contentLength: body || streamed ? bodyLength : null,
         }),
-        body,
+        body: streamed ? streamedBody(req) : body,
         headersTimeoutMs: timeout,
         bodyTimeoutMs: timeout,
         capture: route.meter !== 'none' && route.meter !== 'transaction',
@@ -420,6 +423,21 @@ function closeAfterResponse(res: EdgeResponse): void {
       if (!stream.closed) stream.close(http2Constants.NGHTTP2_NO_ERROR);
     });
   } else if (!res.headersSent) res.setHeader('connection', 'close');
+}
+
+/**
+ * The body as undici reads it. undici destroys a body stream once it has sent it, which for an h2
+ * request's own stream would also reset the response: it reads a copy of the stream instead, which
+ * fails (so the upstream request is aborted) when the stream closes before its body ended.
+ */
+function streamedBody(req: EdgeRequest): Readable {
+  if (!('stream' in req)) return req;
+  const stream = req.stream;
+  const copy = stream.pipe(new PassThrough());
+  stream.once('close', () => {
+    if (!stream.readableEnded) copy.destroy(new Error('request body aborted'));
+  });
+  return copy;
 }
 
 /** The declared body length; null when it is not known in advance (chunked, h2 without content-length) or not one number. */

@@ -18,7 +18,8 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import FindMyWay from 'find-my-way';
 import type { RawTenant } from '../config/schema.js';
-import type { EdgeRequest, EdgeResponse, RequestHandler } from '../listen/servers.js';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { H1Handler } from '../listen/servers.js';
 import { rollUp, UsageCounts, type Granularity } from '../metering/counts.js';
 import { alignRange, exportChunks, type ExportFormat, type ExportGranularity, type HourlyReader } from '../metering/export.js';
 import type { Logger } from '../observability/log.js';
@@ -67,7 +68,7 @@ const MAX_USAGE_RANGE_MS = 366 * 24 * 3600 * 1000;
 const GRANULARITIES: readonly Granularity[] = ['hour', 'day', 'month'];
 
 interface Call {
-  readonly req: EdgeRequest;
+  readonly req: IncomingMessage;
   readonly params: Readonly<Record<string, string | undefined>>;
   readonly query: URLSearchParams;
   /** Id of the admin token (for change logs). */
@@ -80,7 +81,7 @@ function sha256(text: string): Buffer {
   return createHash('sha256').update(text).digest();
 }
 
-function send(res: EdgeResponse, status: number, body: unknown): void {
+function send(res: ServerResponse, status: number, body: unknown): void {
   if (res.headersSent || res.destroyed) return;
   if (body === undefined) {
     res.writeHead(status, { 'cache-control': 'no-store' });
@@ -93,7 +94,7 @@ function send(res: EdgeResponse, status: number, body: unknown): void {
 }
 
 /** Writes a refusal as renderError renders it, unless a streamed reply already started. */
-function sendError(res: EdgeResponse, e: Refusal): void {
+function sendError(res: ServerResponse, e: Refusal): void {
   if (res.headersSent || res.destroyed) return;
   const r = renderError(e);
   res.writeHead(r.status, r.headers);
@@ -138,7 +139,7 @@ function authView(auth: RawTenant['auth'] | undefined): unknown {
 }
 
 /** Builds the admin listener's request handler. */
-export function createAdminHandler(d: AdminDeps): RequestHandler {
+export function createAdminHandler(d: AdminDeps): H1Handler {
   const expected = d.token ? sha256(d.token) : null;
   const who = d.token ? sha256(d.token).toString('hex').slice(0, 8) : '';
   const router = FindMyWay({ caseSensitive: true, ignoreTrailingSlash: true });
@@ -330,13 +331,13 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
     };
   });
 
-  const authorized = (req: EdgeRequest): boolean => {
+  const authorized = (req: IncomingMessage): boolean => {
     const header = req.headers.authorization;
     if (expected === null || typeof header !== 'string' || !/^bearer /i.test(header)) return false;
     return timingSafeEqual(sha256(header.slice(7).trim()), expected);
   };
 
-  const serve = async (req: EdgeRequest, res: EdgeResponse): Promise<void> => {
+  const serve = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
@@ -382,12 +383,12 @@ export function createAdminHandler(d: AdminDeps): RequestHandler {
 }
 
 /** A request whose Host does not name the listener: refused before any endpoint is looked at. */
-function refuseHost(res: EdgeResponse): void {
+function refuseHost(res: ServerResponse): void {
   sendError(res, edgeError('forbidden', 'Host not allowed on the admin listener (server.admin.allowedHosts)'));
 }
 
 /** The request body as JSON; a refusal for an oversized or malformed one. */
-async function jsonBody(req: EdgeRequest): Promise<unknown | Refusal> {
+async function jsonBody(req: IncomingMessage): Promise<unknown | Refusal> {
   const buf = await readBody(req, BODY_LIMIT);
   if (isEdgeError(buf)) return edgeError('invalid_request', buf.message);
   try {

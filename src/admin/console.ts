@@ -11,7 +11,7 @@
 import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
-import type { EdgeRequest, EdgeResponse } from '../listen/servers.js';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 
 const CONSOLE_DIR = fileURLToPath(new URL('../../console/', import.meta.url));
 const require = createRequire(import.meta.url);
@@ -45,7 +45,7 @@ export const CONSOLE_HEADERS: Readonly<Record<string, string>> = {
 const cache = new Map<string, Buffer>();
 
 /** Answers a console path (GET or HEAD); false when the path is not one of the console's files. */
-export async function serveConsole(path: string, req: EdgeRequest, res: EdgeResponse): Promise<boolean> {
+export async function serveConsole(path: string, req: IncomingMessage, res: ServerResponse): Promise<boolean> {
   const locate = FILES.get(path === '/console/' ? '/console' : path);
   if (!locate || (req.method !== 'GET' && req.method !== 'HEAD')) return false;
   const file = locate();

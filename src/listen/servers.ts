@@ -5,20 +5,23 @@
  * what a request means is the handlers' business.
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
-import http2, { Http2ServerRequest, type Http2SecureServer, type Http2ServerResponse, type ServerHttp2Session } from 'node:http2';
+import http2, { type Http2SecureServer, type IncomingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
 import https from 'node:https';
 import type { AddressInfo, Server as NetServer, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { RawConfig } from '../config/schema.js';
 import type { Logger } from '../observability/log.js';
+import { H2Request, H2Response } from './h2-exchange.js';
 import { CertificateSet } from './tls.js';
 
-/** A request as either protocol delivers it (h2 through the compatibility API). */
-export type EdgeRequest = IncomingMessage | Http2ServerRequest;
+/** A request as either protocol delivers it (h2 on the stream API: h2-exchange.ts). */
+export type EdgeRequest = IncomingMessage | H2Request;
 /** The response that goes with an EdgeRequest. */
-export type EdgeResponse = ServerResponse | Http2ServerResponse;
+export type EdgeResponse = ServerResponse | H2Response;
 /** What serves the requests of one listener. */
 export type RequestHandler = (req: EdgeRequest, res: EdgeResponse) => void;
+/** What serves a listener that speaks only HTTP/1.1 (the admin listener). */
+export type H1Handler = (req: IncomingMessage, res: ServerResponse) => void;
 
 type ServerConfig = RawConfig['server'];
 
@@ -84,7 +87,7 @@ export function listenerTimeouts(server: ServerConfig): ListenerTimeouts {
 /** Creates the configured listeners (not yet bound); loads or generates the TLS certificates first. */
 export async function createListeners(
   server: ServerConfig,
-  handlers: { edge: RequestHandler; admin: RequestHandler },
+  handlers: { edge: RequestHandler; admin: H1Handler },
   deps: { log: Logger; certDir?: string },
 ): Promise<Listeners> {
   const certs = server.https.port === null ? null : await CertificateSet.load(server.https, { log: deps.log, baseDir: deps.certDir });
@@ -121,7 +124,7 @@ class EdgeListeners implements Listeners {
   #draining = false;
   #closed: Promise<void> | null = null;
 
-  constructor(config: ServerConfig, handlers: { edge: RequestHandler; admin: RequestHandler }, log: Logger, certs: CertificateSet | null) {
+  constructor(config: ServerConfig, handlers: { edge: RequestHandler; admin: H1Handler }, log: Logger, certs: CertificateSet | null) {
     this.#log = log;
     this.#certs = certs;
     this.#drainTimeoutMs = config.drainTimeoutMs;
@@ -201,7 +204,7 @@ class EdgeListeners implements Listeners {
   }
 
   /** While draining, h1 responses carry `Connection: close`, so clients move on before the sweep closes the socket. */
-  #drainAware(handler: RequestHandler): RequestHandler {
+  #drainAware<Req, Res extends EdgeResponse>(handler: (req: Req, res: Res) => void): (req: Req, res: Res) => void {
     return (req, res) => {
       if (this.#draining && res instanceof http.ServerResponse) res.shouldKeepAlive = false;
       handler(req, res);
@@ -223,11 +226,18 @@ class EdgeListeners implements Listeners {
       server.on('clientError', onClientError(this.#log));
       return server;
     }
+    // With allowHTTP1, 'request' carries only HTTP/1.1 requests (http's own objects), once the
+    // h2 streams are taken off the compatibility layer below.
+    const h1: H1Handler = handler;
     const server = http2.createSecureServer({
       ...tlsOptions,
       allowHTTP1: true,
       settings: { maxConcurrentStreams: MAX_CONCURRENT_STREAMS, maxHeaderListSize: MAX_HEADER_BYTES },
-    }, h2Guarded(handler, t));
+    }, h1 as unknown as Parameters<typeof http2.createSecureServer>[1]);
+    // The h1 fallback needs the 'request' listener above, and adding one makes Node serve every h2
+    // stream through its compatibility objects too; h2 streams are served on the stream API instead.
+    server.removeAllListeners('stream');
+    server.on('stream', h2Streams(handler, t, this.#log));
     // The h1 fallback reads these before 'listening' (the deadline checker starts then).
     const knobs: Http1Knobs = {
       headersTimeout: t.headersTimeoutMs,
@@ -294,20 +304,23 @@ function http1Options(t: ListenerTimeouts): http.ServerOptions {
 }
 
 /**
- * Gives h2 streams the deadlines Node gives h1 requests, which its h2 server does not have: a
- * request head over MAX_HEADER_BYTES gets 431 (nghttp2 only advertises the limit), and a request
- * whose body is still arriving after requestTimeoutMs gets 408 and its stream is reset, so a
- * trickle of DATA frames cannot hold a stream (and its buffered body) open indefinitely.
+ * Serves h2 streams as H2Request/H2Response, with the deadlines Node gives h1 requests, which its
+ * h2 server does not have: a request head over MAX_HEADER_BYTES gets 431 (nghttp2 only advertises
+ * the limit), and a request whose body is still arriving after requestTimeoutMs gets 408 and its
+ * stream is reset, so a trickle of DATA frames cannot hold a stream (and its buffered body) open
+ * indefinitely. A stream's errors (a reset, a protocol error) end it: they are logged, never thrown.
  */
-function h2Guarded(handler: RequestHandler, t: ListenerTimeouts): RequestHandler {
-  return (req, res) => {
-    if (!(req instanceof Http2ServerRequest)) return handler(req, res);
-    if (headerListBytes(req.rawHeaders) > MAX_HEADER_BYTES) {
+function h2Streams(handler: RequestHandler, t: ListenerTimeouts, log: Logger): (stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, rawHeaders: string[]) => void {
+  const onError = (err: Error): void => log.debug({ err }, 'HTTP/2 stream error');
+  return (stream, headers, _flags, rawHeaders) => {
+    stream.on('error', onError);
+    const req = new H2Request(stream, headers, rawHeaders);
+    const res = new H2Response(stream);
+    if (headerListBytes(rawHeaders) > MAX_HEADER_BYTES) {
       res.writeHead(431, { 'content-type': 'application/json' });
       res.end('{"error":"request header fields too large","code":"invalid_request"}');
       return;
     }
-    const stream = req.stream;
     if (!stream.endAfterHeaders) {
       const deadline = setTimeout(() => {
         if (!res.headersSent) res.writeHead(408, { 'content-type': 'application/json' }).end('{"error":"request body not received in time","code":"invalid_request"}');
@@ -337,7 +350,7 @@ function prefaceDeadline(session: ServerHttp2Session, ms: number): void {
   session.once('close', clear);
 }
 
-function plainServer(t: ListenerTimeouts, handler: RequestHandler, log: Logger): http.Server {
+function plainServer(t: ListenerTimeouts, handler: H1Handler, log: Logger): http.Server {
   const server = http.createServer(http1Options(t), handler);
   server.setTimeout(t.idleTimeoutMs);
   server.on('clientError', onClientError(log));

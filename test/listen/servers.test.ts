@@ -33,8 +33,7 @@ function serverConfig(over: Overrides = {}): ServerConfig {
 }
 
 function json(res: EdgeResponse, body: unknown): void {
-  res.statusCode = 200;
-  res.setHeader('content-type', 'application/json');
+  res.writeHead(200, { 'content-type': 'application/json' });
   res.end(JSON.stringify(body));
 }
 

@@ -1,0 +1,141 @@
+/**
+ * HTTP/2 requests served on the stream API (docs/architecture.md, "Listeners"). Node's h2
+ * compatibility layer wraps every stream in an Http2ServerRequest (a second Readable that copies
+ * each body chunk out of the stream) and an Http2ServerResponse, with their listeners: measured on
+ * the bench's h2 floor, that wrapping is a fifth to a third of the CPU a forwarded request costs.
+ * These two classes give the request path the few members it uses, straight on the
+ * ServerHttp2Stream, with the same meaning the compatibility objects (and h1's) give them.
+ */
+import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerHttp2Stream } from 'node:http2';
+import type { Socket } from 'node:net';
+
+/** An h2 request: its HEADERS frame, and its body as the stream's readable side. */
+export class H2Request {
+  readonly httpVersion = '2.0';
+  readonly method: string;
+  readonly url: string;
+
+  constructor(
+    readonly stream: ServerHttp2Stream,
+    /** The header block as received, pseudo-headers included (as compatibility objects give it). */
+    readonly headers: IncomingHttpHeaders,
+    /** Names and values in arrival order, duplicates kept. */
+    readonly rawHeaders: string[],
+  ) {
+    this.method = headers[':method'] ?? 'GET';
+    this.url = headers[':path'] ?? '/';
+  }
+
+  /** The TLS socket under the session (gone once the session is). */
+  get socket(): Socket | undefined {
+    return this.stream.session?.socket as Socket | undefined;
+  }
+
+  on(event: 'data', listener: (chunk: Buffer) => void): this;
+  on(event: 'end' | 'aborted', listener: () => void): this;
+  on(event: 'error', listener: (err: Error) => void): this;
+  on(event: string, listener: (...args: any[]) => void): this {
+    this.stream.on(event, listener);
+    return this;
+  }
+
+  removeListener(event: 'data' | 'end' | 'error' | 'aborted', listener: (...args: any[]) => void): this {
+    this.stream.removeListener(event, listener);
+    return this;
+  }
+
+  pause(): this {
+    this.stream.pause();
+    return this;
+  }
+}
+
+/** The answer to an H2Request: HEADERS through `respond`, the body on the stream's writable side. */
+export class H2Response {
+  /** Headers set before writeHead (merged under its own). */
+  #pending: OutgoingHttpHeaders | null = null;
+  /** end() was called: the answer is complete. Not the stream's writableEnded, which a reset sets too. */
+  #ended = false;
+
+  constructor(readonly stream: ServerHttp2Stream) {}
+
+  get headersSent(): boolean {
+    return this.stream.headersSent;
+  }
+
+  get destroyed(): boolean {
+    return this.stream.destroyed;
+  }
+
+  get writableEnded(): boolean {
+    return this.#ended;
+  }
+
+  setHeader(name: string, value: string): this {
+    (this.#pending ??= {})[name] = value;
+    return this;
+  }
+
+  /**
+   * Sends the response head; like Node's, it adds a Date field when the headers have none. A reset
+   * stream takes nothing (its 'close' is on the way), as with the compatibility response.
+   */
+  writeHead(status: number, headers?: OutgoingHttpHeaders): this {
+    if (this.stream.destroyed) return this;
+    const head: OutgoingHttpHeaders = { ...this.#pending, ...headers, ':status': status };
+    if (head.date === undefined) head.date = httpDate();
+    this.stream.respond(head);
+    return this;
+  }
+
+  /** 100 Continue, once the request path decided to read the body. */
+  writeContinue(): void {
+    if (!this.stream.destroyed) this.stream.additionalHeaders({ ':status': 100 });
+  }
+
+  write(chunk: Buffer): boolean {
+    return this.stream.write(chunk);
+  }
+
+  end(body?: string | Buffer): this {
+    if (this.stream.destroyed) return this;
+    this.#ended = true;
+    if (!this.stream.headersSent) this.writeHead(200);
+    if (body === undefined) this.stream.end();
+    else this.stream.end(body);
+    return this;
+  }
+
+  destroy(): void {
+    this.stream.destroy();
+  }
+
+  on(event: 'close' | 'finish' | 'drain', listener: () => void): this {
+    this.stream.on(event, listener);
+    return this;
+  }
+
+  once(event: 'close' | 'finish', listener: () => void): this {
+    this.stream.once(event, listener);
+    return this;
+  }
+
+  removeListener(event: 'close' | 'finish' | 'drain', listener: () => void): this {
+    this.stream.removeListener(event, listener);
+    return this;
+  }
+}
+
+let dateSecond = -1;
+let dateText = '';
+
+/** The IMF-fixdate of now, rebuilt once a second (as Node's h1 server caches it). */
+function httpDate(): string {
+  const now = Date.now();
+  const second = Math.floor(now / 1000);
+  if (second !== dateSecond) {
+    dateSecond = second;
+    dateText = new Date(now).toUTCString();
+  }
+  return dateText;
+}
