@@ -420,7 +420,12 @@ function closeAfterResponse(res: EdgeResponse): void {
   if ('stream' in res) {
     const stream = res.stream;
     res.once('finish', () => {
-      if (!stream.closed) stream.close(http2Constants.NGHTTP2_NO_ERROR);
+      if (stream.destroyed) return;
+      stream.close(http2Constants.NGHTTP2_NO_ERROR);
+      // Node frees a closed stream only once its readable side ends, which a body left paused
+      // (readBody stops at the limit) never does: the stream and its buffered bytes would stay in
+      // the session. The answer and the RST_STREAM are queued already; the rest is discarded.
+      stream.destroy();
     });
   } else if (!res.headersSent) res.setHeader('connection', 'close');
 }
@@ -434,6 +439,9 @@ function streamedBody(req: EdgeRequest): Readable {
   if (!('stream' in req)) return req;
   const stream = req.stream;
   const copy = stream.pipe(new PassThrough());
+  // undici listens while it sends the copy; before (a request queued for a connection) and after
+  // (a broker that could not be reached) the failure is only for undici to find.
+  copy.on('error', () => {});
   stream.once('close', () => {
     if (!stream.readableEnded) copy.destroy(new Error('request body aborted'));
   });

@@ -63,8 +63,9 @@ export class H2Response {
     return this.stream.headersSent;
   }
 
+  /** Also once the stream is closed (a reset, RST_STREAM sent): nothing can be written to it then. */
   get destroyed(): boolean {
-    return this.stream.destroyed;
+    return this.stream.destroyed || this.stream.closed;
   }
 
   get writableEnded(): boolean {
@@ -77,11 +78,11 @@ export class H2Response {
   }
 
   /**
-   * Sends the response head; like Node's, it adds a Date field when the headers have none. A reset
-   * stream takes nothing (its 'close' is on the way), as with the compatibility response.
+   * Sends the response head; like Node's, it adds a Date field when the headers have none. A closed
+   * or reset stream takes nothing (its 'close' is on the way), as with the compatibility response.
    */
   writeHead(status: number, headers?: OutgoingHttpHeaders): this {
-    if (this.stream.destroyed) return this;
+    if (this.destroyed) return this;
     const head: OutgoingHttpHeaders = { ...this.#pending, ...headers, ':status': status };
     if (head.date === undefined) head.date = httpDate();
     this.stream.respond(head);
@@ -90,7 +91,7 @@ export class H2Response {
 
   /** 100 Continue, once the request path decided to read the body. */
   writeContinue(): void {
-    if (!this.stream.destroyed) this.stream.additionalHeaders({ ':status': 100 });
+    if (!this.destroyed) this.stream.additionalHeaders({ ':status': 100 });
   }
 
   write(chunk: Buffer): boolean {
@@ -98,7 +99,7 @@ export class H2Response {
   }
 
   end(body?: string | Buffer): this {
-    if (this.stream.destroyed) return this;
+    if (this.destroyed) return this;
     this.#ended = true;
     if (!this.stream.headersSent) this.writeHead(200);
     if (body === undefined) this.stream.end();

@@ -1,0 +1,86 @@
+/**
+ * While an upstream request waits in undici's pool queue (every connection to the broker busy),
+ * nothing in undici holds the PassThrough copy of its h2 body yet. Neither of these may throw in
+ * the edge process (the test records uncaught exceptions instead of dying):
+ *  - an error reset of the client stream, which destroys the copy with an error;
+ *  - a complete body then RST_STREAM(NO_ERROR), which leaves the stream closed but not destroyed
+ *    until the 408 deadline, whose answer must not be written to the closed stream.
+ */
+import http2 from 'node:http2';
+import { afterEach, describe, expect, it } from 'vitest';
+import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
+import { startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+
+let broker: BrokerDouble | undefined;
+let edge: EdgeHarness | undefined;
+let session: http2.ClientHttp2Session | undefined;
+const uncaught: unknown[] = [];
+const onUncaught = (err: unknown): void => {
+  uncaught.push(err);
+};
+
+async function setup(): Promise<{ session: http2.ClientHttp2Session; rw: string; hung: http2.ClientHttp2Stream }> {
+  uncaught.length = 0;
+  process.on('uncaughtException', onUncaught);
+  broker = await startBrokerDouble();
+  edge = await startEdge(
+    testConfig([broker.url], {
+      server: { requestTimeoutMs: 1500, headersTimeoutMs: 500, longPoll: { defaultTimeoutMs: 500, maxTimeoutMs: 1000, slackMs: 200 } },
+      upstream: { connections: 1 },
+    }),
+  );
+  const rw = await token({ roles: ['read-write'], tenant: 'acme' });
+  const s = await new Promise<http2.ClientHttp2Session>((resolve, reject) => {
+    const c = http2.connect(edge!.url, { rejectUnauthorized: false });
+    c.once('connect', () => resolve(c));
+    c.once('error', reject);
+  });
+  s.on('error', () => {});
+  session = s;
+  // The pool's only connection is taken by a request the broker never answers.
+  broker.fault('hang', 1);
+  const hung = s.request({ ':method': 'GET', ':path': '/api/v1/resources', ':authority': 'acme.localhost', authorization: `Bearer ${rw}` });
+  hung.on('error', () => {});
+  await broker.waitForRequests(1, (r) => r.path === '/api/v1/resources');
+  return { session: s, rw, hung };
+}
+
+afterEach(async () => {
+  session?.destroy();
+  await edge?.close();
+  await broker?.close();
+  process.off('uncaughtException', onUncaught);
+});
+
+function upload(s: http2.ClientHttp2Session, rw: string, length: number): http2.ClientHttp2Stream {
+  const stream = s.request(
+    { ':method': 'POST', ':path': '/api/v1/lease/l-1/extend', ':authority': 'acme.localhost', authorization: `Bearer ${rw}`, 'content-type': 'application/json', 'content-length': String(length) },
+    { endStream: false },
+  );
+  stream.on('error', () => {});
+  return stream;
+}
+
+describe('streamed h2 body whose upstream request waits in the pool queue', () => {
+  it('a client error reset (INTERNAL_ERROR) part way: no uncaught error from the PassThrough copy', async () => {
+    const { session: s, rw, hung } = await setup();
+    const up = upload(s, rw, 200_000);
+    up.write(Buffer.alloc(10_000, 0x20));
+    await new Promise((r) => setTimeout(r, 200));
+    up.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
+    await new Promise((r) => setTimeout(r, 300));
+    hung.close();
+    expect(uncaught).toEqual([]);
+  });
+
+  it('a complete body then RST_STREAM(NO_ERROR): no throw from the 408 deadline', async () => {
+    const { session: s, rw, hung } = await setup();
+    const up = upload(s, rw, 60_000);
+    up.end(Buffer.alloc(60_000, 0x20)); // fits the stream window; more than the PassThrough holds
+    await new Promise((r) => setTimeout(r, 200));
+    up.close(http2.constants.NGHTTP2_NO_ERROR);
+    await new Promise((r) => setTimeout(r, 2000)); // past the 1.5 s request deadline
+    hung.close();
+    expect(uncaught).toEqual([]);
+  });
+});
