@@ -273,6 +273,12 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       });
       if (refusal !== null) refuse(res, ctx, refusal);
     } finally {
+      // The exchange is over: what undici did not read of an h2 body is discarded (Node does it on
+      // h1), so the stream can end and close.
+      if (streamed && 'stream' in req) {
+        req.stream.unpipe();
+        req.stream.resume();
+      }
       release?.();
       if (parked) d.metrics.parked(tenant.id, -1);
     }
@@ -432,16 +438,19 @@ function closeAfterResponse(res: EdgeResponse): void {
 
 /**
  * The body as undici reads it. undici destroys a body stream once it has sent it, which for an h2
- * request's own stream would also reset the response: it reads a copy of the stream instead, which
- * fails (so the upstream request is aborted) when the stream closes before its body ended.
+ * request's own stream would also reset the response: it reads a copy of the stream instead. A
+ * stream that closes before its body ended fails the copy; one reset with CANCEL or NO_ERROR ends
+ * it short, which undici refuses against the declared length. Either way the upstream request is
+ * aborted.
  */
 function streamedBody(req: EdgeRequest): Readable {
   if (!('stream' in req)) return req;
   const stream = req.stream;
-  const copy = stream.pipe(new PassThrough());
+  const copy = new PassThrough();
   // undici listens while it sends the copy; before (a request queued for a connection) and after
   // (a broker that could not be reached) the failure is only for undici to find.
   copy.on('error', () => {});
+  stream.pipe(copy);
   stream.once('close', () => {
     if (!stream.readableEnded) copy.destroy(new Error('request body aborted'));
   });

@@ -6,7 +6,7 @@
  * These two classes give the request path the few members it uses, straight on the
  * ServerHttp2Stream, with the same meaning the compatibility objects (and h1's) give them.
  */
-import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerHttp2Stream } from 'node:http2';
+import http2, { type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Stream } from 'node:http2';
 import type { Socket } from 'node:net';
 
 /** An h2 request: its HEADERS frame, and its body as the stream's readable side. */
@@ -78,14 +78,12 @@ export class H2Response {
   }
 
   /**
-   * Sends the response head; like Node's, it adds a Date field when the headers have none. A closed
-   * or reset stream takes nothing (its 'close' is on the way), as with the compatibility response.
+   * Sends the response head (respond() adds Date). A closed or reset stream takes nothing (its
+   * 'close' is on the way), as with the compatibility response.
    */
   writeHead(status: number, headers?: OutgoingHttpHeaders): this {
     if (this.destroyed) return this;
-    const head: OutgoingHttpHeaders = { ...this.#pending, ...headers, ':status': status };
-    if (head.date === undefined) head.date = httpDate();
-    this.stream.respond(head);
+    this.stream.respond({ ...this.#pending, ...headers, ':status': status });
     return this;
   }
 
@@ -107,8 +105,10 @@ export class H2Response {
     return this;
   }
 
+  /** A broken answer: RST_STREAM(INTERNAL_ERROR), so the client cannot take a cut body for a whole one. */
   destroy(): void {
-    this.stream.destroy();
+    if (this.stream.closed) this.stream.destroy();
+    else this.stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
   }
 
   on(event: 'close' | 'finish' | 'drain', listener: () => void): this {
@@ -125,18 +125,4 @@ export class H2Response {
     this.stream.removeListener(event, listener);
     return this;
   }
-}
-
-let dateSecond = -1;
-let dateText = '';
-
-/** The IMF-fixdate of now, rebuilt once a second (as Node's h1 server caches it). */
-function httpDate(): string {
-  const now = Date.now();
-  const second = Math.floor(now / 1000);
-  if (second !== dateSecond) {
-    dateSecond = second;
-    dateText = new Date(now).toUTCString();
-  }
-  return dateText;
 }

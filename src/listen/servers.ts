@@ -321,6 +321,13 @@ function h2Streams(handler: RequestHandler, t: ListenerTimeouts, log: Logger): (
       res.end('{"error":"request header fields too large","code":"invalid_request"}');
       return;
     }
+    // An expectation other than 100-continue is refused, as Node's h1 server and h2 compatibility layer do.
+    const expect = headers.expect;
+    if (expect !== undefined && expect.toLowerCase() !== '100-continue') {
+      res.writeHead(417, { 'content-type': 'application/json' });
+      res.end('{"error":"expectation failed","code":"invalid_request"}');
+      return;
+    }
     if (!stream.endAfterHeaders) {
       const deadline = setTimeout(() => {
         if (!res.headersSent) res.writeHead(408, { 'content-type': 'application/json' }).end('{"error":"request body not received in time","code":"invalid_request"}');

@@ -60,6 +60,7 @@ export interface ForwardResult {
 /** Response headers the edge never relays: hop-by-hop (RFC 9110 §7.6.1), h2-illegal, and ones it owns. */
 const DROPPED_RESPONSE_HEADERS: ReadonlySet<string> = new Set([
   'connection',
+  'http2-settings',
   'keep-alive',
   'proxy-connection',
   'transfer-encoding',
@@ -144,7 +145,9 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
     };
     const onClientClose = () => {
       // writableEnded, not writableFinished: an h2 stream reset sets writableFinished before 'close'.
-      if (finished || res.writableEnded) return;
+      // An answer ended before the broker's head came was the edge's own (an h2 body deadline's
+      // 408): the client's doing, which must not count against the broker's health.
+      if (finished || (res.writableEnded && result.status !== 0)) return;
       clientLeft = true;
       result.failure = 'client_aborted';
       // An answer being captured (a pop's messages, a push's statuses) is read to its end without
