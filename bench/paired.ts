@@ -1,0 +1,84 @@
+/**
+ * Paired A/B of two edge builds: both run at the same time, plain forwarding (no Redis, no access
+ * log), loaded by identical clients at the same moment, so whatever else the machine does weighs
+ * on both alike. Prints CPU µs per request of each and B/A per workload, and the medians.
+ *
+ * Runs started together are not symmetric: measured with the same build on both sides, B came out
+ * 5-15 % cheaper than A on this machine. Run both orders and take the geometric mean of the two
+ * B/A medians (BENCHMARKS.md, "Measuring a change").
+ *
+ *   npx tsc -p tsconfig.build.json --outDir node_modules/.cache/ab-new          # this checkout
+ *   git worktree add /tmp/ab-old <commit> && npx tsc -p /tmp/ab-old/tsconfig.build.json \
+ *     --outDir node_modules/.cache/ab-old                                        # the other one
+ *   npx tsx bench/paired.ts --a node_modules/.cache/ab-old --b node_modules/.cache/ab-new --proto h2
+ *
+ * The builds live under node_modules so their imports resolve to this checkout's packages.
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { SignJWT } from 'jose';
+import { startFastDouble } from './double.js';
+import { BENCH_SECRET, BENCH_TENANT, edgeConfig, startEdgeProcess, type EdgeProcess } from './edge.js';
+import { runH2Load } from './h2load.js';
+import { runLoad, type Workload } from './load.js';
+import { freePort, treeCpuSeconds } from './procs.js';
+import { workloads } from './run.js';
+
+const { values: v } = parseArgs({
+  options: {
+    a: { type: 'string' },
+    b: { type: 'string' },
+    proto: { type: 'string', default: 'h1' },
+    repeat: { type: 'string', default: '3' },
+    seconds: { type: 'string', default: '8' },
+  },
+});
+if (!v.a || !v.b) throw new Error('usage: bench/paired.ts --a <dist dir> --b <dist dir> [--proto h1|h2] [--repeat N] [--seconds S]');
+const repeat = Math.max(1, Number(v.repeat));
+const seconds = Math.max(1, Number(v.seconds));
+
+const dir = mkdtempSync(join(tmpdir(), 'queen-edge-paired-'));
+const cert = join(dir, 'bench.crt');
+const key = join(dir, 'bench.key');
+const tls = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', key, '-out', cert, '-days', '2', '-subj', '/CN=localhost', '-addext', 'subjectAltName=IP:127.0.0.1,DNS:localhost']);
+if (tls.status !== 0) throw new Error(`openssl failed: ${tls.stderr.toString()}`);
+const double = await startFastDouble(0);
+const brokerUrl = `http://127.0.0.1:${double.port}`;
+const jwt = await new SignJWT({ roles: ['read-write'], tenant: BENCH_TENANT }).setProtectedHeader({ alg: 'HS256' }).setSubject('bench').setIssuedAt().setExpirationTime('2h').sign(new TextEncoder().encode(BENCH_SECRET));
+const headers = { authorization: `Bearer ${jwt}` };
+
+async function start(name: string, dist: string): Promise<EdgeProcess> {
+  const config = edgeConfig({ port: await freePort(), adminPort: await freePort(), cert, key, brokerUrl, redisUrl: null, jwksUrl: null, accessLog: false, workers: 1, upstreamConnections: 128, maxLongPollMs: 120_000, extra: {} });
+  return startEdgeProcess(name, config, { dir, entry: [process.execPath, join(resolve(dist), 'cli.js')] });
+}
+
+const load = (base: string, w: Workload) => (v.proto === 'h2' ? runH2Load(base, w, { clients: 2, streams: 100, seconds, headers }) : runLoad(base, w, { connections: 50, seconds, headers }));
+const a = await start('A', v.a);
+const b = await start('B', v.b);
+const perWorkload = new Map<string, { a: number[]; b: number[] }>();
+try {
+  for (let r = 0; r < repeat; r++) {
+    for (const w of workloads()) {
+      const cpuA = treeCpuSeconds(a.pid);
+      const cpuB = treeCpuSeconds(b.pid);
+      const [ra, rb] = await Promise.all([load(a.base, w), load(b.base, w)]);
+      const usA = ((treeCpuSeconds(a.pid) - cpuA) / ra.requests) * 1e6;
+      const usB = ((treeCpuSeconds(b.pid) - cpuB) / rb.requests) * 1e6;
+      const row = perWorkload.get(w.name) ?? { a: [], b: [] };
+      row.a.push(usA);
+      row.b.push(usB);
+      perWorkload.set(w.name, row);
+      console.log(`${w.name.padEnd(10)} A ${usA.toFixed(1)} µs/req (${ra.reqPerSec.toFixed(0)}/s)  B ${usB.toFixed(1)} µs/req (${rb.reqPerSec.toFixed(0)}/s)  B/A ${(usB / usA).toFixed(3)}`);
+    }
+  }
+} finally {
+  await Promise.all([a.stop(), b.stop()]);
+  await double.close();
+}
+const median = (x: readonly number[]) => [...x].sort((p, q) => p - q)[Math.floor((x.length - 1) / 2)]!;
+for (const [name, row] of perWorkload) {
+  console.log(`median ${name.padEnd(10)} A ${median(row.a).toFixed(1)}  B ${median(row.b).toFixed(1)}  B/A ${(median(row.b) / median(row.a)).toFixed(3)}`);
+}
