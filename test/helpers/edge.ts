@@ -2,6 +2,7 @@
  * Starts a real queen-edge (all listeners on port 0) in front of broker doubles, for pipeline
  * tests through real sockets.
  */
+import http2 from 'node:http2';
 import { Agent, request, type Dispatcher } from 'undici';
 import { SignJWT } from 'jose';
 import { parseConfig } from '../../src/config/load.js';
@@ -61,6 +62,24 @@ export function testConfig(brokers: string[], overrides: Json = {}): RawConfig {
     tenants: { acme: { plan: 'test', hosts: ['acme.localhost'], brokers, cors: { origins: ['https://app.example.com', 'https://*.acme.dev'] } } },
   };
   return parseConfig(merge(base, overrides), {});
+}
+
+/**
+ * `server:` overrides that make the body deadline short: it is the longest of requestTimeoutMs and
+ * a parked poll, so both are short here (1.5 s), and the head must arrive within 0.5 s.
+ */
+export const SHORT_DEADLINES = { requestTimeoutMs: 1500, headersTimeoutMs: 500, longPoll: { defaultTimeoutMs: 500, maxTimeoutMs: 1000, slackMs: 200 } };
+
+/** An h2 session to `url` (self-signed certificate accepted), once connected; its later errors are the test's to observe. */
+export function h2Session(url: string): Promise<http2.ClientHttp2Session> {
+  return new Promise((resolve, reject) => {
+    const s = http2.connect(url, { rejectUnauthorized: false });
+    s.once('connect', () => {
+      s.on('error', () => {});
+      resolve(s);
+    });
+    s.once('error', reject);
+  });
 }
 
 export async function startEdge(config: RawConfig, opts: AppOptions = {}): Promise<EdgeHarness> {

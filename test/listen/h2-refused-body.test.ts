@@ -7,7 +7,7 @@
 import http2 from 'node:http2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
-import { startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { h2Session, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 
 let broker: BrokerDouble;
 let edge: EdgeHarness;
@@ -18,12 +18,7 @@ beforeAll(async () => {
   broker = await startBrokerDouble();
   edge = await startEdge(testConfig([broker.url], { server: { bodyLimitBytes: 1000 } }));
   rw = await token({ roles: ['read-write'], tenant: 'acme' });
-  session = await new Promise((resolve, reject) => {
-    const s = http2.connect(edge.url, { rejectUnauthorized: false });
-    s.once('connect', () => resolve(s));
-    s.once('error', reject);
-  });
-  session.on('error', () => {});
+  session = await h2Session(edge.url);
 });
 afterAll(async () => {
   session?.destroy();

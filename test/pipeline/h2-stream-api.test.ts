@@ -7,7 +7,7 @@
 import http2 from 'node:http2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
-import { startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { h2Session, SHORT_DEADLINES, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 
 let broker: BrokerDouble;
 let edge: EdgeHarness;
@@ -20,17 +20,12 @@ beforeAll(async () => {
   // The body deadline is the longest of requestTimeoutMs and a parked poll: both short here.
   edge = await startEdge(
     testConfig([broker.url], {
-      server: { requestTimeoutMs: 1500, headersTimeoutMs: 500, longPoll: { defaultTimeoutMs: 500, maxTimeoutMs: 1000, slackMs: 200 } },
+      server: SHORT_DEADLINES,
       upstream: { healthIntervalMs: 60_000 },
     }),
   );
   rw = await token({ roles: ['read-write'], tenant: 'acme' });
-  session = await new Promise((resolve, reject) => {
-    const s = http2.connect(edge.url, { rejectUnauthorized: false });
-    s.once('connect', () => resolve(s));
-    s.once('error', reject);
-  });
-  session.on('error', () => {});
+  session = await h2Session(edge.url);
 });
 
 afterAll(async () => {

@@ -9,7 +9,7 @@
 import http2 from 'node:http2';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
-import { startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { h2Session, SHORT_DEADLINES, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 
 let broker: BrokerDouble | undefined;
 let edge: EdgeHarness | undefined;
@@ -25,17 +25,12 @@ async function setup(): Promise<{ session: http2.ClientHttp2Session; rw: string;
   broker = await startBrokerDouble();
   edge = await startEdge(
     testConfig([broker.url], {
-      server: { requestTimeoutMs: 1500, headersTimeoutMs: 500, longPoll: { defaultTimeoutMs: 500, maxTimeoutMs: 1000, slackMs: 200 } },
+      server: SHORT_DEADLINES,
       upstream: { connections: 1 },
     }),
   );
   const rw = await token({ roles: ['read-write'], tenant: 'acme' });
-  const s = await new Promise<http2.ClientHttp2Session>((resolve, reject) => {
-    const c = http2.connect(edge!.url, { rejectUnauthorized: false });
-    c.once('connect', () => resolve(c));
-    c.once('error', reject);
-  });
-  s.on('error', () => {});
+  const s = await h2Session(edge.url);
   session = s;
   // The pool's only connection is taken by a request the broker never answers.
   broker.fault('hang', 1);

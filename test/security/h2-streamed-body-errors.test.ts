@@ -6,7 +6,7 @@
 import http2 from 'node:http2';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { h2Session, SHORT_DEADLINES, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 
 let edge: EdgeHarness;
 let session: http2.ClientHttp2Session;
@@ -26,13 +26,9 @@ async function deadPort(): Promise<number> {
 
 beforeAll(async () => {
   process.on('uncaughtException', onUncaught);
-  edge = await startEdge(testConfig([`http://127.0.0.1:${await deadPort()}`], { server: { requestTimeoutMs: 1500, headersTimeoutMs: 500, longPoll: { defaultTimeoutMs: 500, maxTimeoutMs: 1000, slackMs: 200 } } }));
+  edge = await startEdge(testConfig([`http://127.0.0.1:${await deadPort()}`], { server: SHORT_DEADLINES }));
   rw = await token({ roles: ['read-write'], tenant: 'acme' });
-  session = await new Promise((resolve, reject) => {
-    const s = http2.connect(edge.url, { rejectUnauthorized: false });
-    s.once('connect', () => resolve(s));
-    s.once('error', reject);
-  });
+  session = await h2Session(edge.url);
 });
 afterAll(async () => {
   process.off('uncaughtException', onUncaught);
