@@ -321,6 +321,12 @@ function h2Streams(handler: RequestHandler, t: ListenerTimeouts, log: Logger): (
       res.end('{"error":"request header fields too large","code":"invalid_request"}');
       return;
     }
+    // CONNECT (a tunnel) is not served, as Node's h2 compatibility layer answered it.
+    if (headers[':method'] === 'CONNECT') {
+      res.writeHead(405, { 'content-type': 'application/json' });
+      res.end('{"error":"method not allowed","code":"invalid_request"}');
+      return;
+    }
     // An expectation other than 100-continue is refused, as Node's h1 server and h2 compatibility layer do.
     const expect = headers.expect;
     if (expect !== undefined && expect.toLowerCase() !== '100-continue') {

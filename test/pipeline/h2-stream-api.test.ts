@@ -73,6 +73,16 @@ describe('h2 on the stream API', () => {
     expect(broker.requests.length).toBe(before);
   });
 
+  it('CONNECT gets 405, and nothing is forwarded', async () => {
+    const before = broker.requests.length;
+    const stream = session.request({ ':method': 'CONNECT', ':authority': 'acme.localhost:443' });
+    stream.on('error', () => {});
+    const status = await new Promise<number>((resolve) => stream.once('response', (h) => resolve(Number(h[':status']))));
+    expect(status).toBe(405);
+    expect(broker.requests.length).toBe(before);
+    stream.close();
+  });
+
   it('uploads cut by the body deadline (408) do not count against the broker: the next request is served', async () => {
     // Three uploads that declare 100 bytes, send 6 and stall: the edge answers 408 at requestTimeoutMs.
     const stalled = Array.from({ length: 3 }, () =>
