@@ -1,7 +1,8 @@
 /**
  * Leased mode across processes: three real edge processes share one private Redis; a tenant is
  * offered three times its limit, spread evenly over the three, for 10 s: once a request rate
- * (100 pops/s, burst 100) and once a message rate (500 messages/s, burst 500, pushes of 5).
+ * (100 pops/s, burst 100) and once a message rate (500 messages/s, burst 500, pushes of 5). A
+ * third tenant pushes through its monthly message quota: exactly the quota is admitted.
  * Admitted units (counted from the responses: 2xx admitted, 429 refused) must land within ±5 %
  * of what the exact limiter admits over the window (the burst plus the refill), and the
  * limiter's Redis calls (lease and heartbeat scripts) stay at or under 0.1 per request.
@@ -20,7 +21,7 @@ import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.j
 import { TEST_PLAN, TEST_SECRET, token } from '../helpers/edge.js';
 import { commandCalls, connectTest, PrivateRedis } from '../helpers/redis.js';
 import { leaseSlice, messageSlice } from '../../src/limits/lease-slice.js';
-import { compileLimitPlan, type LimitPlan } from '../../src/limits/verdict.js';
+import { compileLimitPlan, monthWindow, type LimitPlan } from '../../src/limits/verdict.js';
 import { freePort, spawnEdge, type EdgeProcess } from './edge-process.js';
 
 const INSTANCES = 3;
@@ -68,6 +69,14 @@ const CASES: readonly Case[] = [
 const planOf = (c: Case) => ({ ...TEST_PLAN, limits: { ...TEST_PLAN.limits, ...c.limits } });
 
 /**
+ * A monthly quota of 3,000 messages, rates far above the offered load: message slices of 200
+ * (0.3 × a burst of 2,000, over three instances), so the first ~2,200 messages are admitted from
+ * slices and the rest exactly.
+ */
+const QUOTA = 3000;
+const QUOTA_PLAN = { ...TEST_PLAN, limits: { ...TEST_PLAN.limits, messagesPerSec: 2000, messageBurst: 2000 }, quotas: { messagesPerMonth: QUOTA, ingressBytesPerMonth: 0 } };
+
+/**
  * Units held outside the exact count at the end: unspent slices (one per instance) plus the
  * bucket's backlog between calls (a contending instance calls again when its view of the bucket
  * holds its slice and half a slice per other instance).
@@ -95,9 +104,10 @@ beforeAll(async () => {
         redis: { url: redis.url, keyPrefix: 'qe:', timeoutMs: 1000 },
         auth: { secret: TEST_SECRET },
         upstream: { healthIntervalMs: 1000, healthTimeoutMs: 2000 },
-        plans: { test: TEST_PLAN, ...Object.fromEntries(CASES.map((c) => [c.tenant, planOf(c)])) },
+        plans: { test: TEST_PLAN, quota: QUOTA_PLAN, ...Object.fromEntries(CASES.map((c) => [c.tenant, planOf(c)])) },
         tenants: {
           warm: { plan: 'test', hosts: ['warm.localhost'], brokers: [broker.url] },
+          quota: { plan: 'quota', hosts: ['quota.localhost'], brokers: [broker.url] },
           ...Object.fromEntries(CASES.map((c) => [c.tenant, { plan: c.tenant, hosts: [`${c.tenant}.localhost`], brokers: [broker.url] }])),
         },
       }),
@@ -190,5 +200,49 @@ describe('leased mode, three edge processes on one Redis', () => {
     expect(admitted).toBeGreaterThanOrEqual(c.burst + (c.rate * (run.last - firstAnswer)) / 1000 - held(c));
     expect(Math.abs(admitted - limit) / limit).toBeLessThanOrEqual(0.05);
     expect(scripts / statuses.length).toBeLessThanOrEqual(0.1);
+  }, 60_000);
+
+  it('uses a monthly quota to the last message and never beyond it, three instances pushing through slices', async () => {
+    const jwt = await token({ roles: ['read-write'], tenant: 'quota' });
+    const probe = await connectTest(redis.url, 2000);
+    const pools = ports.map((p) => new Pool(`http://127.0.0.1:${p}`, { connections: 16 }));
+    const body = JSON.stringify({ items: Array.from({ length: 5 }, (_, i) => ({ queue: 'q', payload: { i } })) });
+    const statuses: number[] = [];
+    const sent: Promise<void>[] = [];
+    const counter = async () => Number((await probe.get(`qe:{t:quota}:qm:${monthWindow(Date.now()).id}`)) ?? '0');
+    // 150 pushes of 5 a second (750 messages) for 11 s: the quota is spent after about 4 s; the
+    // slices still held then go back within a lease and a refused quota is rechecked after two, so
+    // the last messages are admitted exactly well before the end.
+    const start = performance.now();
+    for (let n = 0; performance.now() - start < 11_000; ) {
+      const due = Math.floor(((performance.now() - start) / 1000) * 150);
+      for (; n < due; n++) {
+        const pool = pools[n % INSTANCES]!;
+        sent.push(
+          pool.request({ method: 'POST', path: '/api/v1/push', body, headers: { host: 'quota.localhost', authorization: `Bearer ${jwt}`, 'content-type': 'application/json' } }).then(
+            async (res) => {
+              await res.body.dump();
+              statuses.push(res.statusCode);
+              expect(await counter()).toBeLessThanOrEqual(QUOTA);
+            },
+            () => void statuses.push(0),
+          ),
+        );
+      }
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    await Promise.all(sent);
+    await Promise.all(pools.map((p) => p.close()));
+    const admitted = statuses.filter((x) => x >= 200 && x < 300).length * 5;
+    const others = statuses.filter((x) => x < 200 || x >= 300);
+    // The counter holds what was admitted once the slices still held have gone back (the sweep).
+    const deadline = Date.now() + 10_000;
+    while ((await counter()) !== admitted && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    const final = await counter();
+    probe.disconnect();
+    console.log(`leased quota: ${statuses.length} pushes answered, ${admitted} messages admitted of a quota of ${QUOTA}; refusals ${JSON.stringify(Object.entries(others.reduce<Record<number, number>>((m, x) => ((m[x] = (m[x] ?? 0) + 1), m), {})))}; counter ${final}`);
+    expect(admitted).toBe(QUOTA);
+    expect(others.every((x) => x === 429)).toBe(true);
+    expect(final).toBe(QUOTA);
   }, 60_000);
 });
