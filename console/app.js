@@ -96,21 +96,6 @@ async function apiPut(path, body) {
   return doc;
 }
 
-/** Runs fn over items, at most `limit` at a time. */
-async function mapLimited(items, limit, fn) {
-  const out = new Array(items.length);
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(limit, items.length) }, async () => {
-      while (next < items.length) {
-        const i = next++;
-        out[i] = await fn(items[i]);
-      }
-    }),
-  );
-  return out;
-}
-
 // ---------- shell: login, navigation, timers ----------
 
 const view = document.getElementById('view');
@@ -290,9 +275,11 @@ async function renderOverview(_arg, current) {
 // ---------- Tenants ----------
 
 async function renderTenants(_arg, current) {
-  const [{ tenants }, { plans, writable }, stats] = await Promise.all([api('GET', '/admin/v1/tenants'), api('GET', '/admin/v1/plans'), api('GET', '/admin/v1/stats')]);
+  const [{ tenants }, { plans, writable }, stats, monthUsage] = await Promise.all([api('GET', '/admin/v1/tenants'), api('GET', '/admin/v1/plans'), api('GET', '/admin/v1/stats'), api('GET', '/admin/v1/usage')]);
   const planById = new Map(plans.map((p) => [p.id, p]));
-  const usage = await mapLimited(tenants, 6, (t) => api('GET', `/admin/v1/tenants/${encodeURIComponent(t.id)}/usage?granularity=month`).then((u) => u.total));
+  const totals = new Map(monthUsage.tenants.map((u) => [u.tenant, u.total]));
+  // A tenant created between the two reads has no usage yet.
+  const usage = tenants.map((t) => totals.get(t.id) ?? { messagesPushed: 0, ingressBytes: 0 });
   const month = new Date().toISOString().slice(0, 7);
 
   const rateCell = (kind, id, limit, unit) => h('td', { class: 'num', 'data-rate': kind, 'data-tenant': id, 'data-limit': limit, 'data-unit': unit }, '—');

@@ -247,8 +247,7 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
     if (range instanceof EdgeError) return range;
     // Deleted tenants stay readable: their last period still has to be billed.
     const hours = await d.usage(id, range.fromMs, range.toMs);
-    const total = new UsageCounts();
-    for (const h of hours.values()) total.add(h);
+    const total = sumOf(hours);
     return {
       status: 200,
       body: {
@@ -260,6 +259,16 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
         total: countsView(total),
       },
     };
+  });
+
+  // Every current tenant's totals over one range (default: this UTC month so far), in one call:
+  // what the console's Tenants page lists.
+  on('GET', '/admin/v1/usage', async (c) => {
+    const range = usageRange(c.query, d.clock(), 'month');
+    if (range instanceof EdgeError) return range;
+    const ids = [...d.tenants.all()].map((t) => t.id).sort();
+    const totals = await Promise.all(ids.map(async (id) => ({ tenant: id, total: countsView(sumOf(await d.usage(id, range.fromMs, range.toMs))) })));
+    return { status: 200, body: { from: new Date(range.fromMs).toISOString(), to: new Date(range.toMs).toISOString(), tenants: totals } };
   });
 
   on('GET', '/admin/v1/brokers', async () => ({ status: 200, body: { clusters: d.brokers() } }));
@@ -396,6 +405,12 @@ async function jsonBody(req: IncomingMessage): Promise<unknown | Refusal> {
   } catch (err) {
     return edgeError('invalid_request', `malformed JSON: ${(err as Error).message}`);
   }
+}
+
+function sumOf(hours: ReadonlyMap<number, UsageCounts>): UsageCounts {
+  const total = new UsageCounts();
+  for (const h of hours.values()) total.add(h);
+  return total;
 }
 
 /** `from`/`to` (ISO 8601; default: this UTC month so far) and `granularity` (default `defaultGranularity`). */
