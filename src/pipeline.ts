@@ -235,7 +235,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     const release = admission.release;
     if (streamed) {
       sendContinue(req, res);
-      // From here undici reads the body; a failure leaves the rest to Node, which discards it.
+      // From here undici reads the body; what it leaves is discarded (by Node on h1, below on h2).
       ctx.closeOnRefusal = false;
     }
     // Metering and lease learning read the relayed body of pushes, pops and acks.

@@ -316,27 +316,15 @@ function h2Streams(handler: RequestHandler, t: ListenerTimeouts, log: Logger): (
     stream.on('error', onError);
     const req = new H2Request(stream, headers, rawHeaders);
     const res = new H2Response(stream);
-    if (headerListBytes(rawHeaders) > MAX_HEADER_BYTES) {
-      res.writeHead(431, { 'content-type': 'application/json' });
-      res.end('{"error":"request header fields too large","code":"invalid_request"}');
-      return;
-    }
+    if (headerListBytes(rawHeaders) > MAX_HEADER_BYTES) return answer(res, 431, 'request header fields too large');
     // CONNECT (a tunnel) is not served, as Node's h2 compatibility layer answered it.
-    if (headers[':method'] === 'CONNECT') {
-      res.writeHead(405, { 'content-type': 'application/json' });
-      res.end('{"error":"method not allowed","code":"invalid_request"}');
-      return;
-    }
+    if (headers[':method'] === 'CONNECT') return answer(res, 405, 'method not allowed');
     // An expectation other than 100-continue is refused, as Node's h1 server and h2 compatibility layer do.
     const expect = headers.expect;
-    if (expect !== undefined && expect.toLowerCase() !== '100-continue') {
-      res.writeHead(417, { 'content-type': 'application/json' });
-      res.end('{"error":"expectation failed","code":"invalid_request"}');
-      return;
-    }
+    if (expect !== undefined && expect.toLowerCase() !== '100-continue') return answer(res, 417, 'expectation failed');
     if (!stream.endAfterHeaders) {
       const deadline = setTimeout(() => {
-        if (!res.headersSent) res.writeHead(408, { 'content-type': 'application/json' }).end('{"error":"request body not received in time","code":"invalid_request"}');
+        if (!res.headersSent) answer(res, 408, 'request body not received in time');
         stream.close(http2.constants.NGHTTP2_CANCEL);
       }, t.requestTimeoutMs);
       const clear = (): void => clearTimeout(deadline);
@@ -346,6 +334,12 @@ function h2Streams(handler: RequestHandler, t: ListenerTimeouts, log: Logger): (
     }
     handler(req, res);
   };
+}
+
+/** The listener's own refusal of an h2 request, before the pipeline sees it. */
+function answer(res: H2Response, status: number, error: string): void {
+  res.writeHead(status, { 'content-type': 'application/json' });
+  res.end(JSON.stringify({ error, code: 'invalid_request' }));
 }
 
 /** Header list size as HTTP/2 counts it (RFC 9113 §6.5.2: name + value + 32 per field). */
