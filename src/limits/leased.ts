@@ -101,7 +101,7 @@ export class LeasedLimiter implements EdgeLimiter {
     const taken = take(lease, input, now);
     if (taken) return taken;
     // The exact path's deny cache knows a dimension is spent: no lease call can help before then.
-    const cached = this.#exact.preAdmit(input);
+    const cached = this.#exact.denied(input);
     if (cached) return cached;
     // The slices are being exchanged: what this instance held comes back with the call.
     if (lease.inflight) return this.#renewThenTake(lease, input);
@@ -117,6 +117,10 @@ export class LeasedLimiter implements EdgeLimiter {
 
   liveInstances(): number {
     return this.#exact.liveInstances();
+  }
+
+  denied(input: AdmitInput): Admission | null {
+    return this.#exact.denied(input);
   }
 
   async start(): Promise<void> {

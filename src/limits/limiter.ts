@@ -63,8 +63,9 @@ export interface Limiter {
   /**
    * Before the body is read (docs/limits.md, "Admit before the body"): a refusal this instance
    * already knows — a deny-cache entry for the request rate or a spent quota — or null to read the
-   * body and admit(). Local, synchronous, counts nothing:
-   * `messages` is 0 and `ingressBytes` the declared length (0 when unknown).
+   * body and admit(). Local and synchronous: `messages` is 0 and `ingressBytes` the declared length
+   * (0 when unknown). It counts nothing in the shared limits; for a tenant its request rate refused
+   * lately, it counts the request against a local copy of that bucket (DenyCache).
    */
   preAdmit(input: AdmitInput): Admission | null;
   /** Sync where no I/O is needed (memory store, local deny cache, breaker open). */
@@ -79,6 +80,8 @@ export interface Limiter {
 export interface EdgeLimiter extends Limiter {
   /** Instances seen by the last successful heartbeat (1 before any, and for memory). */
   liveInstances(): number;
+  /** A refusal the deny cache holds for this cost now, like preAdmit but taking nothing: for a request past its body. */
+  denied(input: AdmitInput): Admission | null;
 }
 
 /** Optional knobs; defaults suit production. */
@@ -126,9 +129,9 @@ export function refusedAdmission(cls: RefusalClass, headers: Readonly<Record<str
   return { refusal: edgeError(cls.code, undefined, { retryAfterSec: cls.retryAfterSec, headers: { ...headers } }), headers, release: null };
 }
 
-/** A refusal the deny cache already holds for this cost, or null. */
-function cachedRefusal(deny: DenyCache, plans: PlanCache, input: AdmitInput, now: number): Admission | null {
-  const denied = deny.check(input.tenant, input, now);
+/** A refusal the deny cache already holds for this cost, or null; a `probe` comes before the body (DenyCache.check). */
+function cachedRefusal(deny: DenyCache, plans: PlanCache, input: AdmitInput, now: number, probe: boolean): Admission | null {
+  const denied = deny.check(input.tenant, input, now, probe);
   return denied ? refusedAdmission(denied, rateLimitHeaders(plans.get(input.tenant, 1).policy, denied.remaining, denied.resetMs)) : null;
 }
 
@@ -182,7 +185,11 @@ class MemoryLimiter implements EdgeLimiter {
   }
 
   preAdmit(input: AdmitInput): Admission | null {
-    return cachedRefusal(this.#deny, this.#plans, input, this.#clock());
+    return cachedRefusal(this.#deny, this.#plans, input, this.#clock(), true);
+  }
+
+  denied(input: AdmitInput): Admission | null {
+    return cachedRefusal(this.#deny, this.#plans, input, this.#clock(), false);
   }
 
   admit(input: AdmitInput): Admission {
@@ -206,7 +213,8 @@ function admitLocally(store: MemoryLimitStore, entry: PlanEntry, input: AdmitInp
   const month = monthWindow(now);
   const slot = input.parkedPoll ? slots.next() : '';
   const d = store.admit(input.tenant.id, entry.plan, input, now, month.id, slot, slotTtlMs);
-  if (d.refused !== 0) deny?.record(input.tenant, d, input, now, month.endMs);
+  if (d.refused !== 0) deny?.record(input.tenant, d, input, now, month.endMs, entry.plan);
+  else deny?.observe(input.tenant, d, now);
   return toAdmission(d, entry, now, month.endMs, input.parkedPoll ? releaser(store, input.tenant.id, slot) : null);
 }
 
@@ -248,12 +256,16 @@ class RedisLimiter implements EdgeLimiter {
   }
 
   preAdmit(input: AdmitInput): Admission | null {
-    return cachedRefusal(this.#deny, this.#plans, input, this.#clock());
+    return cachedRefusal(this.#deny, this.#plans, input, this.#clock(), true);
+  }
+
+  denied(input: AdmitInput): Admission | null {
+    return cachedRefusal(this.#deny, this.#plans, input, this.#clock(), false);
   }
 
   admit(input: AdmitInput): Admission | Promise<Admission> {
     const now = this.#clock();
-    const cached = cachedRefusal(this.#deny, this.#plans, input, now);
+    const cached = cachedRefusal(this.#deny, this.#plans, input, now, false);
     if (cached) return cached;
     if (!this.#breaker.allow()) return this.#fallback(input, now);
     return this.#viaRedis(input, now);
@@ -299,7 +311,8 @@ class RedisLimiter implements EdgeLimiter {
       return this.#fallback(input, this.#clock());
     }
     this.#succeeded();
-    if (d.refused !== 0) this.#deny.record(input.tenant, d, input, now, month.endMs);
+    if (d.refused !== 0) this.#deny.record(input.tenant, d, input, now, month.endMs, entry.plan);
+    else this.#deny.observe(input.tenant, d, now);
     return toAdmission(d, entry, now, month.endMs, input.parkedPoll ? releaser(this.#store, input.tenant.id, slot) : null);
   }
 

@@ -85,7 +85,7 @@ export function compileLimitPlan(limits: Limits, quotas: Quotas, divisor = 1): L
 }
 
 /** ms a GCRA bucket must wait before it can take `cost` (≤ 0: it can now). */
-function gcraWait(tat: number, now: number, cost: number, intervalMs: number, burst: number): number {
+export function gcraWait(tat: number, now: number, cost: number, intervalMs: number, burst: number): number {
   return Math.max(tat, now) + Math.min(cost, burst) * intervalMs - now - burst * intervalMs;
 }
 

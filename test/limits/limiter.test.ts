@@ -85,6 +85,57 @@ describe.each(['memory', 'redis', 'cluster'] as const)('limiter (%s store)', (ki
     await l.close();
   });
 
+  it('past a request-rate refusal, preAdmit lets through only what the bucket refilled, so a herd of uploads is refused before its bodies', async () => {
+    const clock = virtualClock('2026-03-10T12:00:00Z');
+    const l = await make(clock.now);
+    // One request every 2 s, burst 2.
+    const t = tenant({ requestBurst: 2 });
+    expect((await admit(l, input(t))).refusal).toBeNull();
+    expect((await admit(l, input(t))).refusal).toBeNull();
+    expect((await admit(l, input(t))).refusal?.code).toBe('rate_limited');
+    clock.advance(2000);
+    // One request refilled: one head goes on to its body, the other nine are refused before theirs.
+    const heads = Array.from({ length: 10 }, () => l.preAdmit(input(t)));
+    expect(heads.filter((p) => p === null)).toHaveLength(1);
+    for (const p of heads.filter((x) => x !== null)) {
+      expect(p!.refusal?.code).toBe('rate_limited');
+      expect(p!.refusal?.retryAfterSec).toBe(2);
+    }
+    // The one let through is decided by the store as before, and taking nothing, denied() does not count it again.
+    expect(l.denied(input(t))).toBeNull();
+    expect((await admit(l, input(t))).refusal).toBeNull();
+    // Each interval lets one more head through.
+    clock.advance(2000);
+    expect(l.preAdmit(input(t))).toBeNull();
+    expect(l.preAdmit(input(t))?.refusal?.code).toBe('rate_limited');
+    expect((await admit(l, input(t))).refusal).toBeNull();
+    // A full bucket still lets no more heads through at once than its burst.
+    clock.advance(4000);
+    expect(l.preAdmit(input(t))).toBeNull();
+    expect(l.preAdmit(input(t))).toBeNull();
+    expect(l.preAdmit(input(t))?.refusal?.code).toBe('rate_limited');
+    // Once it stayed full for a whole refill (the tenant stopped pressing), nothing is known: heads pass as before any refusal.
+    clock.advance(10_000);
+    for (let i = 0; i < 5; i++) expect(l.preAdmit(input(t))).toBeNull();
+    await l.close();
+  });
+
+  it('a head let through that never reaches admit holds the copy back by one interval at most', async () => {
+    const clock = virtualClock('2026-03-10T12:00:00Z');
+    const l = await make(clock.now);
+    const t = tenant({ requestBurst: 1 });
+    expect((await admit(l, input(t))).refusal).toBeNull();
+    expect((await admit(l, input(t))).refusal?.code).toBe('rate_limited');
+    clock.advance(2000);
+    // Let through, then refused for its body (never admitted): the store's bucket still has its request.
+    expect(l.preAdmit(input(t))).toBeNull();
+    expect(l.preAdmit(input(t))?.refusal?.code).toBe('rate_limited');
+    clock.advance(2000);
+    expect(l.preAdmit(input(t))).toBeNull();
+    expect((await admit(l, input(t))).refusal).toBeNull();
+    await l.close();
+  });
+
   it('refuses over requestBurst with Retry-After, and admits again after that many seconds', async () => {
     const clock = virtualClock('2026-06-01T12:00:00Z');
     const l = await make(clock.now);

@@ -68,8 +68,17 @@ describe('admit before the body', () => {
     const url = `http://127.0.0.1:${(broker.address() as AddressInfo).port}`;
     h = await startEdge(
       testConfig([url], {
-        plans: { test: TEST_PLAN, slow: { ...TEST_PLAN, limits: { ...TEST_PLAN.limits, requestsPerSec: 0.001, requestBurst: 1, maxPayloadBytes: 2_000_000 } } },
-        tenants: { acme: { plan: 'test', hosts: [HOST], brokers: [url] }, slow: { plan: 'slow', hosts: ['slow.localhost'], brokers: [url] } },
+        plans: {
+          test: TEST_PLAN,
+          slow: { ...TEST_PLAN, limits: { ...TEST_PLAN.limits, requestsPerSec: 0.001, requestBurst: 1, maxPayloadBytes: 2_000_000 } },
+          // One request per 4 s: its refusal's wait ends within the test.
+          paced: { ...TEST_PLAN, limits: { ...TEST_PLAN.limits, requestsPerSec: 0.25, requestBurst: 1, maxPayloadBytes: 2_000_000 } },
+        },
+        tenants: {
+          acme: { plan: 'test', hosts: [HOST], brokers: [url] },
+          slow: { plan: 'slow', hosts: ['slow.localhost'], brokers: [url] },
+          paced: { plan: 'paced', hosts: ['paced.localhost'], brokers: [url] },
+        },
       }),
     );
     tok = await token({ roles: ['read-write'], tenant: 'acme' });
@@ -132,6 +141,29 @@ describe('admit before the body', () => {
     const first = await c.until('\r\n\r\n');
     expect(first).toMatch(/^HTTP\/1\.1 429 /);
     c.socket.destroy();
+  });
+
+  it('once a refusal\'s wait ends, only as many uploads as the bucket refilled are invited; the rest are refused from their heads', async () => {
+    const t = await token({ roles: ['read-write'], tenant: 'paced' });
+    const send = () => call(h, 'POST', '/api/v1/push', { token: t, host: 'paced.localhost', body: { items: [{ queue: 'q', payload: 1 }] } });
+    expect((await send()).status).toBe(201);
+    const refused = await send();
+    expect(refused.status).toBe(429);
+    // Past the wait the edge named, one request has refilled (the next one only 4 s later).
+    await new Promise((r) => setTimeout(r, Number(refused.headers['retry-after']) * 1000));
+    const port = Number(new URL(h.url).port);
+    const firstLines = await Promise.all(
+      Array.from({ length: 10 }, async () => {
+        const c = await rawClient(port);
+        c.socket.write(head('/api/v1/push', t, 1_000_000, 'expect: 100-continue\r\n').replace(HOST, 'paced.localhost'));
+        const answer = await c.until('\r\n\r\n');
+        c.socket.destroy();
+        return answer.split('\r\n')[0];
+      }),
+    );
+    // Without the local copy of the bucket, all ten would be invited, each to upload 1 MB only to be refused after it.
+    expect(firstLines.filter((l) => l === 'HTTP/1.1 100 Continue')).toHaveLength(1);
+    expect(firstLines.filter((l) => l.startsWith('HTTP/1.1 429 '))).toHaveLength(9);
   });
 
   it('with Expect: 100-continue an admitted push gets 100 Continue, then its body is read and forwarded', async () => {
