@@ -79,6 +79,8 @@ export interface Limiter {
 export interface EdgeLimiter extends Limiter {
   /** Instances seen by the last successful heartbeat (1 before any, and for memory). */
   liveInstances(): number;
+  /** This process's id, as its heartbeat and parked slots name it (leased mode keys its month holdings by it). */
+  instanceId(): string;
 }
 
 /** Optional knobs; defaults suit production. */
@@ -197,6 +199,10 @@ class MemoryLimiter implements EdgeLimiter {
     return 1;
   }
 
+  instanceId(): string {
+    return this.#slots.instanceId;
+  }
+
   async start(): Promise<void> {}
 
   async close(): Promise<void> {}
@@ -265,6 +271,10 @@ class RedisLimiter implements EdgeLimiter {
 
   liveInstances(): number {
     return this.#instances;
+  }
+
+  instanceId(): string {
+    return this.#slots.instanceId;
   }
 
   async start(): Promise<void> {
