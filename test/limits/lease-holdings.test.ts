@@ -262,24 +262,31 @@ describe('lease holdings while Redis is frozen', () => {
   });
 
   it('a lease call that timed out but ran once Redis thawed leaves its slice held only until the next call', async () => {
+    // The sweep runs every durationMs of real time: a lease longer than the test keeps it from
+    // settling the late call before it is looked at. Month slices are the same 20 messages.
+    const lease = { durationMs: 60_000, sliceFraction: 0.02 };
     const quota = 200;
     const t = tenant({ messagesPerMonth: quota, ingressBytesPerMonth: 0 });
     const k = limiterKeys(prefix, t.id, monthWindow(now).id);
-    const exact = createLimiter({ url: null, cluster: [], keyPrefix: prefix, timeoutMs: 300, failMode: 'closed' }, { log: silentLogger(), clock: () => now, redis: client, quotaDenialMs: 2 * LEASE.durationMs });
-    const l = new LeasedLimiter(exact, client, prefix, LEASE, () => now);
+    const exact = createLimiter({ url: null, cluster: [], keyPrefix: prefix, timeoutMs: 300, failMode: 'closed' }, { log: silentLogger(), clock: () => now, redis: client, quotaDenialMs: 2 * lease.durationMs });
+    const l = new LeasedLimiter(exact, client, prefix, lease, () => now);
     await l.start();
     const record = async () => parseRecord((await probe.hget(k.monthHoldings, l.instanceId()))!);
     let count = 0;
     if (await admitted(l.admit(push(t)))) count++;
     const before = await record();
-    now += LEASE.durationMs;
+    now += lease.durationMs;
     server.pause();
+    // SIGSTOP takes effect asynchronously: wait until a ping goes unanswered.
+    const answers = () => Promise.race([probe.ping().then(() => true, () => true), new Promise<boolean>((done) => setTimeout(() => done(false), 100))]);
+    await waitFor(async () => !(await answers()), 5000, 'Redis to freeze');
     // The lease call (and the exact admit it falls back to) time out; Redis runs them once thawed.
     expect((await l.admit(pop(t))).refusal?.code).toBe('limiter_unavailable');
     server.resume();
     await waitFor(async () => (await record()).seq > before.seq, 5000, 'the late lease call to run');
     const late = await record();
     // It took a slice no request will spend: the month counter holds it.
+    expect(late.seq).toBe(before.seq + 1);
     expect(late.heldMessages).toBeGreaterThan(0);
     expect(Number(await probe.get(k.monthMessages))).toBe(1 + late.heldMessages);
     await waitFor(() => l.mode() === 'redis', 5000, 'the limiter to use Redis again');
@@ -287,7 +294,7 @@ describe('lease holdings while Redis is frozen', () => {
       now += 1;
       if (await admitted(l.admit(push(t)))) count++;
     }
-    now += 2 * LEASE.durationMs + 1;
+    now += 2 * lease.durationMs + 1;
     for (let i = 0; i < 20; i++) {
       now += 1;
       if (await admitted(l.admit(push(t)))) count++;
