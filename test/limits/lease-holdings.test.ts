@@ -174,6 +174,28 @@ describe.each(['redis', 'cluster'] as const)('lease holdings on %s', (kind) => {
     expect(await counter(t)).toBe(6);
   });
 
+  it('an instance reclaimed while it was only cut off has the units it spent counted again when it reports', async () => {
+    const t = tenant({ messagesPerMonth: 10_000, ingressBytesPerMonth: 0 });
+    const a = await instance();
+    for (let i = 0; i < 5; i++) expect(await admitted(a.admit(push(t)))).toBe(true); // 5 of a slice, not yet reported
+    const held = (await records(t)).get(a.instanceId())!;
+    expect([held.spentMessages, await counter(t)]).toEqual([0, held.heldMessages]);
+    // a makes no call for longer than its lease on Redis's clock: another instance reclaims its slice,
+    // spent part included (that is what a killed instance costs: its unreported units are released).
+    const reclaimer = await instance(client, { reclaimMarginMs: 0 });
+    await waitFor(async () => (await redisTime(t)) - held.at > LEASE.durationMs, 10_000, "a's lease to end on Redis's clock");
+    expect(await admitted(reclaimer.admit(pop(t)))).toBe(true);
+    expect([(await records(t)).get(a.instanceId())!.reclaimedMessages, await counter(t)]).toEqual([held.heldMessages, 0]);
+    await reclaimer.close();
+    // a was alive after all: its next call reports the 5, which count again.
+    now += LEASE.durationMs;
+    expect(await admitted(a.admit(pop(t)))).toBe(true);
+    await a.close();
+    expect(await counter(t)).toBe(5);
+    const settled = (await records(t)).get(a.instanceId())!;
+    expect([settled.spentMessages, settled.heldMessages, settled.reclaimedMessages]).toEqual([5, 0, 0]);
+  });
+
   it('a plan change while slices are held and exchanged: the old lease settles before the new one calls, nothing held is lost', async () => {
     const a = await instance();
     const before = tenant({ messagesPerMonth: 10_000, ingressBytesPerMonth: 0 });
