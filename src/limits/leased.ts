@@ -42,7 +42,7 @@ const NOTHING: LeaseWants = { requests: 0, messages: 0, bytes: 0 };
 const MAX_CALLS_PER_ADMIT = 3;
 /** Stall allowance in the default reclaim margin (see LeasedOptions). */
 const RECLAIM_SLACK_MS = 5_000;
-/** A holdings record idle this long is deleted (a replay older than that is no longer recognised as stale). */
+/** A holdings record idle this long (or twice the reclaim age, if longer) is deleted; a replay older than that is no longer recognised as stale. */
 const FORGET_AFTER_MS = 3_600_000;
 
 type LeaseReply = [number, number, string, string, number, string, number, number, number];
@@ -98,6 +98,7 @@ export class LeasedLimiter implements EdgeLimiter {
   readonly #settings: LeaseSettings;
   readonly #clock: () => number;
   readonly #reclaimMarginMs: number;
+  readonly #forgetAfterMs: number;
   readonly #plans = new PlanCache();
   readonly #leases = new Map<string, Lease>();
   /** Sequence number of the last lease call: increasing per instance, so per instance and tenant too. */
@@ -111,6 +112,7 @@ export class LeasedLimiter implements EdgeLimiter {
     this.#settings = settings;
     this.#clock = clock;
     this.#reclaimMarginMs = options.reclaimMarginMs ?? settings.durationMs + RECLAIM_SLACK_MS;
+    this.#forgetAfterMs = Math.max(FORGET_AFTER_MS, 2 * (settings.durationMs + this.#reclaimMarginMs));
   }
 
   preAdmit(input: AdmitInput): Admission | null {
@@ -293,7 +295,7 @@ export class LeasedLimiter implements EdgeLimiter {
       plan.messageIntervalMs, plan.messageBurst, back.messages, wanted.messages,
       plan.messagesPerMonth, lease.spentMessages, wanted.messages,
       plan.ingressBytesPerMonth, lease.spentBytes, wanted.bytes,
-      this.#exact.instanceId(), ++this.#seq, this.#settings.durationMs, this.#reclaimMarginMs, FORGET_AFTER_MS,
+      this.#exact.instanceId(), ++this.#seq, this.#settings.durationMs, this.#reclaimMarginMs, this.#forgetAfterMs,
     ];
     const reply = (await evalScript(this.#redis, LEASE_SHA, LEASE_LUA, [k.requests, k.messages, k.monthMessages, k.monthBytes, k.monthHoldings], args)) as LeaseReply;
     // Nothing is spent while a call is in flight, so this answer settled everything up to now.
