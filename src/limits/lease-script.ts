@@ -4,27 +4,51 @@
  * one state: the request and message buckets (GCRA) and the month's message and byte counters.
  *
  * A bucket slice is taken before any request spends it, so a bucket is never overdrawn. A month
- * slice is added to the month's counter when granted and taken off when given back, so the
- * counter holds what was admitted plus what is held, and never exceeds the quota. The month slices
- * are granted whole or not at all, both or neither, and only while each quota keeps room for
+ * slice is added to the month's counter when granted and taken off when released, so the counter
+ * holds what was admitted plus what is held, and never exceeds the quota. The month slices are
+ * granted whole or not at all, both or neither, and only while each quota keeps room for
  * (live instances + 1) more slices: near the end of a quota every instance admits exactly again,
  * holding no month units its own exact admits would count as used, and the slices still held
  * elsewhere go back within a lease.
  *
- * KEYS: request tat, message tat, month messages, month bytes (one tenant, one hash tag).
+ * Month holdings are idempotent, so a call that failed loses nothing. Redis keeps, per tenant and
+ * month, one record per instance (a HASH field): the sequence number of its last call, that
+ * call's Redis time, the month units it had spent by then (cumulative, as it reported them), the
+ * units it holds (granted, not reported spent, not released) and the units another instance
+ * reclaimed from it. A call reports absolute spent totals, not what it gives back, so:
+ * - a call whose sequence number is not above the record's (a reply that came late, a command
+ *   ioredis sent again after a reconnect) is stale and changes nothing at all, buckets included
+ *   (a replay would otherwise return the same bucket tokens twice);
+ * - otherwise the units spent since the record are taken off its holding, and whatever is still
+ *   held is released: the unspent part of the last slice, and any slice granted by a call whose
+ *   reply the instance never saw. Then the new slices are granted and held;
+ * - an instance that stopped calling (killed, or cut off from Redis) stops spending at the end of
+ *   its lease; once its record is older than the lease plus a margin (ARGV), any call releases
+ *   what it holds. What it spent of that since its last call is not known and is released too:
+ *   over-admission by at most what a killed instance spent of its last month slice. If it was
+ *   alive after all and reports later, those units are counted again (from what was reclaimed).
+ *   A record idle longer still (forget after, ARGV) is deleted, so the HASH stays small.
+ * Ages are measured on Redis's clock (TIME), so instance clocks need not agree. Writing after
+ * TIME needs effects replication (the default since Redis 5).
+ *
+ * KEYS: request tat, message tat, month messages, month bytes, month holdings (one tenant, one
+ *   hash tag).
  * ARGV: now ms, live instances, month-key TTL ms (relative);
  *   request interval, burst, tokens returned, tokens wanted;
  *   message interval, burst, tokens returned, tokens wanted;
- *   month message quota (0 = none), units returned, units wanted;
- *   month byte quota (0 = none), units returned, units wanted.
+ *   month message quota (0 = none), messages spent this month by this instance, units wanted;
+ *   month byte quota (0 = none), bytes spent this month by this instance, units wanted;
+ *   instance id, sequence number, lease ms, reclaim margin ms, forget after ms.
  * Returns {requests granted, requests remaining, request reset ms, request wait ms,
- *   messages granted, message wait ms, month messages granted, month bytes granted}: remaining whole
- *   requests in the bucket after the grant, ms until it is full, and ms until each bucket could
- *   grant its `wanted` again (0 when it could now). Floats as strings because Redis truncates Lua
- *   numbers to integers.
+ *   messages granted, message wait ms, month messages granted, month bytes granted, applied}:
+ *   remaining whole requests in the bucket after the grant, ms until it is full, ms until each
+ *   bucket could grant its `wanted` again (0 when it could now), and 0 for a stale call (all
+ *   zeros then). Floats as strings because Redis truncates Lua numbers to integers.
  */
 export const LEASE_LUA = `
 local now, instances, monthTtl = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local me, seq = ARGV[18], tonumber(ARGV[19])
+local reclaimAfter, forgetAfter = tonumber(ARGV[20]) + tonumber(ARGV[21]), tonumber(ARGV[22])
 local eps = 1e-6
 
 local function bucket(key, t, b, returned, wanted)
@@ -42,15 +66,60 @@ local function bucket(key, t, b, returned, wanted)
   return granted, remaining, tat - now, math.max(0, tat + wanted * t - now - b * t)
 end
 
--- A month counter less what is returned, and whether it has room for the slice and its reserve.
-local function counterRoom(key, limit, returned, wanted)
-  if returned == 0 and wanted == 0 then return 0, true end
-  local used = math.max(0, tonumber(redis.call('GET', key) or '0') - returned)
+-- A holdings record: {seq, Redis time ms, messages spent, bytes spent, messages held, bytes held,
+-- messages reclaimed, bytes reclaimed}; dimension d (1 messages, 2 bytes) at 2+d, 4+d, 6+d.
+local function parse(s)
+  local r = {}
+  for x in string.gmatch(s, '[^ ]+') do r[#r + 1] = tonumber(x) end
+  return r
+end
+local function pack(r)
+  return string.format('%.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f', r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8])
+end
+
+local time = redis.call('TIME')
+local clock = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local mine = {0, 0, 0, 0, 0, 0, 0, 0}
+local writes, forgotten, others = {}, {}, {0, 0}
+local all = redis.call('HGETALL', KEYS[5])
+for i = 1, #all, 2 do
+  local r = parse(all[i + 1])
+  if all[i] == me then
+    mine = r
+  elseif clock - r[2] > forgetAfter then
+    others[1], others[2] = others[1] + r[5], others[2] + r[6]
+    forgotten[#forgotten + 1] = all[i]
+  elseif clock - r[2] > reclaimAfter and (r[5] > 0 or r[6] > 0) then
+    -- Its lease ended long ago: nothing it holds can be spent any more.
+    others[1], others[2] = others[1] + r[5], others[2] + r[6]
+    r[7], r[8], r[5], r[6] = r[7] + r[5], r[8] + r[6], 0, 0
+    writes[#writes + 1] = all[i]
+    writes[#writes + 1] = pack(r)
+  end
+end
+if seq <= mine[1] then return {0, 0, '0', '0', 0, '0', 0, 0, 0} end
+
+-- What dimension d's counter changes by before the grant: spent units leave the holding, the
+-- rest of it and what others held are released, and units spent after a reclaim count again.
+local function settle(d)
+  local spent = tonumber(ARGV[10 + 3 * d])
+  local delta = math.max(0, spent - mine[2 + d])
+  local fromHeld = math.min(delta, mine[4 + d])
+  local recounted = math.min(delta - fromHeld, mine[6 + d])
+  local change = recounted - (mine[4 + d] - fromHeld) - others[d]
+  mine[2 + d], mine[4 + d], mine[6 + d] = spent, 0, 0
+  return change
+end
+
+-- A month counter after that change, and whether it has room for the slice and its reserve.
+local function counterRoom(key, limit, change, wanted)
+  if change == 0 and wanted == 0 then return 0, true end
+  local used = math.max(0, tonumber(redis.call('GET', key) or '0') + change)
   return used, limit == 0 or limit - used >= wanted * (instances + 1)
 end
 
-local function counterSet(key, returned, used, granted)
-  if returned == 0 and granted == 0 then return end
+local function counterSet(key, change, used, granted)
+  if change == 0 and granted == 0 then return end
   redis.call('SET', key, string.format('%.0f', used + granted), 'PX', monthTtl)
 end
 
@@ -61,13 +130,19 @@ if mReturned > 0 or mWanted > 0 then
   local _r, _s
   mg, _r, _s, mwait = bucket(KEYS[2], tonumber(ARGV[8]), tonumber(ARGV[9]), mReturned, mWanted)
 end
-local qmReturned, qmWanted = tonumber(ARGV[13]), tonumber(ARGV[14])
-local qbReturned, qbWanted = tonumber(ARGV[16]), tonumber(ARGV[17])
-local qmUsed, qmRoom = counterRoom(KEYS[3], tonumber(ARGV[12]), qmReturned, qmWanted)
-local qbUsed, qbRoom = counterRoom(KEYS[4], tonumber(ARGV[15]), qbReturned, qbWanted)
+local qmChange, qbChange = settle(1), settle(2)
+local qmWanted, qbWanted = tonumber(ARGV[14]), tonumber(ARGV[17])
+local qmUsed, qmRoom = counterRoom(KEYS[3], tonumber(ARGV[12]), qmChange, qmWanted)
+local qbUsed, qbRoom = counterRoom(KEYS[4], tonumber(ARGV[15]), qbChange, qbWanted)
 local qm, qb = 0, 0
 if qmRoom and qbRoom then qm, qb = qmWanted, qbWanted end
-counterSet(KEYS[3], qmReturned, qmUsed, qm)
-counterSet(KEYS[4], qbReturned, qbUsed, qb)
-return {rg, rr, tostring(rreset), tostring(rwait), mg, tostring(mwait), qm, qb}
+counterSet(KEYS[3], qmChange, qmUsed, qm)
+counterSet(KEYS[4], qbChange, qbUsed, qb)
+mine[1], mine[2], mine[5], mine[6] = seq, clock, qm, qb
+writes[#writes + 1] = me
+writes[#writes + 1] = pack(mine)
+redis.call('HSET', KEYS[5], unpack(writes))
+if #forgotten > 0 then redis.call('HDEL', KEYS[5], unpack(forgotten)) end
+redis.call('PEXPIRE', KEYS[5], monthTtl)
+return {rg, rr, tostring(rreset), tostring(rwait), mg, tostring(mwait), qm, qb, 1}
 `;

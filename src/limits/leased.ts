@@ -13,9 +13,17 @@
  * slot is a live count, not a rate), pushes larger than the message burst (only it lets them
  * through as debt), pushes while a quota is too near its end to be sliced, and every request while
  * the exact limiter is not on Redis (its fail mode decides). A lease call that fails hands the
- * request to the exact admit too, so failMode semantics stay those of the exact limiter; the
- * slices of a failed call are treated as lost (never spent twice): a bucket refills, a month quota
- * keeps them counted (under-admission by at most one slice per failed call).
+ * request to the exact admit too, so failMode semantics stay those of the exact limiter.
+ *
+ * Before a call the instance zeroes its local units (it spends nothing while the call is in
+ * flight), so a failed call never lets a unit be spent twice. Bucket units of a failed call are
+ * lost and refill. Month units are not: each call carries this instance's id, a sequence number
+ * and the month units it has spent this month in all (absolute, not what it gives back), and
+ * Redis keeps what each instance holds (lease-script.ts). The next call that gets through, or the
+ * sweep's retry, settles whatever a failed one left, granted or not; a stale or replayed call
+ * changes nothing; and the holdings of an instance that stopped calling are released by the
+ * others once its lease has ended plus a margin. Redis keeps one record per instance and tenant,
+ * so one Lease object per tenant makes the calls, one at a time (`inflight`).
  */
 import type { Cluster, Redis } from 'ioredis';
 import type { Tenant } from '../tenants/model.js';
@@ -32,8 +40,22 @@ const LEASE_SHA = scriptSha(LEASE_LUA);
 const NOTHING: LeaseWants = { requests: 0, messages: 0, bytes: 0 };
 /** Lease calls one request may make or join before the exact admit decides it. */
 const MAX_CALLS_PER_ADMIT = 3;
+/** Stall allowance in the default reclaim margin (see LeasedOptions). */
+const RECLAIM_SLACK_MS = 5_000;
+/** A holdings record idle this long (or twice the reclaim age, if longer) is deleted; a replay older than that is no longer recognised as stale. */
+const FORGET_AFTER_MS = 3_600_000;
 
-type LeaseReply = [number, number, string, string, number, string, number, number];
+type LeaseReply = [number, number, string, string, number, string, number, number, number];
+
+/** Optional knobs of LeasedLimiter. */
+export interface LeasedOptions {
+  /**
+   * How long after an instance's lease has ended the others release the month units it still
+   * holds, when it has not called again. Default: durationMs (the sweep's period, so an idle live
+   * instance has reported by then) + 5 s (a stalled event loop, a Redis failover).
+   */
+  readonly reclaimMarginMs?: number;
+}
 
 /** One tenant's slices on this instance. */
 interface Lease {
@@ -47,8 +69,14 @@ interface Lease {
   monthBytes: number;
   /** After this, unspent units may not be spent: they go back with the next call. */
   expiresAt: number;
-  /** End of the month the month slices count against (they are dropped, not given back, after it). */
-  monthEndMs: number;
+  /** Month units this instance spent of its slices in `spentMonth` (yyyymm), reported in every call. */
+  spentMonth: string;
+  spentMessages: number;
+  spentBytes: number;
+  /** Redis may count month units for this lease that no answered call settled: spent since, or held by a call that failed. */
+  unsettled: boolean;
+  /** Replaced or forgotten: it makes no more calls (Redis keeps one record per instance and tenant, now another lease's). */
+  retired: boolean;
   /** No lease call before these while that bucket's slice is spent: it could not give a full slice earlier. */
   requestsReadyAt: number;
   messagesReadyAt: number;
@@ -58,7 +86,7 @@ interface Lease {
   bucketRemaining: number;
   bucketFullAt: number;
   traffic: LeaseTraffic;
-  /** The lease call in flight, shared by the requests that wait for it. */
+  /** The lease call in flight (one at a time), shared by the requests that wait for it. */
   inflight: Promise<boolean> | null;
 }
 
@@ -69,18 +97,22 @@ export class LeasedLimiter implements EdgeLimiter {
   readonly #prefix: string;
   readonly #settings: LeaseSettings;
   readonly #clock: () => number;
+  readonly #reclaimMarginMs: number;
+  readonly #forgetAfterMs: number;
   readonly #plans = new PlanCache();
   readonly #leases = new Map<string, Lease>();
-  /** Give-backs of replaced leases, awaited by close() so none runs after Redis is closed. */
-  readonly #returning = new Set<Promise<void>>();
+  /** Sequence number of the last lease call: increasing per instance, so per instance and tenant too. */
+  #seq = 0;
   #timer: NodeJS.Timeout | null = null;
 
-  constructor(exact: EdgeLimiter, redis: Redis | Cluster, prefix: string, settings: LeaseSettings, clock: () => number = Date.now) {
+  constructor(exact: EdgeLimiter, redis: Redis | Cluster, prefix: string, settings: LeaseSettings, clock: () => number = Date.now, options: LeasedOptions = {}) {
     this.#exact = exact;
     this.#redis = redis;
     this.#prefix = prefix;
     this.#settings = settings;
     this.#clock = clock;
+    this.#reclaimMarginMs = options.reclaimMarginMs ?? settings.durationMs + RECLAIM_SLACK_MS;
+    this.#forgetAfterMs = Math.max(FORGET_AFTER_MS, 2 * (settings.durationMs + this.#reclaimMarginMs));
   }
 
   preAdmit(input: AdmitInput): Admission | null {
@@ -92,7 +124,7 @@ export class LeasedLimiter implements EdgeLimiter {
     const entry = this.#plans.get(input.tenant, 1);
     const now = this.#clock();
     let lease = this.#leases.get(input.tenant.id);
-    if (lease && lease.tenant !== input.tenant) lease = this.#replaced(lease, input.tenant, entry);
+    if (lease && lease.tenant !== input.tenant) lease = this.#replaced(lease, input.tenant, entry, input);
     if (!lease) {
       lease = newLease(input.tenant, entry, input);
       this.#leases.set(input.tenant.id, lease);
@@ -123,6 +155,10 @@ export class LeasedLimiter implements EdgeLimiter {
     return this.#exact.denied(input);
   }
 
+  instanceId(): string {
+    return this.#exact.instanceId();
+  }
+
   async start(): Promise<void> {
     await this.#exact.start();
     this.#timer = setInterval(() => this.#sweep(), this.#settings.durationMs);
@@ -132,33 +168,44 @@ export class LeasedLimiter implements EdgeLimiter {
   async close(): Promise<void> {
     if (this.#timer) clearInterval(this.#timer);
     this.#timer = null;
-    await Promise.all([...this.#leases.values()].map(async (l) => {
-      await l.inflight;
-      await this.#giveBack(l);
-    }));
-    await Promise.all(this.#returning);
+    // A replaced lease's give-back is part of its successor's call in flight, so this waits for it too.
+    await Promise.all([...this.#leases.values()].map((l) => this.#giveBack(l)));
     this.#leases.clear();
     await this.#exact.close();
   }
 
-  /** A tenant whose record changed: the slices stay if its limits did, else they go back (priced at the old plan). */
-  #replaced(lease: Lease, tenant: Tenant, entry: PlanEntry): Lease | undefined {
+  /**
+   * A tenant whose record changed: the slices stay if its limits did, else they go back (priced at
+   * the old plan). The new lease makes no call before that give-back is answered or failed, and
+   * carries on its month totals: Redis holds one record per instance and tenant, and a call of
+   * either would release what the other holds.
+   */
+  #replaced(lease: Lease, tenant: Tenant, entry: PlanEntry, first: LimitCost): Lease {
     if (samePlan(lease.entry.plan, entry.plan)) {
       lease.tenant = tenant;
       lease.entry = entry;
       return lease;
     }
-    this.#leases.delete(tenant.id);
-    const returned = (lease.inflight ?? Promise.resolve(true)).then(() => this.#giveBack(lease));
-    this.#returning.add(returned);
-    void returned.finally(() => this.#returning.delete(returned));
-    return undefined;
+    const next = newLease(tenant, entry, first);
+    next.inflight = this.#settle(lease).then(() => {
+      next.spentMonth = lease.spentMonth;
+      next.spentMessages = lease.spentMessages;
+      next.spentBytes = lease.spentBytes;
+      next.unsettled = lease.unsettled;
+      return true;
+    }).finally(() => {
+      next.inflight = null;
+    });
+    lease.retired = true;
+    this.#leases.set(tenant.id, next);
+    return next;
   }
 
   async #renewThenTake(lease: Lease, input: AdmitInput): Promise<Admission> {
     // A request that joined another request's call may find its slices spent or sized for that
     // one: it makes a call of its own (shared by whoever waits then), up to a few times.
     for (let calls = 0; calls < MAX_CALLS_PER_ADMIT; calls++) {
+      if (lease.retired) return this.#exact.admit(input);
       const own = lease.inflight === null;
       lease.inflight ??= this.#call(lease, leaseWants(lease.entry.plan, this.#exact.liveInstances(), this.#settings, lease.traffic, input)).finally(() => {
         lease.inflight = null;
@@ -179,8 +226,8 @@ export class LeasedLimiter implements EdgeLimiter {
    * admit counts held slices as used, so its own would refuse a push that fits.
    */
   async #exactWithoutHeld(lease: Lease, input: AdmitInput): Promise<Admission> {
-    if ((input.messages > 0 && lease.monthMessages > 0) || (input.ingressBytes > 0 && lease.monthBytes > 0)) {
-      await lease.inflight;
+    // A failed call may have left a slice held: unsettled gives that back too.
+    if ((input.messages > 0 || input.ingressBytes > 0) && (lease.monthMessages > 0 || lease.monthBytes > 0 || lease.unsettled)) {
       await this.#giveBack(lease);
     }
     return this.#exact.admit(input);
@@ -202,7 +249,7 @@ export class LeasedLimiter implements EdgeLimiter {
     lease.messages = reply[4];
     lease.monthMessages = reply[6];
     lease.monthBytes = reply[7];
-    lease.monthEndMs = month.endMs;
+    // Month slices are spent only in their month (their units count in spentMonth).
     lease.expiresAt = Math.min(now + this.#settings.durationMs, month.endMs);
     lease.requestsReadyAt = now + callAgainAfterMs(reply[0], wanted.requests, Number(reply[3]), instances, plan.requestIntervalMs);
     lease.messagesReadyAt = now + callAgainAfterMs(reply[4], wanted.messages, Number(reply[5]), instances, plan.messageIntervalMs);
@@ -212,37 +259,65 @@ export class LeasedLimiter implements EdgeLimiter {
     return true;
   }
 
-  /** Returns the unspent slices without taking any; a failure leaves them lost (under-admission, never double spending). */
+  /** Returns the unspent slices without taking any, and settles the month holdings; a failure keeps the lease unsettled, for the next call or the sweep. */
   async #giveBack(lease: Lease): Promise<void> {
-    if (lease.requests + lease.messages + lease.monthMessages + lease.monthBytes === 0) return;
-    await this.#exchange(lease, this.#clock(), this.#exact.liveInstances(), NOTHING).catch(() => {});
+    if (!lease.retired) await this.#settle(lease);
   }
 
-  /** One LEASE_LUA call: the lease's unspent units go back (its month slices only within their month), and are zeroed here first. */
-  #exchange(lease: Lease, now: number, instances: number, wanted: LeaseWants): Promise<LeaseReply> {
+  /** The give-back call, after the call in flight; nothing when the lease holds nothing and Redis holds nothing for it. */
+  async #settle(lease: Lease): Promise<void> {
+    while (lease.inflight) await lease.inflight;
+    if (lease.requests + lease.messages + lease.monthMessages + lease.monthBytes === 0 && !lease.unsettled) return;
+    const call = this.#exchange(lease, this.#clock(), this.#exact.liveInstances(), NOTHING).then(() => true, () => false).finally(() => {
+      lease.inflight = null;
+    });
+    lease.inflight = call;
+    await call;
+  }
+
+  /**
+   * One LEASE_LUA call. The bucket units this lease holds go back by number (lost if the call
+   * fails: a bucket refills); its month units are zeroed and settled by the spent totals instead
+   * (see the file comment). `unsettled` stays set until Redis answers.
+   */
+  async #exchange(lease: Lease, now: number, instances: number, wanted: LeaseWants): Promise<LeaseReply> {
     const plan = lease.entry.plan;
     const month = monthWindow(now);
-    const sameMonth = lease.monthEndMs === month.endMs;
-    const back = { requests: lease.requests, messages: lease.messages, monthMessages: sameMonth ? lease.monthMessages : 0, monthBytes: sameMonth ? lease.monthBytes : 0 };
+    if (lease.spentMonth !== month.id) {
+      // A new month's record starts from nothing; the last month's holdings expire with its counter.
+      lease.spentMonth = month.id;
+      lease.spentMessages = lease.spentBytes = 0;
+      lease.unsettled = false;
+    }
+    const back = { requests: lease.requests, messages: lease.messages };
+    lease.unsettled ||= lease.monthMessages > 0 || lease.monthBytes > 0 || wanted.messages > 0 || wanted.bytes > 0;
     lease.requests = lease.messages = lease.monthMessages = lease.monthBytes = 0;
     const k = limiterKeys(this.#prefix, lease.tenant.id, month.id);
     const args = [
       now, instances, monthKeyTtlMs(month.endMs, now),
       plan.requestIntervalMs, plan.requestBurst, back.requests, wanted.requests,
       plan.messageIntervalMs, plan.messageBurst, back.messages, wanted.messages,
-      plan.messagesPerMonth, back.monthMessages, wanted.messages,
-      plan.ingressBytesPerMonth, back.monthBytes, wanted.bytes,
+      plan.messagesPerMonth, lease.spentMessages, wanted.messages,
+      plan.ingressBytesPerMonth, lease.spentBytes, wanted.bytes,
+      this.#exact.instanceId(), ++this.#seq, this.#settings.durationMs, this.#reclaimMarginMs, this.#forgetAfterMs,
     ];
-    return evalScript(this.#redis, LEASE_SHA, LEASE_LUA, [k.requests, k.messages, k.monthMessages, k.monthBytes], args) as Promise<LeaseReply>;
+    const reply = (await evalScript(this.#redis, LEASE_SHA, LEASE_LUA, [k.requests, k.messages, k.monthMessages, k.monthBytes, k.monthHoldings], args)) as LeaseReply;
+    // Nothing is spent while a call is in flight, so this answer settled everything up to now.
+    lease.unsettled = false;
+    return reply;
   }
 
-  /** Returns the expired slices of tenants that went quiet, and forgets idle leases. */
+  /** Returns the expired slices of tenants that went quiet, reports what they spent, and forgets idle leases. */
   #sweep(): void {
     const now = this.#clock();
     for (const [id, lease] of this.#leases) {
       if (lease.inflight || now < lease.expiresAt) continue;
-      if (lease.requests + lease.messages + lease.monthMessages + lease.monthBytes > 0) void this.#giveBack(lease);
-      else if (now >= lease.requestsReadyAt && now >= lease.messagesReadyAt) this.#leases.delete(id);
+      // Reported before the others' reclaim margin runs out, which would release spent units.
+      if (lease.requests + lease.messages + lease.monthMessages + lease.monthBytes > 0 || lease.unsettled) void this.#giveBack(lease);
+      else if (now >= lease.requestsReadyAt && now >= lease.messagesReadyAt) {
+        lease.retired = true;
+        this.#leases.delete(id);
+      }
     }
   }
 }
@@ -250,8 +325,8 @@ export class LeasedLimiter implements EdgeLimiter {
 /** A lease with no slices yet; its traffic averages start at its first request's. */
 function newLease(tenant: Tenant, entry: PlanEntry, first: LimitCost): Lease {
   return {
-    tenant, entry, requests: 0, messages: 0, monthMessages: 0, monthBytes: 0, expiresAt: 0, monthEndMs: 0,
-    requestsReadyAt: 0, messagesReadyAt: 0, monthExact: false, bucketRemaining: 0, bucketFullAt: 0,
+    tenant, entry, requests: 0, messages: 0, monthMessages: 0, monthBytes: 0, expiresAt: 0,
+    spentMonth: '', spentMessages: 0, spentBytes: 0, unsettled: false, retired: false, requestsReadyAt: 0, messagesReadyAt: 0, monthExact: false, bucketRemaining: 0, bucketFullAt: 0,
     traffic: { messagesPerRequest: first.messages, bytesPerRequest: first.ingressBytes }, inflight: null,
   };
 }
@@ -268,6 +343,11 @@ function take(lease: Lease, cost: LimitCost, now: number): Admission | null {
   lease.messages -= cost.messages;
   lease.monthMessages -= cost.messages;
   lease.monthBytes -= cost.ingressBytes;
+  if (cost.messages > 0 || cost.ingressBytes > 0) {
+    lease.spentMessages += cost.messages;
+    lease.spentBytes += cost.ingressBytes;
+    lease.unsettled = true;
+  }
   // Approximate: the bucket as of the last grant, plus what this instance still holds.
   const headers = rateLimitHeaders(lease.entry.policy, lease.bucketRemaining + lease.requests, Math.max(0, lease.bucketFullAt - now));
   return { refusal: null, headers, release: null };

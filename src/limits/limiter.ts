@@ -82,6 +82,8 @@ export interface EdgeLimiter extends Limiter {
   liveInstances(): number;
   /** A refusal the deny cache holds for this cost now, like preAdmit but taking nothing: for a request past its body. */
   denied(input: AdmitInput): Admission | null;
+  /** This process's id, as its heartbeat and parked slots name it (leased mode keys its month holdings by it). */
+  instanceId(): string;
 }
 
 /** Optional knobs; defaults suit production. */
@@ -204,6 +206,10 @@ class MemoryLimiter implements EdgeLimiter {
     return 1;
   }
 
+  instanceId(): string {
+    return this.#slots.instanceId;
+  }
+
   async start(): Promise<void> {}
 
   async close(): Promise<void> {}
@@ -277,6 +283,10 @@ class RedisLimiter implements EdgeLimiter {
 
   liveInstances(): number {
     return this.#instances;
+  }
+
+  instanceId(): string {
+    return this.#slots.instanceId;
   }
 
   async start(): Promise<void> {

@@ -9,6 +9,8 @@
  *   <p>{t:<id>}:qm:<yyyymm>   messages admitted this UTC month, plus leased slices not yet spent or
  *                             given back; expires a day after the month ends (monthKeyTtlMs)
  *   <p>{t:<id>}:qb:<yyyymm>   ingress bytes this UTC month, likewise
+ *   <p>{t:<id>}:qh:<yyyymm>   leased month holdings: HASH instance id → its record (seq, Redis time,
+ *                             units spent, held, reclaimed; lease-script.ts); expires like qm
  *   <p>{t:<id>}:ud:<yyyymmdd>   usage: HASH `<hh>:<field>` → count (fields in metering/counts.ts)
  *   <p>{t:<id>}:us:<instance>   usage: last flush sequence number of an instance applied here
  *   <p>instances              live proxy instances: ZSET instance id → last heartbeat ms
@@ -31,6 +33,8 @@ export interface LimiterKeys {
   readonly parked: string;
   readonly monthMessages: string;
   readonly monthBytes: string;
+  /** Leased mode: what each instance holds of this month's quotas (lease-script.ts). */
+  readonly monthHoldings: string;
 }
 
 /** The limiter keys of a tenant for a month. */
@@ -42,6 +46,7 @@ export function limiterKeys(prefix: string, tenantId: string, monthId: string): 
     parked: parkedKey(prefix, tenantId),
     monthMessages: `${base}qm:${monthId}`,
     monthBytes: `${base}qb:${monthId}`,
+    monthHoldings: `${base}qh:${monthId}`,
   };
 }
 

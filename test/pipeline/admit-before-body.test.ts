@@ -158,7 +158,7 @@ describe('admit before the body', () => {
         c.socket.write(head('/api/v1/push', t, 1_000_000, 'expect: 100-continue\r\n').replace(HOST, 'paced.localhost'));
         const answer = await c.until('\r\n\r\n');
         c.socket.destroy();
-        return answer.split('\r\n')[0];
+        return answer.split('\r\n')[0] ?? '';
       }),
     );
     // Without the local copy of the bucket, all ten would be invited, each to upload 1 MB only to be refused after it.
