@@ -115,8 +115,19 @@ export class LeasedLimiter implements EdgeLimiter {
     this.#forgetAfterMs = Math.max(FORGET_AFTER_MS, 2 * (settings.durationMs + this.#reclaimMarginMs));
   }
 
+  /**
+   * Before the body: the exact path's deny cache, then what this instance's lease knows. A request
+   * the lease would refuse without a call (its request slice spent, the bucket unable to give one
+   * yet) is refused from its head too, so a throttled tenant's uploads are not read only to be
+   * refused. Parked polls are left to the exact admit, which can still take a token the lease could not.
+   */
   preAdmit(input: AdmitInput): Admission | null {
-    return this.#exact.preAdmit(input);
+    const cached = this.#exact.preAdmit(input);
+    if (cached || input.parkedPoll || this.#exact.mode() !== 'redis') return cached;
+    const lease = this.#leases.get(input.tenant.id);
+    if (!lease || lease.tenant !== input.tenant || lease.inflight) return null;
+    const now = this.#clock();
+    return lease.requests === 0 && lease.requestsReadyAt > now ? refusal(lease, input, now) : null;
   }
 
   admit(input: AdmitInput): Admission | Promise<Admission> {

@@ -188,6 +188,25 @@ describe.each(['redis', 'cluster'] as const)('LeasedLimiter on %s', (kind) => {
     await l.close();
   });
 
+  it('refuses before the body what the lease would refuse without a call, and lets heads through once a slice could come', async () => {
+    const l = await leased();
+    const t = tenant({ requestsPerSec: 10, requestBurst: 20 });
+    // Nothing leased yet: the head alone decides nothing.
+    expect(l.preAdmit(input(t))).toBeNull();
+    for (let i = 0; i < 20; i++) expect(await admitted(l.admit(input(t)))).toBe(true);
+    expect((await l.admit(input(t))).refusal?.code).toBe('rate_limited');
+    const head = l.preAdmit(input(t, { ingressBytes: 1_000_000 }));
+    expect(head?.refusal?.code).toBe('rate_limited');
+    expect(head?.refusal?.retryAfterSec).toBe(1);
+    // A parked poll goes to the exact admit, which may still find a token: its head is not refused here.
+    expect(l.preAdmit(input(t, { parkedPoll: true }))).toBeNull();
+    expect(await bucketTokens(t)).toBe(0);
+    now += 500;
+    expect(l.preAdmit(input(t))).toBeNull();
+    expect(await admitted(l.admit(input(t)))).toBe(true);
+    await l.close();
+  });
+
   const keys = (t: Tenant) => limiterKeys(prefix, t.id, monthWindow(now).id);
   const counter = async (key: string) => Number((await client.get(key)) ?? '0');
 
