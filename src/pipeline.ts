@@ -70,6 +70,8 @@ class RequestContext extends MeteredExchange<Tenant> implements ProxyExchange {
   closeOnRefusal = false;
   /** Headers the edge adds to whatever answer goes out (X-Request-Id, CORS, RateLimit). */
   headers: Record<string, string>;
+  /** Ends this request's count among its tenant's heads in flight (Limiter.preAdmit), if it was counted. */
+  #endHead: (() => void) | null = null;
   constructor(
     readonly id: string,
     readonly startMs: number,
@@ -77,6 +79,18 @@ class RequestContext extends MeteredExchange<Tenant> implements ProxyExchange {
   ) {
     super(recorder);
     this.headers = { 'x-request-id': id };
+  }
+
+  countHead(end: (() => void) | null): void {
+    this.#endHead = end;
+  }
+
+  /** Once admit decided, or when the request ends without it (a refused body, a client gone). */
+  endHead(): void {
+    const end = this.#endHead;
+    if (end === null) return;
+    this.#endHead = null;
+    end();
   }
 }
 
@@ -184,7 +198,8 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     // tenant's upload is neither read nor, with Expect: 100-continue, sent (docs/limits.md).
     const declared = declaredLength(req);
     const pre = d.limiter.preAdmit({ tenant, messages: 0, ingressBytes: declared ?? 0, parkedPoll: pop?.wait ?? false });
-    if (pre) return refuseByLimits(res, ctx, pre);
+    if (pre?.refusal) return refuseByLimits(res, ctx, pre);
+    ctx.countHead(pre?.release ?? null);
 
     // Body: read only where a request has one; parsed only where the proxy must read it; a body
     // of declared length the proxy does not parse is streamed to the broker after admission.
@@ -229,6 +244,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     // 9. Limits and quotas: one decision, at most one Redis round trip.
     const admitted = d.limiter.admit({ tenant, messages: facts?.messages ?? 0, ingressBytes: bodyLength, parkedPoll: pop?.wait ?? false });
     const admission = admitted instanceof Promise ? await admitted : admitted;
+    ctx.endHead();
     if (admission.refusal) return refuseByLimits(res, ctx, admission);
     if (admission.headers) Object.assign(ctx.headers, admission.headers);
     ctx.limit = 'admitted';
@@ -343,6 +359,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
   function finish(req: EdgeRequest, ctx: RequestContext): void {
     if (ctx.done) return;
     ctx.done = true;
+    ctx.endHead();
     const durationMs = d.clock() - ctx.startMs;
     ctx.ended();
     d.metrics.request(ctx.tenant?.id ?? null, ctx.route?.name ?? null, ctx.status, ctx.code, performance.now() - ctx.startedAt, ctx.upstreamMs, ctx.limit);

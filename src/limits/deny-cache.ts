@@ -6,19 +6,20 @@
  * leased mode only for `quotaDenialMs`: slices held by other instances go back to the quota).
  * Entries are tied to the Tenant object, so a limits change (a new object) drops them.
  *
- * Past a request-bucket refusal's wait, the bucket has refilled by one request per interval at
- * most, whoever spends it. Before the body (probe), a tenant refused on its request rate is
- * therefore let through only as far as that refill goes, counted on a local copy of the bucket
- * (GCRA, as the store decides it), and refused beyond it: without the copy, every upload that
- * arrives once the wait ends would be read whole, only for all but one to be refused after it
- * (with 1 MiB bodies on 200 h2 streams: 2 MiB read per 429). The copy takes the store's bucket
- * state from every decision the store makes for the tenant, so a request let through that
- * never reached the store (a malformed body) holds back the copy by at most one interval. A full
- * copy still bounds a herd to the burst; it is dropped once it stayed full for a whole refill, the
- * tenant having stopped pressing its limit.
+ * Heads in flight: past a request-rate refusal's wait, the store's bucket holds what refilled
+ * since its last decision, whoever spends it. Before its body, a request of a tenant the store
+ * once refused on its request rate is let through only while fewer of the tenant's heads are in
+ * flight (let through, their admit not yet decided) than the bucket holds, as its last decision
+ * and the refill since tell (the same GCRA); the rest get 429 from their heads. Without it,
+ * every upload that arrived once the wait ended was read whole, only for all but one to be
+ * refused after it (1 MiB pushes on 200 h2 streams: 2 MiB read per 429). The bucket is only
+ * ever taken from the store's decisions, never guessed; a head leaves the count when its admit
+ * is decided or its request ends without one (a malformed body, a client gone), so nothing
+ * accumulates. Such a copy is kept as long as the Tenant object: a full bucket still bounds a
+ * herd to the burst.
  */
 import type { Tenant } from '../tenants/model.js';
-import { DIM_MESSAGES, DIM_MONTH_BYTES, DIM_MONTH_MESSAGES, DIM_REQUESTS, EPSILON, gcraWait, type Decision, type LimitCost, type LimitPlan, type RefusalClass } from './verdict.js';
+import { DIM_MESSAGES, DIM_MONTH_BYTES, DIM_MONTH_MESSAGES, DIM_REQUESTS, EPSILON, type Decision, type LimitCost, type LimitPlan, type RefusalClass } from './verdict.js';
 
 interface DenyEntry {
   readonly tenant: Tenant;
@@ -30,13 +31,14 @@ interface DenyEntry {
   readonly minCost: number;
 }
 
-/** The local copy of a request bucket the store refused (see the file comment). */
-interface BucketCopy {
+/** A request bucket the store refused once, as its last decision left it, and the heads in flight (see the file comment). */
+interface HeadCount {
   readonly tenant: Tenant;
-  /** GCRA theoretical arrival time: the bucket is full from then on. */
+  /** The store's GCRA theoretical arrival time after its last decision. */
   tat: number;
   readonly intervalMs: number;
   readonly burst: number;
+  heads: number;
 }
 
 /** A refusal answered from the cache, with what the RateLimit field should say. */
@@ -57,8 +59,7 @@ export class DenyCache {
   readonly #byTenant = new Map<string, (DenyEntry | undefined)[]>();
   /** Request-bucket state at the last refusal, for the RateLimit field of cached denials. */
   readonly #bucket = new Map<string, { remaining: number; resetAt: number }>();
-  /** Request buckets refused by the store, copied for probes before the body. */
-  readonly #copies = new Map<string, BucketCopy>();
+  readonly #heads = new Map<string, HeadCount>();
   readonly #quotaDenialMs: number;
 
   /** `quotaDenialMs`: how long a spent quota is refused here at most (the rest of the month by default). */
@@ -66,12 +67,8 @@ export class DenyCache {
     this.#quotaDenialMs = quotaDenialMs;
   }
 
-  /**
-   * A refusal if a cached dimension refuses this cost now; null to ask the store. A `probe` (a
-   * request before its body) also counts against the copy of a refused request bucket, and takes
-   * one request of it when nothing refuses.
-   */
-  check(tenant: Tenant, cost: LimitCost, now: number, probe = false): CachedDenial | null {
+  /** A refusal if a cached dimension refuses this cost now; null to ask the store. */
+  check(tenant: Tenant, cost: LimitCost, now: number): CachedDenial | null {
     const entries = this.#byTenant.get(tenant.id);
     if (!entries) return null;
     let quotaRetryAt = 0;
@@ -88,16 +85,7 @@ export class DenyCache {
       if (slot >= 2) quotaRetryAt = Math.max(quotaRetryAt, e.retryAt);
       else rateRetryAt = Math.max(rateRetryAt, e.retryAt);
     }
-    // Only once the refusal's own wait is over (its entry gone) does the copy decide.
-    const copy = probe && !entries[0] ? this.#copyOf(tenant, now) : undefined;
-    if (copy) {
-      const wait = gcraWait(copy.tat, now, 1, copy.intervalMs, copy.burst);
-      if (wait > EPSILON) rateRetryAt = Math.max(rateRetryAt, now + wait);
-    }
-    if (quotaRetryAt === 0 && rateRetryAt === 0) {
-      if (copy) copy.tat = Math.max(copy.tat, now) + copy.intervalMs;
-      return null;
-    }
+    if (quotaRetryAt === 0 && rateRetryAt === 0) return null;
     const bucket = this.#bucket.get(tenant.id);
     return {
       code: quotaRetryAt > 0 ? 'quota_exceeded' : 'rate_limited',
@@ -107,16 +95,46 @@ export class DenyCache {
     };
   }
 
-  /** The store's request bucket after a decision it admitted: the copy of a refused one follows it. */
-  observe(tenant: Tenant, d: Decision, now: number): void {
-    const copy = this.#copies.get(tenant.id);
-    if (copy) copy.tat = now + d.resetMs;
+  /**
+   * A request head before its body, once check() refused nothing: a 429 while the tenant's heads
+   * in flight already take what its request bucket holds; else null (not counted: the store never
+   * refused its request rate) or the release that ends this head's count, to be called once its
+   * admit is decided or its request ended without one.
+   */
+  head(tenant: Tenant, now: number): CachedDenial | (() => void) | null {
+    const h = this.#heads.get(tenant.id);
+    if (h === undefined) return null;
+    if (h.tenant !== tenant) {
+      this.#heads.delete(tenant.id);
+      return null;
+    }
+    const backlog = Math.max(h.tat, now) - now;
+    const held = Math.floor((h.burst * h.intervalMs - backlog) / h.intervalMs + EPSILON);
+    if (h.heads >= held) {
+      // Until the bucket holds one more than the heads in flight take.
+      const waitMs = backlog - (h.burst - h.heads - 1) * h.intervalMs;
+      return { code: 'rate_limited', retryAfterSec: Math.max(1, Math.ceil(waitMs / 1000 - EPSILON)), remaining: 0, resetMs: backlog };
+    }
+    h.heads++;
+    let counted = true;
+    return () => {
+      if (!counted) return;
+      counted = false;
+      h.heads--;
+    };
   }
 
-  /** Remembers the cacheable dimensions of a refused decision (`plan`: the bucket the store decided with). */
+  /** The store's decision admitted a request: the tenant's head count follows its bucket. */
+  observe(tenant: Tenant, d: Decision, now: number): void {
+    const h = this.#heads.get(tenant.id);
+    if (h !== undefined) h.tat = now + d.resetMs;
+  }
+
+  /** Remembers the cacheable dimensions of a refused decision (`plan`: the one the store decided with). */
   record(tenant: Tenant, d: Decision, cost: LimitCost, now: number, monthEndMs: number, plan: LimitPlan): void {
-    if (d.refused & DIM_REQUESTS) this.#copies.set(tenant.id, { tenant, tat: now + d.resetMs, intervalMs: plan.requestIntervalMs, burst: plan.requestBurst });
-    else this.observe(tenant, d, now);
+    const h = this.#heads.get(tenant.id);
+    if (h?.tenant === tenant) h.tat = now + d.resetMs;
+    else if (d.refused & DIM_REQUESTS) this.#heads.set(tenant.id, { tenant, tat: now + d.resetMs, intervalMs: plan.requestIntervalMs, burst: plan.requestBurst, heads: 0 });
     let entries = this.#byTenant.get(tenant.id);
     if (!entries) {
       entries = [undefined, undefined, undefined, undefined];
@@ -129,14 +147,5 @@ export class DenyCache {
       entries[slot] = { tenant, until, retryAt, minCost: costOf(slot, cost) };
     }
     this.#bucket.set(tenant.id, { remaining: d.remaining, resetAt: now + d.resetMs });
-  }
-
-  /** The copy of the tenant's refused request bucket; one that stayed full for a whole refill is dropped. */
-  #copyOf(tenant: Tenant, now: number): BucketCopy | undefined {
-    const copy = this.#copies.get(tenant.id);
-    if (!copy) return undefined;
-    if (copy.tenant === tenant && now < copy.tat + copy.burst * copy.intervalMs) return copy;
-    this.#copies.delete(tenant.id);
-    return undefined;
   }
 }

@@ -122,12 +122,14 @@ export class LeasedLimiter implements EdgeLimiter {
    * refused. Parked polls are left to the exact admit, which can still take a token the lease could not.
    */
   preAdmit(input: AdmitInput): Admission | null {
-    const cached = this.#exact.preAdmit(input);
-    if (cached || input.parkedPoll || this.#exact.mode() !== 'redis') return cached;
+    const pre = this.#exact.preAdmit(input);
+    if (pre?.refusal || input.parkedPoll || this.#exact.mode() !== 'redis') return pre;
     const lease = this.#leases.get(input.tenant.id);
-    if (!lease || lease.tenant !== input.tenant || lease.inflight) return null;
+    if (!lease || lease.tenant !== input.tenant || lease.inflight) return pre;
     const now = this.#clock();
-    return lease.requests === 0 && lease.requestsReadyAt > now ? refusal(lease, input, now) : null;
+    if (lease.requests > 0 || lease.requestsReadyAt <= now) return pre;
+    pre?.release?.();
+    return refusal(lease, input, now);
   }
 
   admit(input: AdmitInput): Admission | Promise<Admission> {

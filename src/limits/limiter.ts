@@ -30,7 +30,7 @@ import { edgeError, type EdgeError } from '../errors.js';
 import type { Logger } from '../observability/log.js';
 import type { Tenant } from '../tenants/model.js';
 import { Breaker } from './breaker.js';
-import { DenyCache } from './deny-cache.js';
+import { DenyCache, type CachedDenial } from './deny-cache.js';
 import { rateLimitHeaders, rateLimitPolicy } from './headers.js';
 import { MemoryLimitStore } from './memory-store.js';
 import { connectRedis, whenReady, type RedisClient } from '../redis/connection.js';
@@ -64,8 +64,10 @@ export interface Limiter {
    * Before the body is read (docs/limits.md, "Admit before the body"): a refusal this instance
    * already knows — a deny-cache entry for the request rate or a spent quota — or null to read the
    * body and admit(). Local and synchronous: `messages` is 0 and `ingressBytes` the declared length
-   * (0 when unknown). It counts nothing in the shared limits; for a tenant its request rate refused
-   * lately, it counts the request against a local copy of that bucket (DenyCache).
+   * (0 when unknown); it counts nothing in the shared limits. For a tenant whose request rate the
+   * store refused, the head is counted in flight (DenyCache.head): the answer is then an admitted
+   * Admission whose `release` the caller must call once admit() decided, or the request ended
+   * without it.
    */
   preAdmit(input: AdmitInput): Admission | null;
   /** Sync where no I/O is needed (memory store, local deny cache, breaker open). */
@@ -131,10 +133,23 @@ export function refusedAdmission(cls: RefusalClass, headers: Readonly<Record<str
   return { refusal: edgeError(cls.code, undefined, { retryAfterSec: cls.retryAfterSec, headers: { ...headers } }), headers, release: null };
 }
 
-/** A refusal the deny cache already holds for this cost, or null; a `probe` comes before the body (DenyCache.check). */
-function cachedRefusal(deny: DenyCache, plans: PlanCache, input: AdmitInput, now: number, probe: boolean): Admission | null {
-  const denied = deny.check(input.tenant, input, now, probe);
-  return denied ? refusedAdmission(denied, rateLimitHeaders(plans.get(input.tenant, 1).policy, denied.remaining, denied.resetMs)) : null;
+/** A refusal the deny cache already holds for this cost, or null. */
+function cachedRefusal(deny: DenyCache, plans: PlanCache, input: AdmitInput, now: number): Admission | null {
+  const denied = deny.check(input.tenant, input, now);
+  return denied ? cachedAdmission(denied, plans, input) : null;
+}
+
+function cachedAdmission(denied: CachedDenial, plans: PlanCache, input: AdmitInput): Admission {
+  return refusedAdmission(denied, rateLimitHeaders(plans.get(input.tenant, 1).policy, denied.remaining, denied.resetMs));
+}
+
+/** preAdmit from the deny cache: its refusals, then the count of heads in flight (DenyCache.head) when `heads`. */
+function headAdmission(deny: DenyCache, plans: PlanCache, input: AdmitInput, now: number, heads: boolean): Admission | null {
+  const cached = cachedRefusal(deny, plans, input, now);
+  if (cached || !heads) return cached;
+  const head = deny.head(input.tenant, now);
+  if (head === null) return null;
+  return typeof head === 'function' ? { refusal: null, headers: null, release: head } : cachedAdmission(head, plans, input);
 }
 
 /** Turns a store decision into an Admission; `release` is attached only to admitted parked polls. */
@@ -187,11 +202,11 @@ class MemoryLimiter implements EdgeLimiter {
   }
 
   preAdmit(input: AdmitInput): Admission | null {
-    return cachedRefusal(this.#deny, this.#plans, input, this.#clock(), true);
+    return headAdmission(this.#deny, this.#plans, input, this.#clock(), true);
   }
 
   denied(input: AdmitInput): Admission | null {
-    return cachedRefusal(this.#deny, this.#plans, input, this.#clock(), false);
+    return cachedRefusal(this.#deny, this.#plans, input, this.#clock());
   }
 
   admit(input: AdmitInput): Admission {
@@ -262,16 +277,17 @@ class RedisLimiter implements EdgeLimiter {
   }
 
   preAdmit(input: AdmitInput): Admission | null {
-    return cachedRefusal(this.#deny, this.#plans, input, this.#clock(), true);
+    // While Redis is away the fail mode decides admits; heads are not held back for a bucket it cannot see.
+    return headAdmission(this.#deny, this.#plans, input, this.#clock(), this.#breaker.state() === 'closed');
   }
 
   denied(input: AdmitInput): Admission | null {
-    return cachedRefusal(this.#deny, this.#plans, input, this.#clock(), false);
+    return cachedRefusal(this.#deny, this.#plans, input, this.#clock());
   }
 
   admit(input: AdmitInput): Admission | Promise<Admission> {
     const now = this.#clock();
-    const cached = cachedRefusal(this.#deny, this.#plans, input, now, false);
+    const cached = cachedRefusal(this.#deny, this.#plans, input, now);
     if (cached) return cached;
     if (!this.#breaker.allow()) return this.#fallback(input, now);
     return this.#viaRedis(input, now);

@@ -16,15 +16,16 @@ export function readBody(req: EdgeRequest, limit: number): Promise<Buffer | Edge
     const chunks: Buffer[] = [];
     let size = 0;
     let done = false;
-    // The listeners stay on the request once it settles: it is this request's own stream, so
-    // they are garbage with it, and removing four listeners cost more than the body's read on h2.
     const settle = (v: Buffer | EdgeError) => {
       if (done) return;
       done = true;
+      req.removeListener('data', onData);
+      req.removeListener('end', onEnd);
+      req.removeListener('error', onError);
+      req.removeListener('aborted', onError);
       resolve(v);
     };
     const onData = (chunk: Buffer) => {
-      if (done) return;
       size += chunk.length;
       if (size > limit) {
         // Stop buffering; the caller answers 413 and the connection is closed after it.

@@ -73,11 +73,13 @@ describe('admit before the body', () => {
           slow: { ...TEST_PLAN, limits: { ...TEST_PLAN.limits, requestsPerSec: 0.001, requestBurst: 1, maxPayloadBytes: 2_000_000 } },
           // One request per 4 s: its refusal's wait ends within the test.
           paced: { ...TEST_PLAN, limits: { ...TEST_PLAN.limits, requestsPerSec: 0.25, requestBurst: 1, maxPayloadBytes: 2_000_000 } },
+          steady: { ...TEST_PLAN, limits: { ...TEST_PLAN.limits, requestsPerSec: 1, requestBurst: 1 } },
         },
         tenants: {
           acme: { plan: 'test', hosts: [HOST], brokers: [url] },
           slow: { plan: 'slow', hosts: ['slow.localhost'], brokers: [url] },
           paced: { plan: 'paced', hosts: ['paced.localhost'], brokers: [url] },
+          steady: { plan: 'steady', hosts: ['steady.localhost'], brokers: [url] },
         },
       }),
     );
@@ -152,18 +154,33 @@ describe('admit before the body', () => {
     // Past the wait the edge named, one request has refilled (the next one only 4 s later).
     await new Promise((r) => setTimeout(r, Number(refused.headers['retry-after']) * 1000));
     const port = Number(new URL(h.url).port);
+    // The invited ones stay (their bodies could still come) until all ten are answered.
+    const clients = await Promise.all(Array.from({ length: 10 }, () => rawClient(port)));
     const firstLines = await Promise.all(
-      Array.from({ length: 10 }, async () => {
-        const c = await rawClient(port);
+      clients.map(async (c) => {
         c.socket.write(head('/api/v1/push', t, 1_000_000, 'expect: 100-continue\r\n').replace(HOST, 'paced.localhost'));
-        const answer = await c.until('\r\n\r\n');
-        c.socket.destroy();
-        return answer.split('\r\n')[0] ?? '';
+        return (await c.until('\r\n\r\n')).split('\r\n')[0] ?? '';
       }),
     );
+    for (const c of clients) c.socket.destroy();
     // Without the local copy of the bucket, all ten would be invited, each to upload 1 MB only to be refused after it.
     expect(firstLines.filter((l) => l === 'HTTP/1.1 100 Continue')).toHaveLength(1);
     expect(firstLines.filter((l) => l.startsWith('HTTP/1.1 429 '))).toHaveLength(9);
+  });
+
+  it('heads let through that never reach the limiter (malformed pushes) do not hold back the tenant\'s valid ones', async () => {
+    const t = await token({ roles: ['read-write'], tenant: 'steady' });
+    const push = (body: unknown) => call(h, 'POST', '/api/v1/push', { token: t, host: 'steady.localhost', body });
+    expect((await push({ items: [{ queue: 'q', payload: 1 }] })).status).toBe(201);
+    expect((await push({ items: [{ queue: 'q', payload: 1 }] })).status).toBe(429);
+    const statuses: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      // More than one interval (1 s): the store's bucket holds a request each round.
+      await new Promise((r) => setTimeout(r, 1100));
+      expect((await push('{"items": [')).status).toBe(400);
+      statuses.push((await push({ items: [{ queue: 'q', payload: i }] })).status);
+    }
+    expect(statuses).toEqual([201, 201, 201]);
   });
 
   it('with Expect: 100-continue an admitted push gets 100 Continue, then its body is read and forwarded', async () => {
