@@ -108,9 +108,9 @@ describe.each(['redis', 'cluster'] as const)('lease holdings on %s', (kind) => {
   });
 
   /** An instance as app.ts builds one; its lease calls go through `leaseClient` (by default the shared one). */
-  async function instance(leaseClient: Redis | Cluster = client, options: LeasedOptions = {}, exactClient: Redis | Cluster = client): Promise<LeasedLimiter> {
+  async function instance(leaseClient: Redis | Cluster = client, options: LeasedOptions = {}, exactClient: Redis | Cluster = client, lease = LEASE): Promise<LeasedLimiter> {
     const exact = createLimiter({ url: null, cluster: [], keyPrefix: prefix, timeoutMs: 500, failMode: 'closed' }, { log: silentLogger(), clock, redis: exactClient, quotaDenialMs: 2 * LEASE.durationMs });
-    const l = new LeasedLimiter(exact, leaseClient, prefix, LEASE, clock, options);
+    const l = new LeasedLimiter(exact, leaseClient, prefix, lease, clock, options);
     await l.start();
     return l;
   }
@@ -273,6 +273,65 @@ describe.each(['redis', 'cluster'] as const)('lease holdings on %s', (kind) => {
     expect(await counter(t)).toBe(quota);
     await a.close(); // its connection is gone: nothing is sent
   });
+
+  it('instances with different lease durations: one with a short lease never reclaims a live slice of one with a long lease, and the quota holds', async () => {
+    // A rolling config change: a runs with a 60 s lease, b with 1 s (both with the default margin).
+    const quota = 100;
+    const t = tenant({ messagesPerMonth: quota, ingressBytesPerMonth: 0 });
+    const a = await instance(client, {}, client, { durationMs: 60_000, sliceFraction: LEASE.sliceFraction });
+    const b = await instance();
+    let count = 0;
+    // a takes a month slice and spends part of it, unreported: its lease is still valid.
+    for (let i = 0; i < 3; i++) if (await admitted(a.admit(push(t)))) count++;
+    const aRecord = (await records(t)).get(a.instanceId())!;
+    expect(aRecord.reclaimAt - aRecord.at).toBe(60_000 + 65_000);
+    // Past b's own reclaim age (1 s + 6 s) on Redis's clock and on the instances' clock.
+    await waitFor(async () => (await redisTime(t)) - aRecord.at > LEASE.durationMs + LEASE.durationMs + 5_000, 15_000, "b's reclaim age on Redis's clock");
+    now += 7_100;
+    // b pushes through the quota: a's slice stays counted.
+    count += await pushRound(t, [b], 2 * quota, quota);
+    expect((await records(t)).get(a.instanceId())).toEqual(aRecord);
+    // a spends the rest of its slice inside its lease, then both give back.
+    for (let i = 0; i < aRecord.heldMessages; i++) if (await admitted(a.admit(push(t)))) count++;
+    await a.close();
+    await b.close();
+    expect(count).toBeLessThanOrEqual(quota);
+    expect(await counter(t)).toBeLessThanOrEqual(quota);
+  }, 30_000);
+
+  it('a Redis outage longer than the reclaim age: the first call after it reclaims nothing, the holder reports, and the quota holds', async () => {
+    // Same settings everywhere (1 s lease, default margin 1 s + 5 s). a's lease calls fail while Redis is "down".
+    const quota = 100;
+    const t = tenant({ messagesPerMonth: quota, ingressBytesPerMonth: 0 });
+    let down = false;
+    const faulty = faultyClient(client, () => (down ? 'unsent' : null));
+    const a = await instance(faulty.client);
+    const b = await instance();
+    let count = 0;
+    for (let i = 0; i < 5; i++) if (await admitted(a.admit(push(t)))) count++;
+    const aRecord = (await records(t)).get(a.instanceId())!;
+    down = true;
+    now += LEASE.durationMs; // a's lease ends; its sweep's give-backs fail while Redis is away
+    // No lease call of the tenant is answered for longer than a's reclaim age on Redis's clock.
+    await waitFor(async () => (await redisTime(t)) > aRecord.reclaimAt + 50, 15_000, "a's reclaim time on Redis's clock");
+    now += 6_100;
+    down = false;
+    // b calls first: after that pause, Redis must answer for a's margin before a's slice is reclaimed.
+    const b1 = await pushRound(t, [b], 1, quota);
+    count += b1;
+    const up = (await client.hget(keys(t).monthHoldings, UP_FIELD))!.split(' ').map(Number);
+    expect(up[1]).toBeGreaterThan(aRecord.reclaimAt);
+    expect((await records(t)).get(a.instanceId())!.reclaimedMessages).toBe(0);
+    count += await pushRound(t, [b], 2 * quota, quota);
+    // a reports its 5 (its sweep's retry may already have).
+    now += 2 * LEASE.durationMs + 1;
+    for (let i = 0; i < 5; i++) if (await admitted(a.admit(push(t)))) count++;
+    await a.close();
+    await b.close();
+    expect(count).toBeLessThanOrEqual(quota);
+    expect(await counter(t)).toBeLessThanOrEqual(quota);
+    expect((await records(t)).get(a.instanceId())!.reclaimedMessages).toBe(0);
+  }, 30_000);
 });
 
 describe('lease holdings while Redis is frozen', () => {
