@@ -19,8 +19,8 @@
  * reclaimed from it, and, from the holder's own settings, the Redis times after which its holding
  * may be reclaimed and its record forgotten, and its margin. A call reports absolute spent
  * totals, not what it gives back, so:
- * - a call whose sequence number is not above the record's (a reply that came late, after a
- *   newer call was applied; a call a Cluster client sent again on a redirection) is stale and
+ * - a call whose sequence number is not above the record's (an older call run after a newer one,
+ *   e.g. one a Cluster client sent again on a redirection, or the same call run twice) is stale and
  *   changes nothing at all, buckets included (a replay would otherwise return the same bucket
  *   tokens twice);
  * - otherwise the units spent since the record are taken off its holding, and whatever is still

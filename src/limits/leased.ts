@@ -4,7 +4,8 @@
  * so a steady stream costs one round trip per slice instead of one per request. Four dimensions
  * are leased: the request bucket, the message bucket, and the month's message and byte quotas.
  * Slices are taken from the shared state before they are spent, so a bucket is never overdrawn
- * and a quota never exceeded; what an instance holds unspent (at most sliceFraction × burst of a
+ * and a quota is exceeded only by the bounded cases of lease-script.ts (units spent but not yet
+ * reported when a holding is released); what an instance holds unspent (at most sliceFraction × burst of a
  * bucket over all instances) is the bound by which a window can see more than the exact limiter
  * would admit. Unspent slices go back when the lease ends: with the next call, or from the sweep
  * for tenants that went quiet.

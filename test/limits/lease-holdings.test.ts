@@ -170,7 +170,7 @@ describe.each(['redis', 'cluster'] as const)('lease holdings on %s', (kind) => {
     const [first, second] = faulty.calls.slice(-2) as [(string | number)[], (string | number)[]];
     const state = async () => [await client.get(keys(t).requests), await client.get(keys(t).messages), await counter(t), await client.hgetall(keys(t).monthHoldings)];
     const before = await state();
-    // Call 1 arriving after call 2 (an older command sent again after a reconnect), and call 2 run twice.
+    // Call 1 run after call 2 (an older call a Cluster client resent on a redirection), and call 2 run twice.
     for (const args of [first, second]) {
       const reply = (await client.eval(LEASE_LUA, ...(args as [number, ...(string | number)[]]))) as unknown[];
       expect(reply).toEqual([0, 0, '0', '0', 0, '0', 0, 0, 0]);
