@@ -5,7 +5,8 @@
  *
  * A bucket slice is taken before any request spends it, so a bucket is never overdrawn. A month
  * slice is added to the month's counter when granted and taken off when released, so the counter
- * holds what was admitted plus what is held, and never exceeds the quota. The month slices are
+ * holds what was admitted plus what is held; it stays within the quota except in the cases listed
+ * below (units spent but not reported when a holding is released). The month slices are
  * granted whole or not at all, both or neither, and only while each quota keeps room for
  * (live instances + 1) more slices: near the end of a quota every instance admits exactly again,
  * holding no month units its own exact admits would count as used, and the slices still held
@@ -14,22 +15,33 @@
  * Month holdings are idempotent, so a call that failed loses nothing. Redis keeps, per tenant and
  * month, one record per instance (a HASH field): the sequence number of its last call, that
  * call's Redis time, the month units it had spent by then (cumulative, as it reported them), the
- * units it holds (granted, not reported spent, not released) and the units another instance
- * reclaimed from it. A call reports absolute spent totals, not what it gives back, so:
- * - a call whose sequence number is not above the record's (a reply that came late, a command
- *   ioredis sent again after a reconnect) is stale and changes nothing at all, buckets included
- *   (a replay would otherwise return the same bucket tokens twice);
+ * units it holds (granted, not reported spent, not released), the units another instance
+ * reclaimed from it, and, from the holder's own settings, the Redis times after which its holding
+ * may be reclaimed and its record forgotten, and its margin. A call reports absolute spent
+ * totals, not what it gives back, so:
+ * - a call whose sequence number is not above the record's (an older call run after a newer one,
+ *   e.g. one a Cluster client sent again on a redirection, or the same call run twice) is stale and
+ *   changes nothing at all, buckets included (a replay would otherwise return the same bucket
+ *   tokens twice);
  * - otherwise the units spent since the record are taken off its holding, and whatever is still
  *   held is released: the unspent part of the last slice, and any slice granted by a call whose
  *   reply the instance never saw. Then the new slices are granted and held;
  * - an instance that stopped calling (killed, or cut off from Redis) stops spending at the end of
- *   its lease; once its record is older than the lease plus a margin (ARGV), any call releases
- *   what it holds. What it spent of that since its last call is not known and is released too:
- *   over-admission by at most what a killed instance spent of its last month slice. If it was
- *   alive after all and reports later, those units are counted again (from what was reclaimed).
- *   A record idle longer still (forget after, ARGV) is deleted, so the HASH stays small.
- * Ages are measured on Redis's clock (TIME), so instance clocks need not agree. Writing after
- * TIME needs effects replication (the default since Redis 5).
+ *   its lease; a live one reports within its sweep period after that. Any call releases what it
+ *   holds once Redis's clock is past its reclaim time (its last call + its lease + its margin)
+ *   and Redis has been answering lease calls of the tenant, without a pause longer than the
+ *   caller's gap (ARGV), for the holder's margin: after an outage every holder gets its margin to
+ *   report before anything of its is reclaimed. What it spent of that holding since its last call
+ *   is not known and is released too: over-admission by at most what a killed instance spent of
+ *   its last month slice. An instance cut off while others reach Redis, for longer than its
+ *   margin, has what it spent counted again when it reports (from what was reclaimed), so the
+ *   counter can end above the quota by up to one slice per such instance.
+ * - A record past its forget time is deleted, what it holds released, so the HASH stays small; an
+ *   instance that reports after that has its reclaimed units forgotten (not counted again).
+ * The reserved field '~up' (not a valid instance id) holds the Redis time of the last applied
+ * call and the time since which calls came without such a pause. Ages are measured on Redis's
+ * clock (TIME), so instance clocks need not agree. Writing after TIME needs effects replication
+ * (Redis 5 or later; the default since then).
  *
  * KEYS: request tat, message tat, month messages, month bytes, month holdings (one tenant, one
  *   hash tag).
@@ -38,7 +50,8 @@
  *   message interval, burst, tokens returned, tokens wanted;
  *   month message quota (0 = none), messages spent this month by this instance, units wanted;
  *   month byte quota (0 = none), bytes spent this month by this instance, units wanted;
- *   instance id, sequence number, lease ms, reclaim margin ms, forget after ms.
+ *   instance id, sequence number, lease ms, reclaim margin ms, forget after ms (this caller's own,
+ *   stored in its record), gap ms (a longer pause in calls may have been an outage).
  * Returns {requests granted, requests remaining, request reset ms, request wait ms,
  *   messages granted, message wait ms, month messages granted, month bytes granted, applied}:
  *   remaining whole requests in the bucket after the grant, ms until it is full, ms until each
@@ -48,7 +61,8 @@
 export const LEASE_LUA = `
 local now, instances, monthTtl = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local me, seq = ARGV[18], tonumber(ARGV[19])
-local reclaimAfter, forgetAfter = tonumber(ARGV[20]) + tonumber(ARGV[21]), tonumber(ARGV[22])
+local margin = tonumber(ARGV[21])
+local reclaimAfter, forgetAfter, gap = tonumber(ARGV[20]) + margin, tonumber(ARGV[22]), tonumber(ARGV[23])
 local eps = 1e-6
 
 local function bucket(key, t, b, returned, wanted)
@@ -66,38 +80,57 @@ local function bucket(key, t, b, returned, wanted)
   return granted, remaining, tat - now, math.max(0, tat + wanted * t - now - b * t)
 end
 
--- A holdings record: {seq, Redis time ms, messages spent, bytes spent, messages held, bytes held,
--- messages reclaimed, bytes reclaimed}; dimension d (1 messages, 2 bytes) at 2+d, 4+d, 6+d.
+-- A holdings record: {seq, Redis time ms of its last call, messages spent, bytes spent, messages
+-- held, bytes held, messages reclaimed, bytes reclaimed, reclaim at, forget at, margin}; dimension
+-- d (1 messages, 2 bytes) at 2+d, 4+d, 6+d. The last three are the holder's own (its Redis time
+-- plus its lease and margin, plus its forget age; its margin), so a caller with other settings
+-- cannot cut a live lease short. A record written before they existed is reclaimed only when forgotten.
 local function parse(s)
   local r = {}
   for x in string.gmatch(s, '[^ ]+') do r[#r + 1] = tonumber(x) end
+  if r[9] == nil then r[9], r[10], r[11] = r[2] + 3600000, r[2] + 3600000, 0 end
   return r
 end
 local function pack(r)
-  return string.format('%.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f', r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8])
+  return string.format('%.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f', r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11])
 end
 
 local time = redis.call('TIME')
 local clock = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local mine = {0, 0, 0, 0, 0, 0, 0, 0}
-local writes, forgotten, others = {}, {}, {0, 0}
+-- The reserved field: {Redis time of the last call by any instance, up since}. A pause in calls
+-- longer than the caller's gap (ARGV) may have been an outage in which holders could not report:
+-- "up since" restarts, and a holding is reclaimed only once Redis has answered for the holder's
+-- own margin since then, so a live holder has had its sweep's chance to report first.
+local UP = '~up'
+local mine = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+local reclaimed, forgotten, others = {}, {}, {0, 0}
+local up = {clock, clock}
 local all = redis.call('HGETALL', KEYS[5])
 for i = 1, #all, 2 do
-  local r = parse(all[i + 1])
-  if all[i] == me then
-    mine = r
-  elseif clock - r[2] > forgetAfter then
-    others[1], others[2] = others[1] + r[5], others[2] + r[6]
-    forgotten[#forgotten + 1] = all[i]
-  elseif clock - r[2] > reclaimAfter and (r[5] > 0 or r[6] > 0) then
-    -- Its lease ended long ago: nothing it holds can be spent any more.
-    others[1], others[2] = others[1] + r[5], others[2] + r[6]
-    r[7], r[8], r[5], r[6] = r[7] + r[5], r[8] + r[6], 0, 0
-    writes[#writes + 1] = all[i]
-    writes[#writes + 1] = pack(r)
+  if all[i] == UP then up = parse(all[i + 1]) end
+end
+local upSince = up[2]
+if clock - up[1] > gap then upSince = clock end
+for i = 1, #all, 2 do
+  if all[i] ~= UP then
+    local r = parse(all[i + 1])
+    if all[i] == me then
+      mine = r
+    elseif clock > r[10] then
+      others[1], others[2] = others[1] + r[5], others[2] + r[6]
+      forgotten[#forgotten + 1] = all[i]
+    elseif clock > r[9] and clock - upSince >= r[11] and (r[5] > 0 or r[6] > 0) then
+      -- Its lease ended a margin ago, and it could have reported since: nothing it holds can be spent any more.
+      others[1], others[2] = others[1] + r[5], others[2] + r[6]
+      r[7], r[8], r[5], r[6] = r[7] + r[5], r[8] + r[6], 0, 0
+      reclaimed[#reclaimed + 1] = {all[i], pack(r)}
+    end
   end
 end
 if seq <= mine[1] then return {0, 0, '0', '0', 0, '0', 0, 0, 0} end
+-- Others' records first, one command each (no unpack of a large table): a failure here leaves the counters untouched.
+for _, w in ipairs(reclaimed) do redis.call('HSET', KEYS[5], w[1], w[2]) end
+for _, f in ipairs(forgotten) do redis.call('HDEL', KEYS[5], f) end
 
 -- What dimension d's counter changes by before the grant: spent units leave the holding, the
 -- rest of it and what others held are released, and units spent after a reclaim count again.
@@ -139,10 +172,8 @@ if qmRoom and qbRoom then qm, qb = qmWanted, qbWanted end
 counterSet(KEYS[3], qmChange, qmUsed, qm)
 counterSet(KEYS[4], qbChange, qbUsed, qb)
 mine[1], mine[2], mine[5], mine[6] = seq, clock, qm, qb
-writes[#writes + 1] = me
-writes[#writes + 1] = pack(mine)
-redis.call('HSET', KEYS[5], unpack(writes))
-if #forgotten > 0 then redis.call('HDEL', KEYS[5], unpack(forgotten)) end
+mine[9], mine[10], mine[11] = clock + reclaimAfter, clock + forgetAfter, margin
+redis.call('HSET', KEYS[5], me, pack(mine), UP, string.format('%.0f %.0f', clock, upSince))
 redis.call('PEXPIRE', KEYS[5], monthTtl)
 return {rg, rr, tostring(rreset), tostring(rwait), mg, tostring(mwait), qm, qb, 1}
 `;

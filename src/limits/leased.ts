@@ -4,7 +4,8 @@
  * so a steady stream costs one round trip per slice instead of one per request. Four dimensions
  * are leased: the request bucket, the message bucket, and the month's message and byte quotas.
  * Slices are taken from the shared state before they are spent, so a bucket is never overdrawn
- * and a quota never exceeded; what an instance holds unspent (at most sliceFraction × burst of a
+ * and a quota is exceeded only by the bounded cases of lease-script.ts (units spent but not yet
+ * reported when a holding is released); what an instance holds unspent (at most sliceFraction × burst of a
  * bucket over all instances) is the bound by which a window can see more than the exact limiter
  * would admit. Unspent slices go back when the lease ends: with the next call, or from the sweep
  * for tenants that went quiet.
@@ -22,8 +23,9 @@
  * Redis keeps what each instance holds (lease-script.ts). The next call that gets through, or the
  * sweep's retry, settles whatever a failed one left, granted or not; a stale or replayed call
  * changes nothing; and the holdings of an instance that stopped calling are released by the
- * others once its lease has ended plus a margin. Redis keeps one record per instance and tenant,
- * so one Lease object per tenant makes the calls, one at a time (`inflight`).
+ * others once its own lease has ended plus its own margin, and Redis has been answering for that
+ * margin (after an outage, every instance first gets the time to report). Redis keeps one record
+ * per instance and tenant, so one Lease object per tenant makes the calls, one at a time (`inflight`).
  */
 import type { Cluster, Redis } from 'ioredis';
 import type { Tenant } from '../tenants/model.js';
@@ -44,6 +46,8 @@ const MAX_CALLS_PER_ADMIT = 3;
 const RECLAIM_SLACK_MS = 5_000;
 /** A holdings record idle this long (or twice the reclaim age, if longer) is deleted; a replay older than that is no longer recognised as stale. */
 const FORGET_AFTER_MS = 3_600_000;
+/** A failed give-back is tried again this soon (at most durationMs), not only at the next sweep: it races the others' reclaim. */
+const RETRY_MS = 250;
 
 type LeaseReply = [number, number, string, string, number, string, number, number, number];
 
@@ -51,8 +55,10 @@ type LeaseReply = [number, number, string, string, number, string, number, numbe
 export interface LeasedOptions {
   /**
    * How long after an instance's lease has ended the others release the month units it still
-   * holds, when it has not called again. Default: durationMs (the sweep's period, so an idle live
-   * instance has reported by then) + 5 s (a stalled event loop, a Redis failover).
+   * holds, when it has not called again; stored in its own record, so only its own setting
+   * counts. Default: durationMs (the sweep's period, so an idle live instance has reported by
+   * then) + 5 s (a stalled event loop). After a pause in the tenant's lease calls longer than
+   * durationMs + 5 s (possibly an outage), Redis must answer for this margin again before.
    */
   readonly reclaimMarginMs?: number;
 }
@@ -99,11 +105,13 @@ export class LeasedLimiter implements EdgeLimiter {
   readonly #clock: () => number;
   readonly #reclaimMarginMs: number;
   readonly #forgetAfterMs: number;
+  readonly #gapMs: number;
   readonly #plans = new PlanCache();
   readonly #leases = new Map<string, Lease>();
   /** Sequence number of the last lease call: increasing per instance, so per instance and tenant too. */
   #seq = 0;
   #timer: NodeJS.Timeout | null = null;
+  #retryTimer: NodeJS.Timeout | null = null;
 
   constructor(exact: EdgeLimiter, redis: Redis | Cluster, prefix: string, settings: LeaseSettings, clock: () => number = Date.now, options: LeasedOptions = {}) {
     this.#exact = exact;
@@ -113,6 +121,8 @@ export class LeasedLimiter implements EdgeLimiter {
     this.#clock = clock;
     this.#reclaimMarginMs = options.reclaimMarginMs ?? settings.durationMs + RECLAIM_SLACK_MS;
     this.#forgetAfterMs = Math.max(FORGET_AFTER_MS, 2 * (settings.durationMs + this.#reclaimMarginMs));
+    // Longer than the pauses of a busy tenant's calls (about one lease), so only a real pause restarts Redis's "up since".
+    this.#gapMs = settings.durationMs + RECLAIM_SLACK_MS;
   }
 
   /**
@@ -180,7 +190,8 @@ export class LeasedLimiter implements EdgeLimiter {
 
   async close(): Promise<void> {
     if (this.#timer) clearInterval(this.#timer);
-    this.#timer = null;
+    if (this.#retryTimer) clearTimeout(this.#retryTimer);
+    this.#timer = this.#retryTimer = null;
     // A replaced lease's give-back is part of its successor's call in flight, so this waits for it too.
     await Promise.all([...this.#leases.values()].map((l) => this.#giveBack(l)));
     this.#leases.clear();
@@ -312,9 +323,11 @@ export class LeasedLimiter implements EdgeLimiter {
       plan.messageIntervalMs, plan.messageBurst, back.messages, wanted.messages,
       plan.messagesPerMonth, lease.spentMessages, wanted.messages,
       plan.ingressBytesPerMonth, lease.spentBytes, wanted.bytes,
-      this.#exact.instanceId(), ++this.#seq, this.#settings.durationMs, this.#reclaimMarginMs, this.#forgetAfterMs,
+      this.#exact.instanceId(), ++this.#seq, this.#settings.durationMs, this.#reclaimMarginMs, this.#forgetAfterMs, this.#gapMs,
     ];
     const reply = (await evalScript(this.#redis, LEASE_SHA, LEASE_LUA, [k.requests, k.messages, k.monthMessages, k.monthBytes, k.monthHoldings], args)) as LeaseReply;
+    // Stale (a newer call of this instance was applied first): it settled nothing and granted nothing.
+    if (Number(reply[8]) !== 1) throw new Error('stale lease call');
     // Nothing is spent while a call is in flight, so this answer settled everything up to now.
     lease.unsettled = false;
     return reply;
@@ -325,13 +338,27 @@ export class LeasedLimiter implements EdgeLimiter {
     const now = this.#clock();
     for (const [id, lease] of this.#leases) {
       if (lease.inflight || now < lease.expiresAt) continue;
-      // Reported before the others' reclaim margin runs out, which would release spent units.
-      if (lease.requests + lease.messages + lease.monthMessages + lease.monthBytes > 0 || lease.unsettled) void this.#giveBack(lease);
+      // Reported before this instance's reclaim margin runs out, which would release spent units.
+      if (lease.requests + lease.messages + lease.monthMessages + lease.monthBytes > 0 || lease.unsettled) {
+        void this.#giveBack(lease).then(() => {
+          if (lease.unsettled && !lease.retired) this.#retrySoon();
+        });
+      }
       else if (now >= lease.requestsReadyAt && now >= lease.messagesReadyAt) {
         lease.retired = true;
         this.#leases.delete(id);
       }
     }
+  }
+
+  /** One more sweep soon after a failed give-back (one timer for all tenants). */
+  #retrySoon(): void {
+    if (this.#retryTimer || !this.#timer) return;
+    this.#retryTimer = setTimeout(() => {
+      this.#retryTimer = null;
+      this.#sweep();
+    }, Math.min(RETRY_MS, this.#settings.durationMs));
+    this.#retryTimer.unref();
   }
 }
 

@@ -10,7 +10,8 @@
  *                             given back; expires a day after the month ends (monthKeyTtlMs)
  *   <p>{t:<id>}:qb:<yyyymm>   ingress bytes this UTC month, likewise
  *   <p>{t:<id>}:qh:<yyyymm>   leased month holdings: HASH instance id → its record (seq, Redis time,
- *                             units spent, held, reclaimed; lease-script.ts); expires like qm
+ *                             units spent, held, reclaimed, reclaim and forget times, margin), and
+ *                             `~up` → last call, up since (lease-script.ts); expires like qm
  *   <p>{t:<id>}:ud:<yyyymmdd>   usage: HASH `<hh>:<field>` → count (fields in metering/counts.ts)
  *   <p>{t:<id>}:us:<instance>   usage: last flush sequence number of an instance applied here
  *   <p>instances              live proxy instances: ZSET instance id → last heartbeat ms

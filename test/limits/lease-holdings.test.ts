@@ -37,11 +37,17 @@ interface HoldingRecord {
   spentMessages: number;
   heldMessages: number;
   reclaimedMessages: number;
+  /** Redis times after which the holding may be reclaimed and the record forgotten, from the holder's own settings; its margin. */
+  reclaimAt: number;
+  forgetAt: number;
+  margin: number;
 }
 function parseRecord(v: string): HoldingRecord {
-  const [seq, at, spentMessages, , heldMessages, , reclaimedMessages] = v.split(' ').map(Number) as number[];
-  return { seq: seq!, at: at!, spentMessages: spentMessages!, heldMessages: heldMessages!, reclaimedMessages: reclaimedMessages! };
+  const [seq, at, spentMessages, , heldMessages, , reclaimedMessages, , reclaimAt, forgetAt, margin] = v.split(' ').map(Number) as number[];
+  return { seq: seq!, at: at!, spentMessages: spentMessages!, heldMessages: heldMessages!, reclaimedMessages: reclaimedMessages!, reclaimAt: reclaimAt!, forgetAt: forgetAt!, margin: margin! };
 }
+/** The reserved field of the holdings HASH (last call, up since): not an instance's record. */
+const UP_FIELD = '~up';
 
 type Fault = 'lost' | 'unsent';
 
@@ -102,9 +108,9 @@ describe.each(['redis', 'cluster'] as const)('lease holdings on %s', (kind) => {
   });
 
   /** An instance as app.ts builds one; its lease calls go through `leaseClient` (by default the shared one). */
-  async function instance(leaseClient: Redis | Cluster = client, options: LeasedOptions = {}, exactClient: Redis | Cluster = client): Promise<LeasedLimiter> {
+  async function instance(leaseClient: Redis | Cluster = client, options: LeasedOptions = {}, exactClient: Redis | Cluster = client, lease = LEASE): Promise<LeasedLimiter> {
     const exact = createLimiter({ url: null, cluster: [], keyPrefix: prefix, timeoutMs: 500, failMode: 'closed' }, { log: silentLogger(), clock, redis: exactClient, quotaDenialMs: 2 * LEASE.durationMs });
-    const l = new LeasedLimiter(exact, leaseClient, prefix, LEASE, clock, options);
+    const l = new LeasedLimiter(exact, leaseClient, prefix, lease, clock, options);
     await l.start();
     return l;
   }
@@ -112,7 +118,7 @@ describe.each(['redis', 'cluster'] as const)('lease holdings on %s', (kind) => {
   const counter = async (t: Tenant) => Number((await client.get(keys(t).monthMessages)) ?? '0');
   async function records(t: Tenant): Promise<Map<string, HoldingRecord>> {
     const all = await client.hgetall(keys(t).monthHoldings);
-    return new Map(Object.entries(all).map(([id, v]) => [id, parseRecord(v)]));
+    return new Map(Object.entries(all).filter(([id]) => id !== UP_FIELD).map(([id, v]) => [id, parseRecord(v)]));
   }
   /** Redis's clock on the node that holds the tenant's keys, in ms. */
   const redisTime = async (t: Tenant) => Number(await client.eval("local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000)", 1, keys(t).monthHoldings));
@@ -164,7 +170,7 @@ describe.each(['redis', 'cluster'] as const)('lease holdings on %s', (kind) => {
     const [first, second] = faulty.calls.slice(-2) as [(string | number)[], (string | number)[]];
     const state = async () => [await client.get(keys(t).requests), await client.get(keys(t).messages), await counter(t), await client.hgetall(keys(t).monthHoldings)];
     const before = await state();
-    // Call 1 arriving after call 2 (an older command sent again after a reconnect), and call 2 run twice.
+    // Call 1 run after call 2 (an older call a Cluster client resent on a redirection), and call 2 run twice.
     for (const args of [first, second]) {
       const reply = (await client.eval(LEASE_LUA, ...(args as [number, ...(string | number)[]]))) as unknown[];
       expect(reply).toEqual([0, 0, '0', '0', 0, '0', 0, 0, 0]);
@@ -177,13 +183,14 @@ describe.each(['redis', 'cluster'] as const)('lease holdings on %s', (kind) => {
 
   it('an instance reclaimed while it was only cut off has the units it spent counted again when it reports', async () => {
     const t = tenant({ messagesPerMonth: 10_000, ingressBytesPerMonth: 0 });
-    const a = await instance();
+    // A margin of 0: its own setting decides when its slice may be reclaimed.
+    const a = await instance(client, { reclaimMarginMs: 0 });
     for (let i = 0; i < 5; i++) expect(await admitted(a.admit(push(t)))).toBe(true); // 5 of a slice, not yet reported
     const held = (await records(t)).get(a.instanceId())!;
-    expect([held.spentMessages, await counter(t)]).toEqual([0, held.heldMessages]);
+    expect([held.spentMessages, await counter(t), held.reclaimAt - held.at, held.margin]).toEqual([0, held.heldMessages, LEASE.durationMs, 0]);
     // a makes no call for longer than its lease on Redis's clock: another instance reclaims its slice,
     // spent part included (that is what a killed instance costs: its unreported units are released).
-    const reclaimer = await instance(client, { reclaimMarginMs: 0 });
+    const reclaimer = await instance();
     await waitFor(async () => (await redisTime(t)) - held.at > LEASE.durationMs, 10_000, "a's lease to end on Redis's clock");
     expect(await admitted(reclaimer.admit(pop(t)))).toBe(true);
     expect([(await records(t)).get(a.instanceId())!.reclaimedMessages, await counter(t)]).toEqual([held.heldMessages, 0]);
@@ -225,7 +232,9 @@ describe.each(['redis', 'cluster'] as const)('lease holdings on %s', (kind) => {
     const t = tenant({ messagesPerMonth: quota, ingressBytesPerMonth: 0 });
     // The instance that dies has its own connection (a process of its own) and is never closed.
     const own = kind === 'cluster' ? await cluster!.client() : await connectTest(SHARED_REDIS_URL, 2000);
-    const a = await instance(own, {}, own);
+    // Its own margin decides when its slice may be reclaimed (short here, for the test's sake).
+    const margin = 3_000;
+    const a = await instance(own, { reclaimMarginMs: margin }, own);
     let count = 0;
     if (await admitted(a.admit(push(t)))) count++;
     now += LEASE.durationMs;
@@ -236,8 +245,10 @@ describe.each(['redis', 'cluster'] as const)('lease holdings on %s', (kind) => {
     const aRecord = (await records(t)).get(a.instanceId())!;
     expect(aRecord.spentMessages).toBe(1);
     expect(aRecord.heldMessages).toBeGreaterThan(0);
+    expect(aRecord.reclaimAt - aRecord.at).toBe(LEASE.durationMs + margin);
 
-    // An instance whose margin cannot have passed yet: its call leaves a's slice counted.
+    // Before a's lease and margin have passed (b calls right away), a's slice stays counted. b's
+    // own margin is long: whatever the timing, its slice is never reclaimed in this test.
     const b = await instance(client, { reclaimMarginMs: 3_600_000 });
     if (await admitted(b.admit(push(t)))) count++;
     const seen = await records(t);
@@ -245,16 +256,15 @@ describe.each(['redis', 'cluster'] as const)('lease holdings on %s', (kind) => {
     const bRecord = seen.get(b.instanceId())!;
     expect(await counter(t)).toBe(aRecord.spentMessages + aRecord.heldMessages + bRecord.heldMessages);
 
-    // Once Redis's clock is past a's lease plus the margin (0 here), the next call releases it.
-    const reclaimer = await instance(client, { reclaimMarginMs: 0 });
-    await waitFor(async () => (await redisTime(t)) - aRecord.at > LEASE.durationMs, 10_000, "a's lease to end on Redis's clock");
+    // Once Redis's clock is past a's lease plus its margin, the next call of any instance releases it.
+    const reclaimer = await instance();
+    await waitFor(async () => (await redisTime(t)) > aRecord.reclaimAt, 10_000, "a's reclaim time on Redis's clock");
     if (await admitted(reclaimer.admit(push(t)))) count++;
     const after = (await records(t)).get(a.instanceId())!;
     expect([after.heldMessages, after.reclaimedMessages]).toEqual([0, aRecord.heldMessages]);
     await reclaimer.close();
 
-    // The quota is used to the last message. (Whether the reclaim also took b's slice depends on
-    // how long that took on Redis's clock; if it did, b's next call counts its spent message again.)
+    // The quota is used to the last message.
     count += await pushRound(t, [b], quota, quota);
     now += 2 * LEASE.durationMs + 1;
     count += await pushRound(t, [b], 40, quota);
@@ -263,6 +273,65 @@ describe.each(['redis', 'cluster'] as const)('lease holdings on %s', (kind) => {
     expect(await counter(t)).toBe(quota);
     await a.close(); // its connection is gone: nothing is sent
   });
+
+  it('instances with different lease durations: one with a short lease never reclaims a live slice of one with a long lease, and the quota holds', async () => {
+    // A rolling config change: a runs with a 60 s lease, b with 1 s (both with the default margin).
+    const quota = 100;
+    const t = tenant({ messagesPerMonth: quota, ingressBytesPerMonth: 0 });
+    const a = await instance(client, {}, client, { durationMs: 60_000, sliceFraction: LEASE.sliceFraction });
+    const b = await instance();
+    let count = 0;
+    // a takes a month slice and spends part of it, unreported: its lease is still valid.
+    for (let i = 0; i < 3; i++) if (await admitted(a.admit(push(t)))) count++;
+    const aRecord = (await records(t)).get(a.instanceId())!;
+    expect(aRecord.reclaimAt - aRecord.at).toBe(60_000 + 65_000);
+    // Past b's own reclaim age (1 s + 6 s) on Redis's clock and on the instances' clock.
+    await waitFor(async () => (await redisTime(t)) - aRecord.at > LEASE.durationMs + LEASE.durationMs + 5_000, 15_000, "b's reclaim age on Redis's clock");
+    now += 7_100;
+    // b pushes through the quota: a's slice stays counted.
+    count += await pushRound(t, [b], 2 * quota, quota);
+    expect((await records(t)).get(a.instanceId())).toEqual(aRecord);
+    // a spends the rest of its slice inside its lease, then both give back.
+    for (let i = 0; i < aRecord.heldMessages; i++) if (await admitted(a.admit(push(t)))) count++;
+    await a.close();
+    await b.close();
+    expect(count).toBeLessThanOrEqual(quota);
+    expect(await counter(t)).toBeLessThanOrEqual(quota);
+  }, 30_000);
+
+  it('a Redis outage longer than the reclaim age: the first call after it reclaims nothing, the holder reports, and the quota holds', async () => {
+    // Same settings everywhere (1 s lease, default margin 1 s + 5 s). a's lease calls fail while Redis is "down".
+    const quota = 100;
+    const t = tenant({ messagesPerMonth: quota, ingressBytesPerMonth: 0 });
+    let down = false;
+    const faulty = faultyClient(client, () => (down ? 'unsent' : null));
+    const a = await instance(faulty.client);
+    const b = await instance();
+    let count = 0;
+    for (let i = 0; i < 5; i++) if (await admitted(a.admit(push(t)))) count++;
+    const aRecord = (await records(t)).get(a.instanceId())!;
+    down = true;
+    now += LEASE.durationMs; // a's lease ends; its sweep's give-backs fail while Redis is away
+    // No lease call of the tenant is answered for longer than a's reclaim age on Redis's clock.
+    await waitFor(async () => (await redisTime(t)) > aRecord.reclaimAt + 50, 15_000, "a's reclaim time on Redis's clock");
+    now += 6_100;
+    down = false;
+    // b calls first: after that pause, Redis must answer for a's margin before a's slice is reclaimed.
+    const b1 = await pushRound(t, [b], 1, quota);
+    count += b1;
+    const up = (await client.hget(keys(t).monthHoldings, UP_FIELD))!.split(' ').map(Number);
+    expect(up[1]).toBeGreaterThan(aRecord.reclaimAt);
+    expect((await records(t)).get(a.instanceId())!.reclaimedMessages).toBe(0);
+    count += await pushRound(t, [b], 2 * quota, quota);
+    // a reports its 5 (its sweep's retry may already have).
+    now += 2 * LEASE.durationMs + 1;
+    for (let i = 0; i < 5; i++) if (await admitted(a.admit(push(t)))) count++;
+    await a.close();
+    await b.close();
+    expect(count).toBeLessThanOrEqual(quota);
+    expect(await counter(t)).toBeLessThanOrEqual(quota);
+    expect((await records(t)).get(a.instanceId())!.reclaimedMessages).toBe(0);
+  }, 30_000);
 });
 
 describe('lease holdings while Redis is frozen', () => {
