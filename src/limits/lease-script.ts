@@ -84,11 +84,10 @@ end
 -- held, bytes held, messages reclaimed, bytes reclaimed, reclaim at, forget at, margin}; dimension
 -- d (1 messages, 2 bytes) at 2+d, 4+d, 6+d. The last three are the holder's own (its Redis time
 -- plus its lease and margin, plus its forget age; its margin), so a caller with other settings
--- cannot cut a live lease short. A record written before they existed is reclaimed only when forgotten.
+-- cannot cut a live lease short.
 local function parse(s)
   local r = {}
   for x in string.gmatch(s, '[^ ]+') do r[#r + 1] = tonumber(x) end
-  if r[9] == nil then r[9], r[10], r[11] = r[2] + 3600000, r[2] + 3600000, 0 end
   return r
 end
 local function pack(r)
