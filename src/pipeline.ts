@@ -83,6 +83,8 @@ class RequestContext extends MeteredExchange<Tenant> implements ProxyExchange {
 
   countHead(end: (() => void) | null): void {
     this.#endHead = end;
+    // The request already ended (a client gone while it was authenticated): nothing will end it later.
+    if (this.done) this.endHead();
   }
 
   /** Once admit decided, or when the request ends without it (a refused body, a client gone). */

@@ -9,14 +9,17 @@
  * Heads in flight: past a request-rate refusal's wait, the store's bucket holds what refilled
  * since its last decision, whoever spends it. Before its body, a request of a tenant the store
  * once refused on its request rate is let through only while fewer of the tenant's heads are in
- * flight (let through, their admit not yet decided) than the bucket holds, as its last decision
- * and the refill since tell (the same GCRA); the rest get 429 from their heads. Without it,
- * every upload that arrived once the wait ended was read whole, only for all but one to be
- * refused after it (1 MiB pushes on 200 h2 streams: 2 MiB read per 429). The bucket is only
- * ever taken from the store's decisions, never guessed; a head leaves the count when its admit
- * is decided or its request ends without one (a malformed body, a client gone), so nothing
- * accumulates. Such a copy is kept as long as the Tenant object: a full bucket still bounds a
- * herd to the burst.
+ * flight than the bucket holds, as its last decision and the refill since tell (the same GCRA);
+ * the rest get 429 from their heads. A head is in flight from the moment it is let through until
+ * its admit is decided, its request ends without one (a malformed body, a client gone), or one
+ * interval has passed, whichever comes first: a head whose end was never seen (a pipelined
+ * request whose connection died, say) or that is still uploading stops holding the others back
+ * after an interval, when the bucket has refilled by one anyway. So bodies read stay within about
+ * twice what the bucket refills, whatever the concurrency: without it, every upload that arrived
+ * once the wait ended was read whole, only for all but one to be refused after it (1 MiB pushes
+ * on 200 h2 streams: 2 MiB read per 429). The bucket is only ever the store's, set by its
+ * decisions for the tenant; the count lives as long as the tenant's record, so a herd after a
+ * long pause is still bounded by the burst.
  */
 import type { Tenant } from '../tenants/model.js';
 import { DIM_MESSAGES, DIM_MONTH_BYTES, DIM_MONTH_MESSAGES, DIM_REQUESTS, EPSILON, type Decision, type LimitCost, type LimitPlan, type RefusalClass } from './verdict.js';
@@ -38,8 +41,15 @@ interface HeadCount {
   tat: number;
   readonly intervalMs: number;
   readonly burst: number;
-  heads: number;
+  /** Heads let through, in start order; a release marks its own one done. */
+  readonly heads: { readonly at: number; live: boolean }[];
 }
+
+/**
+ * A bucket holding this many requests has room for any herd worth stopping: its heads are not
+ * counted (which also bounds the list of heads kept per tenant).
+ */
+const MAX_COUNTED_HEADS = 64;
 
 /** A refusal answered from the cache, with what the RateLimit field should say. */
 export interface CachedDenial extends RefusalClass {
@@ -103,38 +113,45 @@ export class DenyCache {
    */
   head(tenant: Tenant, now: number): CachedDenial | (() => void) | null {
     const h = this.#heads.get(tenant.id);
-    if (h === undefined) return null;
-    if (h.tenant !== tenant) {
-      this.#heads.delete(tenant.id);
-      return null;
-    }
+    if (h === undefined || h.tenant !== tenant) return null;
     const backlog = Math.max(h.tat, now) - now;
     const held = Math.floor((h.burst * h.intervalMs - backlog) / h.intervalMs + EPSILON);
-    if (h.heads >= held) {
-      // Until the bucket holds one more than the heads in flight take.
-      const waitMs = backlog - (h.burst - h.heads - 1) * h.intervalMs;
+    if (held >= MAX_COUNTED_HEADS) return null;
+    // Heads in start order: drop from the front those released or counted for an interval already.
+    const heads = h.heads;
+    while (heads.length > 0 && (!heads[0]!.live || heads[0]!.at <= now - h.intervalMs)) heads.shift();
+    // Released heads behind a live one at the front (a slow upload) are dropped too before they pile up.
+    if (heads.length >= MAX_COUNTED_HEADS) {
+      let kept = 0;
+      for (const e of heads) if (e.live) heads[kept++] = e;
+      heads.length = kept;
+    }
+    let live = 0;
+    for (let i = 0; i < heads.length; i++) if (heads[i]!.live) live++;
+    if (live >= held) {
+      // Until the bucket holds one more than the heads in flight take, or the oldest of them stops counting.
+      const refillMs = backlog - (h.burst - live - 1) * h.intervalMs;
+      const waitMs = live > 0 ? Math.min(refillMs, heads[0]!.at + h.intervalMs - now) : refillMs;
       return { code: 'rate_limited', retryAfterSec: Math.max(1, Math.ceil(waitMs / 1000 - EPSILON)), remaining: 0, resetMs: backlog };
     }
-    h.heads++;
-    let counted = true;
+    const entry = { at: now, live: true };
+    heads.push(entry);
     return () => {
-      if (!counted) return;
-      counted = false;
-      h.heads--;
+      entry.live = false;
     };
   }
 
   /** The store's decision admitted a request: the tenant's head count follows its bucket. */
   observe(tenant: Tenant, d: Decision, now: number): void {
     const h = this.#heads.get(tenant.id);
-    if (h !== undefined) h.tat = now + d.resetMs;
+    if (h?.tenant === tenant) h.tat = now + d.resetMs;
   }
 
   /** Remembers the cacheable dimensions of a refused decision (`plan`: the one the store decided with). */
   record(tenant: Tenant, d: Decision, cost: LimitCost, now: number, monthEndMs: number, plan: LimitPlan): void {
     const h = this.#heads.get(tenant.id);
     if (h?.tenant === tenant) h.tat = now + d.resetMs;
-    else if (d.refused & DIM_REQUESTS) this.#heads.set(tenant.id, { tenant, tat: now + d.resetMs, intervalMs: plan.requestIntervalMs, burst: plan.requestBurst, heads: 0 });
+    else if (d.refused & DIM_REQUESTS) this.#heads.set(tenant.id, { tenant, tat: now + d.resetMs, intervalMs: plan.requestIntervalMs, burst: plan.requestBurst, heads: [] });
     let entries = this.#byTenant.get(tenant.id);
     if (!entries) {
       entries = [undefined, undefined, undefined, undefined];

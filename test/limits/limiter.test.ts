@@ -138,6 +138,43 @@ describe.each(['memory', 'redis', 'cluster'] as const)('limiter (%s store)', (ki
     await l.close();
   });
 
+  it('a head whose end is never seen (its connection died unanswered) stops counting after one interval', async () => {
+    const clock = virtualClock('2026-03-10T12:00:00Z');
+    const l = await make(clock.now);
+    const t = tenant({ requestBurst: 1 });
+    expect((await admit(l, input(t))).refusal).toBeNull();
+    expect((await admit(l, input(t))).refusal?.code).toBe('rate_limited');
+    clock.advance(2000);
+    // Let through, then never released nor admitted.
+    expect(passes(l.preAdmit(input(t)))).toBe(true);
+    const refused = l.preAdmit(input(t));
+    expect(refused?.refusal?.code).toBe('rate_limited');
+    expect(refused?.refusal?.retryAfterSec).toBe(2);
+    clock.advance(2000);
+    expect(passes(l.preAdmit(input(t)))).toBe(true);
+    expect((await admit(l, input(t))).refusal).toBeNull();
+    await l.close();
+  });
+
+  it('uploads still in flight hold other heads back for one interval at most, not for as long as they last', async () => {
+    const clock = virtualClock('2026-03-10T12:00:00Z');
+    const l = await make(clock.now);
+    const t = tenant({ requestsPerSec: 10, requestBurst: 2 });
+    expect((await admit(l, input(t))).refusal).toBeNull();
+    expect((await admit(l, input(t))).refusal).toBeNull();
+    expect((await admit(l, input(t))).refusal?.code).toBe('rate_limited');
+    clock.advance(3_600_000);
+    // Two long uploads start; a third head waits.
+    expect(passes(l.preAdmit(input(t)))).toBe(true);
+    expect(passes(l.preAdmit(input(t)))).toBe(true);
+    expect(l.preAdmit(input(t))?.refusal?.code).toBe('rate_limited');
+    // 30 s later they are still uploading: a bodiless request is not held back by them.
+    clock.advance(30_000);
+    expect(passes(l.preAdmit(input(t)))).toBe(true);
+    expect((await admit(l, input(t))).refusal).toBeNull();
+    await l.close();
+  });
+
   it('a full bucket lets no more heads through at once than its burst, however the admits land', async () => {
     const clock = virtualClock('2026-03-10T12:00:00Z');
     const l = await make(clock.now);
