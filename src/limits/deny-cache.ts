@@ -15,7 +15,7 @@
  * interval has passed, whichever comes first: a head whose end was never seen (a pipelined
  * request whose connection died, say) or that is still uploading stops holding the others back
  * after an interval, when the bucket has refilled by one anyway. So bodies read stay within about
- * twice what the bucket refills, whatever the concurrency: without it, every upload that arrived
+ * twice what the bucket refills per interval, whatever the concurrency: without it, every upload that arrived
  * once the wait ended was read whole, only for all but one to be refused after it (1 MiB pushes
  * on 200 h2 streams: 2 MiB read per 429). The bucket is only ever the store's, set by its
  * decisions for the tenant; the count lives as long as the tenant's record, so a herd after a
@@ -113,7 +113,12 @@ export class DenyCache {
    */
   head(tenant: Tenant, now: number): CachedDenial | (() => void) | null {
     const h = this.#heads.get(tenant.id);
-    if (h === undefined || h.tenant !== tenant) return null;
+    if (h === undefined) return null;
+    if (h.tenant !== tenant) {
+      // The tenant's record changed: what the old one's refusal taught is dropped.
+      this.#heads.delete(tenant.id);
+      return null;
+    }
     const backlog = Math.max(h.tat, now) - now;
     const held = Math.floor((h.burst * h.intervalMs - backlog) / h.intervalMs + EPSILON);
     if (held >= MAX_COUNTED_HEADS) return null;

@@ -353,7 +353,8 @@ export class LeasedLimiter implements EdgeLimiter {
 
   /** One more sweep soon after a failed give-back (one timer for all tenants). */
   #retrySoon(): void {
-    if (this.#retryTimer || !this.#timer) return;
+    // While the breaker keeps Redis out, the next sweep tries again: no retries against a Redis that fails them at once.
+    if (this.#retryTimer || !this.#timer || this.#exact.mode() !== 'redis') return;
     this.#retryTimer = setTimeout(() => {
       this.#retryTimer = null;
       this.#sweep();
