@@ -47,7 +47,7 @@ interface HeadCount {
 
 /**
  * A bucket holding this many requests has room for any herd worth stopping: its heads are not
- * counted (which also bounds the list of heads kept per tenant).
+ * counted (which also bounds the list of heads kept per tenant: one is added only below it).
  */
 const MAX_COUNTED_HEADS = 64;
 
@@ -122,17 +122,11 @@ export class DenyCache {
     const backlog = Math.max(h.tat, now) - now;
     const held = Math.floor((h.burst * h.intervalMs - backlog) / h.intervalMs + EPSILON);
     if (held >= MAX_COUNTED_HEADS) return null;
-    // Heads in start order: drop from the front those released or counted for an interval already.
+    // Keep the heads still counting, in start order: not released, let through less than an interval ago.
     const heads = h.heads;
-    while (heads.length > 0 && (!heads[0]!.live || heads[0]!.at <= now - h.intervalMs)) heads.shift();
-    // Released heads behind a live one at the front (a slow upload) are dropped too before they pile up.
-    if (heads.length >= MAX_COUNTED_HEADS) {
-      let kept = 0;
-      for (const e of heads) if (e.live) heads[kept++] = e;
-      heads.length = kept;
-    }
     let live = 0;
-    for (let i = 0; i < heads.length; i++) if (heads[i]!.live) live++;
+    for (const e of heads) if (e.live && e.at > now - h.intervalMs) heads[live++] = e;
+    heads.length = live;
     if (live >= held) {
       // Until the bucket holds one more than the heads in flight take, or the oldest of them stops counting.
       const refillMs = backlog - (h.burst - live - 1) * h.intervalMs;
@@ -146,7 +140,7 @@ export class DenyCache {
     };
   }
 
-  /** The store's decision admitted a request: the tenant's head count follows its bucket. */
+  /** A decision of the store for the tenant (an admit, or a refusal on any dimension): its head count follows the bucket. */
   observe(tenant: Tenant, d: Decision, now: number): void {
     const h = this.#heads.get(tenant.id);
     if (h?.tenant === tenant) h.tat = now + d.resetMs;
@@ -154,8 +148,7 @@ export class DenyCache {
 
   /** Remembers the cacheable dimensions of a refused decision (`plan`: the one the store decided with). */
   record(tenant: Tenant, d: Decision, cost: LimitCost, now: number, monthEndMs: number, plan: LimitPlan): void {
-    const h = this.#heads.get(tenant.id);
-    if (h?.tenant === tenant) h.tat = now + d.resetMs;
+    if (this.#heads.get(tenant.id)?.tenant === tenant) this.observe(tenant, d, now);
     else if (d.refused & DIM_REQUESTS) this.#heads.set(tenant.id, { tenant, tat: now + d.resetMs, intervalMs: plan.requestIntervalMs, burst: plan.requestBurst, heads: [] });
     let entries = this.#byTenant.get(tenant.id);
     if (!entries) {
