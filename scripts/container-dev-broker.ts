@@ -4,7 +4,8 @@
  * reaches, so a TCP relay on 0.0.0.0 carries connections to it unchanged (byte for byte: the edge
  * talks to the broker exactly as it would without the relay).
  */
-import { connect, createServer, type AddressInfo, type Server } from 'node:net';
+import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
+import { pathToFileURL } from 'node:url';
 import { startDevBroker } from '../examples/dev-broker.js';
 
 export interface RelayedDevBroker {
@@ -17,8 +18,14 @@ export interface RelayedDevBroker {
 export async function startRelayedDevBroker(port: number, host = '0.0.0.0'): Promise<RelayedDevBroker> {
   const broker = await startDevBroker(0);
   const target = Number(new URL(broker.url).port);
+  const open = new Set<Socket>();
   const relay: Server = createServer((client) => {
     const upstream = connect(target, '127.0.0.1');
+    open.add(client);
+    client.once('close', () => {
+      open.delete(client);
+      upstream.destroy();
+    });
     client.pipe(upstream).pipe(client);
     // pipe() carries each end across; an error on either side ends both.
     client.on('error', () => upstream.destroy());
@@ -31,13 +38,16 @@ export async function startRelayedDevBroker(port: number, host = '0.0.0.0'): Pro
   return {
     port: (relay.address() as AddressInfo).port,
     async close() {
-      await new Promise<void>((resolve) => relay.close(() => resolve()));
+      // The edge keeps its connections alive: end them, or close() would wait for them forever.
+      const closed = new Promise<void>((resolve) => relay.close(() => resolve()));
+      for (const s of open) s.destroy();
+      await closed;
       await broker.close();
     },
   };
 }
 
-if (process.argv[1] && import.meta.url.endsWith(process.argv[1].replace(/\\/g, '/'))) {
+if (process.argv[1] && pathToFileURL(process.argv[1]).href === import.meta.url) {
   const b = await startRelayedDevBroker(Number(process.env.PORT ?? 6632));
   console.log(`development broker (in memory, NOT FOR PRODUCTION) on 0.0.0.0:${b.port}`);
   const stop = (): void => void b.close().then(() => process.exit(0));
