@@ -4,10 +4,11 @@
  * exposes, and docs/troubleshooting.md has a section for every error code and every alert.
  */
 import { execFile } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
-import { parse } from 'yaml';
+import { parse, stringify } from 'yaml';
 import { describe, expect, it } from 'vitest';
 import { ERROR_CATALOGUE, OPERATOR_ERRORS } from '../../src/errors.js';
 import { createMetrics } from '../../src/observability/metrics.js';
@@ -97,6 +98,21 @@ describe('ops kit', { timeout: 20_000 }, () => {
 
   it('docs/troubleshooting.md has a section for every error code', () => {
     for (const code of [...Object.keys(ERROR_CATALOGUE), ...Object.keys(OPERATOR_ERRORS)]) expect(anchors.has(code), code).toBe(true);
+  });
+
+  it('every dashboard query is PromQL that promtool parses (its variables filled in)', async () => {
+    const exprs = dashboard.panels.flatMap((p) => (p.targets ?? []).map((t) => t.expr));
+    const filled = exprs.map((e) => e.replaceAll('$__rate_interval', '5m').replace(/\$(instance|tenant)\b/g, '.*'));
+    expect(filled.join('\n')).not.toContain('$');
+    const dir = mkdtempSync(join(tmpdir(), 'qe-dashboard-'));
+    try {
+      const file = join(dir, 'dashboard-queries.yaml');
+      writeFileSync(file, stringify({ groups: [{ name: 'dashboard', rules: filled.map((expr, i) => ({ record: `dashboard:query_${i}`, expr })) }] }));
+      const check = await run('promtool', ['check', 'rules', file]);
+      expect(check.stdout).toContain(`SUCCESS: ${filled.length} rules found`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('the dashboard has unique panel ids and every query goes through the data source variable', () => {
