@@ -283,7 +283,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         body: streamed ? streamedBody(req) : body,
         headersTimeoutMs: timeout,
         bodyTimeoutMs: timeout,
-        capture: route.meter !== 'none' && route.meter !== 'transaction',
+        capture: route.meter !== 'none',
         responseHeaders: ctx.headers,
         lane: laneOf(route, match.params, pop, facts),
         parked,
