@@ -67,12 +67,15 @@ class DecodingMeter implements AnswerMeter {
   #failed = false;
   #ended = false;
   #done: ((outcome: MeterOutcome) => void) | null = null;
+  #resume: (() => void) | null = null;
 
   constructor(decoder: Transform) {
     this.#decoder = decoder;
     decoder.on('data', (chunk: Buffer) => this.#scanner.write(chunk));
     decoder.on('error', () => {
       this.#failed = true;
+      // A relay paused for this decoder must not wait for a drain that will never come.
+      this.#resume?.();
       this.#finish();
     });
     decoder.on('end', () => {
@@ -86,6 +89,7 @@ class DecodingMeter implements AnswerMeter {
   }
 
   onDrain(resume: () => void): void {
+    this.#resume = resume;
     this.#decoder.on('drain', resume);
   }
 
