@@ -88,7 +88,7 @@ describe('AnswerScanner', () => {
         const text = `${st.ws}${render(d, st)}${st.ws}`;
         expect(scan(text, at)).toEqual(reference(JSON.parse(text)));
       }),
-      { numRuns: 2000 },
+      { numRuns: 500 },
     );
   });
 
@@ -99,7 +99,7 @@ describe('AnswerScanner', () => {
         const buf = Buffer.from(text);
         expect(scan(buf, Array.from({ length: buf.length }, (_, i) => i))).toEqual(reference(JSON.parse(text)));
       }),
-      { numRuns: 300 },
+      { numRuns: 200 },
     );
   });
 
@@ -109,7 +109,7 @@ describe('AnswerScanner', () => {
         const buf = Buffer.from(render(d, st));
         expect(scan(buf.subarray(0, end % buf.length), at)).toBeNull();
       }),
-      { numRuns: 1000 },
+      { numRuns: 500 },
     );
   });
 
