@@ -86,9 +86,7 @@ export class AnswerScanner {
   // The string being read.
   #isKey = false;
   #capturing = false;
-  /** Backslashes that ended the previous chunk inside a string not captured. */
-  #carry = 0;
-  /** The previous captured byte was an escaping backslash. */
+  /** The previous byte of the string was an escaping backslash. */
   #escaped = false;
   #hasEscape = false;
   readonly #buf = Buffer.allocUnsafe(CAPTURE_BYTES);
@@ -234,7 +232,6 @@ export class AnswerScanner {
     this.#opened = false;
     this.#isKey = isKey;
     this.#capturing = isKey ? this.#metered() : this.#role === LEASE_ID || this.#role === STATUS;
-    this.#carry = 0;
     this.#escaped = false;
     this.#hasEscape = false;
     this.#len = 0;
@@ -242,24 +239,37 @@ export class AnswerScanner {
     this.#state = STRING;
   }
 
-  /** Skips to the string's closing quote: a quote after an even run of backslashes. */
+  /** Skips to the string's closing quote. */
   #skipString(chunk: Uint8Array, from: number): number {
+    // Short strings: a plain loop costs less than a native call.
+    const stop = Math.min(chunk.length, from + 32);
     let i = from;
+    for (; i < stop; i++) {
+      const b = chunk[i]!;
+      if (this.#escaped) this.#escaped = false;
+      else if (b === BACKSLASH) this.#escaped = true;
+      else if (b === QUOTE) {
+        this.#endString();
+        return i + 1;
+      }
+    }
+    if (i === chunk.length) return i;
+    // Long strings: jump from quote to quote; one after an odd run of backslashes is escaped.
+    /** Parity of the backslash run that ends right before `i`. */
+    let carry = this.#escaped ? 1 : 0;
     for (;;) {
       const q = chunk.indexOf(QUOTE, i);
+      const end = q < 0 ? chunk.length : q;
+      let k = end - 1;
+      while (k >= i && chunk[k] === BACKSLASH) k--;
+      const run = end - 1 - k + (k < i ? carry : 0);
       if (q < 0) {
-        let k = chunk.length - 1;
-        while (k >= i && chunk[k] === BACKSLASH) k--;
-        const run = chunk.length - 1 - k;
-        this.#carry = k < i && i === from ? this.#carry + run : run;
+        this.#escaped = (run & 1) === 1;
         return chunk.length;
       }
-      let k = q - 1;
-      while (k >= i && chunk[k] === BACKSLASH) k--;
-      let run = q - 1 - k;
-      if (k < i && i === from) run += this.#carry;
-      this.#carry = 0;
+      carry = 0;
       if ((run & 1) === 0) {
+        this.#escaped = false;
         this.#endString();
         return q + 1;
       }
@@ -320,6 +330,8 @@ export class AnswerScanner {
 
   /** The role of the key just read; resets the fact it names (the last duplicate key wins). */
   #keyRole(): number {
+    // Every key compared is 6 to 8 bytes; an escaped one may be longer.
+    if (!this.#hasEscape && (this.#len < 6 || this.#len > 8)) return NONE;
     const top = this.#depth === 1;
     for (const [name, atTop, inItem] of KEY_NAMES) {
       const role = top ? atTop : inItem;

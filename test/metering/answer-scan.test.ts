@@ -39,7 +39,9 @@ type Doc = { t: 'raw'; v: unknown } | { t: 'arr'; items: Doc[] } | { t: 'obj'; p
 
 /** Strings that look like what the scanner looks for, or that are hard to skip. */
 const tricky = fc.constantFrom('messages', '"messages"', 'status', 'success', 'leaseId', 'queued', 'duplicate', 'buffered', 'failed', 'true', '\\', '\\"', '"', '\\\\"', 'é', '😀', '\u2028', '\u0001', '{[', ']}', ',:');
-const text = fc.oneof(tricky, fc.string({ maxLength: 12 }), fc.string({ unit: 'grapheme', maxLength: 8 }), fc.string({ unit: 'binary', maxLength: 8 }));
+/** Long strings with runs of quotes and backslashes, so chunk cuts land inside and around them. */
+const long = fc.array(fc.constantFrom('a', '\\', '"', 'é', 'x'.repeat(40)), { maxLength: 10 }).map((parts) => parts.join(''));
+const text = fc.oneof(tricky, long, fc.string({ maxLength: 12 }), fc.string({ unit: 'grapheme', maxLength: 8 }), fc.string({ unit: 'binary', maxLength: 8 }));
 const key = fc.oneof({ weight: 3, arbitrary: fc.constantFrom('messages', 'leaseId', 'success', 'status') }, { weight: 2, arbitrary: text });
 const scalar = fc.oneof(fc.constantFrom(true, false, null, 'queued', 'duplicate', 'buffered', 'failed'), fc.integer(), fc.double({ noNaN: true, noDefaultInfinity: true }), text);
 
