@@ -3,7 +3,7 @@
  * keeping it (docs/operating.md, "Metering"): a byte-level JSON tokenizer that tracks nesting depth,
  * strings and escapes, and only the keys the counting rules of counts.ts look at. Memory is a few
  * fields plus a 256-byte buffer for the short strings it compares, whatever the answer's size or
- * nesting; the bytes inside strings it does not need are skipped with Buffer#indexOf.
+ * nesting; long strings it does not need are skipped with Buffer#indexOf, short ones by a plain loop.
  *
  * It agrees with JSON.parse on every valid document (duplicate keys: the last one wins). It checks
  * the structure (brackets, keys, colons, commas, one top-level value) and the literals, but not the
