@@ -256,7 +256,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       // From here undici reads the body; what it leaves is discarded (by Node on h1, below on h2).
       ctx.closeOnRefusal = false;
     }
-    // Metering and lease learning read the relayed body of pushes, pops and acks.
+    // Metering and lease learning read the relayed answers of pushes, pops, acks and transactions as they pass.
     const parked = pop?.wait === true;
     if (parked) d.metrics.parked(tenant.id, 1);
     try {
@@ -283,7 +283,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         body: streamed ? streamedBody(req) : body,
         headersTimeoutMs: timeout,
         bodyTimeoutMs: timeout,
-        capture: route.meter !== 'none' && route.meter !== 'transaction',
+        capture: route.meter !== 'none',
         responseHeaders: ctx.headers,
         lane: laneOf(route, match.params, pop, facts),
         parked,
