@@ -277,7 +277,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
           requestId: ctx.id,
           trustProxy: config.server.trustProxy,
           authorization,
-          tenantHeader: config.upstreamIdentity.tenantHeader ? tenant.id : null,
+          tenantHeader: config.upstreamIdentity.tenantHeader || tenant.tenancyAwareBrokers ? tenant.id : null,
           contentLength: body || streamed ? bodyLength : null,
         }),
         body: streamed ? streamedBody(req) : body,
