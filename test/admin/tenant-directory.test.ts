@@ -142,7 +142,9 @@ describe('a broker is dedicated to one tenant unless declared tenancy-aware', ()
     // b1 is declared by every tenant on it: one more that does not declare it is refused too.
     expect((await admin(edge, 'PUT', '/admin/v1/tenants/lodger', { body: tenantBody(['lodger.localhost'], [b1.url], { tenancyAwareBrokers: false }) })).status).toBe(409);
     expect((await admin(edge, 'PUT', '/admin/v1/tenants/solo', { body: tenantBody(['solo.localhost'], [b2.url], { tenancyAwareBrokers: true }) })).status).toBe(200);
-    expect((await admin(edge, 'PUT', '/admin/v1/tenants/lodger', { body: tenantBody(['lodger.localhost'], [same], { tenancyAwareBrokers: true }) })).status).toBe(200);
+    const shared = await admin(edge, 'PUT', '/admin/v1/tenants/lodger', { body: tenantBody(['lodger.localhost'], [same], { tenancyAwareBrokers: true }) });
+    expect(shared.status).toBe(200);
+    expect(shared.json).toMatchObject({ id: 'lodger', brokers: [same.replace(/\/+$/, '')], tenancyAwareBrokers: true });
   });
 
   it('requests of a tenant on declared brokers carry x-queen-tenant with its id, replacing the client\'s', async () => {
