@@ -149,7 +149,7 @@ export function buildSnapshot(file: FileDirectory, records: RedisRecords, previo
   const owner = new Map<string, string>();
   const inForce = new Map<string, RawTenant>();
   /** Tenants in force by the brokers (brokerIdentity) they list. */
-  const brokerUsers = new Map<string, string[]>();
+  const brokerUsers = new Map<string, BrokerUsers>();
   const takenBy = (id: string, raw: RawTenant): string | undefined => {
     for (const h of raw.hosts) {
       const other = owner.get(canonicalHost(h));
@@ -171,9 +171,10 @@ export function buildSnapshot(file: FileDirectory, records: RedisRecords, previo
     inForce.set(id, raw);
     for (const h of raw.hosts) owner.set(canonicalHost(h), id);
     for (const b of new Set(raw.brokers.map(brokerIdentity))) {
-      const users = brokerUsers.get(b);
-      if (users) users.push(id);
-      else brokerUsers.set(b, [id]);
+      let users = brokerUsers.get(b);
+      if (users === undefined) brokerUsers.set(b, (users = { all: [], undeclared: [] }));
+      users.all.push(id);
+      if (!raw.tenancyAwareBrokers) users.undeclared.push(id);
     }
   };
   for (const [id, raw] of fromFile) {
@@ -221,14 +222,21 @@ export function buildSnapshot(file: FileDirectory, records: RedisRecords, previo
   return { snapshot: { byId, byHost, plans, records: inForce, storage, blocked, compiled }, rejected };
 }
 
+/** The tenants in force on one broker, and those of them that did not declare it tenancy-aware. */
+interface BrokerUsers {
+  readonly all: string[];
+  readonly undeclared: string[];
+}
+
 /**
  * Why tenant `id` may not list broker `url` that tenants `users` (in force) already list; undefined
  * when it may. Broker 0.15 has no notion of the edge's tenants: two tenants on one broker read,
  * pop and delete each other's queues, unless every tenant on it declares the broker tenancy-aware
  * (docs/tenancy.md, "Dedicated and shared brokers").
  */
-function sharedBroker(id: string, raw: RawTenant, url: string, users: readonly string[] | undefined, inForce: ReadonlyMap<string, RawTenant>): string | undefined {
-  const other = users?.find((u) => u !== id && !(raw.tenancyAwareBrokers && inForce.get(u)!.tenancyAwareBrokers));
+function sharedBroker(id: string, raw: RawTenant, url: string, users: BrokerUsers | undefined, inForce: ReadonlyMap<string, RawTenant>): string | undefined {
+  // Each search ends within a step or two: the rule admits at most one undeclared user per broker.
+  const other = (raw.tenancyAwareBrokers ? users?.undeclared : users?.all)?.find((u) => u !== id);
   if (other === undefined) return undefined;
   const undeclared = [id, other].filter((t) => !(t === id ? raw : inForce.get(t)!).tenancyAwareBrokers);
   return (
