@@ -12,6 +12,7 @@ import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ADMIN_GROUPS, adminUsage } from './admin/cli-commands.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
+import { compileTables } from './tables.js';
 import type { RawConfig } from './config/schema.js';
 
 /** Exit code for a bad command line or an invalid configuration. */
@@ -86,6 +87,8 @@ async function main(argv: string[]): Promise<number> {
   let config;
   try {
     config = await loadConfigFile(args.configPath);
+    // The directory's rules (ids, hosts, shared brokers) are configuration problems too: exit 2, no stack.
+    compileTables(config);
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     process.stderr.write(`queen-edge: ${args.configPath}: ${err.message}\n`);

@@ -11,8 +11,8 @@ import { isAllowed } from './auth/access.js';
 import { extractToken, type Identity, type TokenVerifier } from './auth/jwt.js';
 import { unverifiedTenantClaim, type TenantVerifiers } from './auth/verifiers.js';
 import type { UpstreamMinter } from './auth/mint.js';
-import type { RawConfig } from './config/schema.js';
-import { actualResponseHeaders, preflightVerdict } from './cors/policy.js';
+import { MAX_HOST_LENGTH, type RawConfig } from './config/schema.js';
+import { actualResponseHeaders, preflightVerdict, withoutActualResponseHeaders } from './cors/policy.js';
 import { edgeError, isEdgeError, renderError, type EdgeError, type ErrorCode } from './errors.js';
 import { clientKey, type ClientLimits } from './limits/client-limits.js';
 import type { Admission, Limiter } from './limits/limiter.js';
@@ -28,7 +28,7 @@ import type { RouteSpec } from './routes/table.js';
 import { ackFacts, bodyTooLarge, pushFacts, readBody, transactionFacts, type BodyFacts } from './stages/body.js';
 import { parsePopQuery, type PopQuery } from './stages/pop-query.js';
 import { acceptableRequestId, upstreamHeaders } from './upstream/upstream-headers.js';
-import { canonicalHost, type Tenant, type TenantDirectory } from './tenants/model.js';
+import { canonicalHost, hostTooLong, type Tenant, type TenantDirectory } from './tenants/model.js';
 import { candidateTenant, tokenFits } from './tenants/resolve.js';
 import { clientGone } from './upstream/forward.js';
 import { popNamespaceLaneKey, popQueueLaneKey, pushLaneKey } from './upstream/lane-key.js';
@@ -130,12 +130,16 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
 
     // 1. Tenant by host.
     const host = hostOf(req);
+    if (hostTooLong(host)) return refuse(res, ctx, edgeError('invalid_request', `host name longer than ${MAX_HOST_LENGTH} characters`));
     const hostTenant = host === '' ? undefined : d.tenants.byHost(host);
 
-    // 2. CORS, before authentication: preflights carry no token.
+    // 2. CORS, before authentication: preflights carry no token. On a host no tenant lists, the
+    // default tenant's policy answers here and the acting tenant's is checked once the token named
+    // it (docs/browser.md).
     const origin = ONE_OF(req.headers.origin);
+    const corsTenant = hostTenant ?? (defaultTenantId ? d.tenants.byId(defaultTenantId) : undefined);
     if (origin !== undefined) {
-      const policy = (hostTenant ?? (defaultTenantId ? d.tenants.byId(defaultTenantId) : undefined))?.cors;
+      const policy = corsTenant?.cors;
       const preflightMethod = ONE_OF(req.headers['access-control-request-method']);
       if (req.method === 'OPTIONS' && preflightMethod !== undefined) {
         const verdict = policy ? preflightVerdict(policy, origin, preflightMethod, ONE_OF(req.headers['access-control-request-headers'])) : null;
@@ -178,6 +182,10 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       if (unfit) return refuse(res, ctx, unfit);
       tenant = candidate;
       ctx.tenant = tenant; // refusals from here on are metered for the tenant
+      if (origin !== undefined && tenant !== corsTenant && !tenant.cors.allows(origin)) {
+        withoutActualResponseHeaders(ctx.headers);
+        return refuse(res, ctx, edgeError('forbidden', 'origin not allowed'));
+      }
       // 7. Authorize: role set against access set.
       if (!isAllowed(verified.roles, route.access)) return refuse(res, ctx, edgeError('forbidden', 'role not allowed on this route'));
       // 8. Tenant gates.
@@ -277,7 +285,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
           requestId: ctx.id,
           trustProxy: config.server.trustProxy,
           authorization,
-          tenantHeader: config.upstreamIdentity.tenantHeader ? tenant.id : null,
+          tenantHeader: config.upstreamIdentity.tenantHeader || tenant.tenancyAwareBrokers ? tenant.id : null,
           contentLength: body || streamed ? bodyLength : null,
         }),
         body: streamed ? streamedBody(req) : body,

@@ -108,6 +108,7 @@ function tenantSummary(t: Tenant, store: TenantStore): Record<string, unknown> {
     plan: t.plan.id,
     hosts: t.hosts,
     brokers: t.brokers,
+    tenancyAwareBrokers: t.tenancyAwareBrokers,
     storage: { usedBytes: store.storageUsed(t.id) ?? null, blocked: store.storageBlocked(t.id) },
   };
 }

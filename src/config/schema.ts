@@ -8,6 +8,15 @@ const port = z.number().int().min(0).max(65535);
 const host = z.string().min(1);
 const url = z.url({ protocol: /^https?$/ });
 const nonNeg = z.number().int().min(0);
+/** Longest host name (RFC 1035 §2.3.4, as text without the trailing dot): longer is never a real name. */
+export const MAX_HOST_LENGTH = 253;
+/** A trailing dot is not counted. */
+const withinHostLength = [
+  (h: string): boolean => h.length <= MAX_HOST_LENGTH || (h.length === MAX_HOST_LENGTH + 1 && h.endsWith('.')),
+  { message: `a host name is at most ${MAX_HOST_LENGTH} characters` },
+] as const;
+/** A host name as tenants list it. */
+const hostName = z.string().min(1).refine(...withinHostLength);
 
 export const ROLE_NAMES = ['read-only', 'write-only', 'read-write', 'admin'] as const;
 export const FEATURES = ['streams', 'traces', 'kv', 'timers', 'ephemeral', 'analytics'] as const;
@@ -73,8 +82,14 @@ export const tenantAuthSchema = z
 export const tenantSchema = z.strictObject({
   status: z.enum(['active', 'suspended']).default('active'),
   plan: z.string().min(1),
-  hosts: z.array(z.string().min(1)).default([]),
+  hosts: z.array(hostName).default([]),
   brokers: z.array(url).min(1),
+  /**
+   * added: the brokers were started with tenancy enabled and scope everything by `x-queen-tenant`,
+   * which the edge then always sends. Only such brokers may be listed by more than one tenant
+   * (docs/tenancy.md, "Dedicated and shared brokers").
+   */
+  tenancyAwareBrokers: z.boolean().default(false),
   cors: z.strictObject({ origins: z.array(z.string().min(1)).default([]) }).default({ origins: [] }),
   /** added: per-tenant overrides of the plan's limits. */
   limits: limits.partial().optional(),
@@ -104,7 +119,7 @@ export const configSchema = z.strictObject({
       port: port.nullable().default(9090),
       token: z.string().nullable().default(null),
       /** added: DNS names the admin listener answers to besides IP literals, `localhost` and `host` (DNS rebinding guard). */
-      allowedHosts: z.array(z.string().regex(/^[A-Za-z0-9._-]+$/, 'a host name, without scheme, port or path')).default([]),
+      allowedHosts: z.array(z.string().regex(/^[A-Za-z0-9._-]+$/, 'a host name, without scheme, port or path').refine(...withinHostLength)).default([]),
     }).prefault({}),
     bodyLimitBytes: z.number().int().positive().default(16 * 1024 * 1024),
     longPoll: z.strictObject({

@@ -106,6 +106,13 @@ export function actualResponseHeaders(origin: string): Readonly<Record<string, s
   };
 }
 
+/** Removes what actualResponseHeaders added (Vary stays: the answer still depends on Origin). */
+export function withoutActualResponseHeaders(headers: Record<string, string>): void {
+  delete headers['access-control-allow-origin'];
+  delete headers['access-control-expose-headers'];
+  delete headers['timing-allow-origin'];
+}
+
 /** True for a response header the broker may send that the edge owns instead. */
 export function isCorsHeader(lowerName: string): boolean {
   return lowerName.startsWith('access-control-');

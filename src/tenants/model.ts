@@ -2,7 +2,7 @@
  * Runtime shapes of plans and tenants: compiled once from the config file (and later from Redis
  * records), frozen, and read by the pipeline without re-parsing.
  */
-import type { Feature, RawPlan, RawTenant, RawTenantAuth } from '../config/schema.js';
+import { MAX_HOST_LENGTH, type Feature, type RawPlan, type RawTenant, type RawTenantAuth } from '../config/schema.js';
 import { compileCorsPolicy, type CorsPolicy } from '../cors/policy.js';
 
 /** Tenant and plan ids: usable inside a Redis hash tag and a URL path segment. */
@@ -41,6 +41,8 @@ export interface Tenant {
   readonly hosts: readonly string[];
   /** Broker base URLs, without trailing slash. */
   readonly brokers: readonly string[];
+  /** The brokers scope data by `x-queen-tenant` (may be shared): every request carries it. */
+  readonly tenancyAwareBrokers: boolean;
   readonly cors: CorsPolicy;
   readonly boundedLoadFactor: number | null;
   /** The tenant's own token settings (docs/tenancy.md); null = global keys plus the tenant claim. */
@@ -57,6 +59,11 @@ export function compilePlan(id: string, raw: RawPlan): Plan {
   });
 }
 
+/** True for a name (canonicalHost form) no DNS name can be: what a request, the file or the admin API may not use. */
+export function hostTooLong(canonical: string): boolean {
+  return canonical.length > MAX_HOST_LENGTH;
+}
+
 /**
  * A host as tenants are listed and found by it: lower case, without the trailing dot of a fully
  * qualified name (`acme.example.com.` is `acme.example.com`, RFC 1034 §3.1), so neither spelling,
@@ -67,8 +74,12 @@ export function canonicalHost(name: string): string {
   return lower.length > 1 && lower.endsWith('.') ? lower.slice(0, -1) : lower;
 }
 
-/** `auth` may be left out: a tenant without its own identity provider. */
-export function compileTenant(id: string, raw: Omit<RawTenant, 'auth'> & { readonly auth?: RawTenantAuth | null }, plan: Plan): Tenant {
+/** `auth` and `tenancyAwareBrokers` may be left out: no identity provider of its own, dedicated brokers. */
+export function compileTenant(
+  id: string,
+  raw: Omit<RawTenant, 'auth' | 'tenancyAwareBrokers'> & { readonly auth?: RawTenantAuth | null; readonly tenancyAwareBrokers?: boolean },
+  plan: Plan,
+): Tenant {
   return Object.freeze({
     id,
     status: raw.status,
@@ -76,6 +87,7 @@ export function compileTenant(id: string, raw: Omit<RawTenant, 'auth'> & { reado
     limits: Object.freeze({ ...plan.limits, ...(raw.limits ?? {}) }),
     hosts: Object.freeze(raw.hosts.map(canonicalHost)),
     brokers: Object.freeze(raw.brokers.map((b) => b.replace(/\/+$/, ''))),
+    tenancyAwareBrokers: raw.tenancyAwareBrokers ?? false,
     cors: compileCorsPolicy(raw.cors.origins),
     boundedLoadFactor: raw.boundedLoadFactor,
     auth: raw.auth ? Object.freeze({ ...raw.auth }) : null,

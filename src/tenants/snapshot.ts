@@ -16,6 +16,7 @@
  */
 import type { z } from 'zod';
 import { planSchema, tenantSchema, type RawPlan, type RawTenant } from '../config/schema.js';
+import { brokerIdentity } from './brokers.js';
 import { sameTrust, type TrustSettings } from './resolve.js';
 import { storageVerdict } from './storage.js';
 import { canonicalHost, compilePlan, compileTenant, ID_PATTERN, type Plan, type Tenant } from './model.js';
@@ -144,13 +145,19 @@ export function buildSnapshot(file: FileDirectory, records: RedisRecords, previo
     else fromRedis.set(id, parsed as RawTenant);
   }
 
-  // Hosts: file versions first (in file order), then records by id; a later claim loses.
+  // Hosts and brokers: file versions first (in file order), then records by id; a later claim loses.
   const owner = new Map<string, string>();
   const inForce = new Map<string, RawTenant>();
+  /** Tenants in force by the brokers (brokerIdentity) they list. */
+  const brokerUsers = new Map<string, BrokerUsers>();
   const takenBy = (id: string, raw: RawTenant): string | undefined => {
     for (const h of raw.hosts) {
       const other = owner.get(canonicalHost(h));
       if (other !== undefined && other !== id) return `hosts: host "${canonicalHost(h)}" is already listed by tenant "${other}"`;
+    }
+    for (const b of raw.brokers) {
+      const shared = sharedBroker(id, raw, b, brokerUsers.get(brokerIdentity(b)), inForce);
+      if (shared) return shared;
     }
     if (raw.auth) {
       if (file.auth && sameTrust(raw.auth, file.auth)) return 'auth: trusts the same tokens as the global auth settings (same key, no distinct issuer or audience)';
@@ -163,6 +170,12 @@ export function buildSnapshot(file: FileDirectory, records: RedisRecords, previo
   const admit = (id: string, raw: RawTenant): void => {
     inForce.set(id, raw);
     for (const h of raw.hosts) owner.set(canonicalHost(h), id);
+    for (const b of new Set(raw.brokers.map(brokerIdentity))) {
+      let users = brokerUsers.get(b);
+      if (users === undefined) brokerUsers.set(b, (users = { all: [], undeclared: [] }));
+      users.all.push(id);
+      if (!raw.tenancyAwareBrokers) users.undeclared.push(id);
+    }
   };
   for (const [id, raw] of fromFile) {
     if (fromRedis.has(id)) continue;
@@ -207,6 +220,30 @@ export function buildSnapshot(file: FileDirectory, records: RedisRecords, previo
     if (storageVerdict(storage.get(id), tenant.plan.storageBytes, previous?.blocked.has(id) ?? false)) blocked.add(id);
   }
   return { snapshot: { byId, byHost, plans, records: inForce, storage, blocked, compiled }, rejected };
+}
+
+/** The tenants in force on one broker, and those of them that did not declare it tenancy-aware. */
+interface BrokerUsers {
+  readonly all: string[];
+  readonly undeclared: string[];
+}
+
+/**
+ * Why tenant `id` may not list broker `url` that tenants `users` (in force) already list; undefined
+ * when it may. Broker 0.15 has no notion of the edge's tenants: two tenants on one broker read,
+ * pop and delete each other's queues, unless every tenant on it declares the broker tenancy-aware
+ * (docs/tenancy.md, "Dedicated and shared brokers").
+ */
+function sharedBroker(id: string, raw: RawTenant, url: string, users: BrokerUsers | undefined, inForce: ReadonlyMap<string, RawTenant>): string | undefined {
+  // Each search ends within a step or two: the rule admits at most one undeclared user per broker.
+  const other = (raw.tenancyAwareBrokers ? users?.undeclared : users?.all)?.find((u) => u !== id);
+  if (other === undefined) return undefined;
+  const undeclared = [id, other].filter((t) => !(t === id ? raw : inForce.get(t)!).tenancyAwareBrokers);
+  return (
+    `brokers: tenant "${id}" and tenant "${other}" both list broker "${url}" (host and port ${brokerIdentity(url)}) and would read ` +
+    `each other's queues: give each tenant its own brokers, or, for a broker that scopes data by x-queen-tenant, set ` +
+    `tenancyAwareBrokers: true on ${undeclared.map((t) => `tenant "${t}"`).join(' and ')} (docs/tenancy.md)`
+  );
 }
 
 /** True when `next` differs from `prev` in anything a reader can observe. */

@@ -222,6 +222,10 @@ class Directory implements TenantStore {
     const trial = buildSnapshot(this.#file, { ...r, tenants: new Map(r.tenants).set(id, text), deleted, status }, this.#snap);
     const refused = trial.rejected.find((x) => x.kind === 'tenant' && x.id === id && x.source === 'redis');
     if (refused) return refused.conflict ? { ok: false, problems: refused.problems, conflict: true } : { ok: false, problems: refused.problems };
+    // Among records the lower id wins a clash, so a new record could push a tenant in force out of
+    // the directory (or back to its file version): such a write is a conflict too.
+    const displaced = trial.rejected.find((x) => x.kind === 'tenant' && x.id !== id && x.conflict && trial.snapshot.byId.get(x.id) !== this.#snap.byId.get(x.id));
+    if (displaced) return { ok: false, problems: displaced.problems.map((p) => `would displace tenant "${displaced.id}": ${p}`), conflict: true };
     const k = this.#keys;
     await redis.multi().set(k.tenant(id), text).sadd(k.tenants, id).srem(k.deleted, id).hdel(k.status, id).exec();
     await this.#announce(`tenant:${id}`);

@@ -53,7 +53,8 @@ describe('queen-edge tenants / usage', () => {
   it('tenants put --file, suspend, resume', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'qe-cli-'));
     const file = join(dir, 'gamma.json');
-    await writeFile(file, JSON.stringify({ plan: 'test', brokers: [broker.url], hosts: ['gamma.localhost'] }));
+    // gamma's own broker (never called here): acme's would be a shared broker, which needs tenancyAwareBrokers on both.
+    await writeFile(file, JSON.stringify({ plan: 'test', brokers: ['http://127.0.0.1:1'], hosts: ['gamma.localhost'] }));
     const put = await cli('tenants', 'put', 'gamma', '--file', file);
     expect(put).toMatchObject({ code: 0, out: 'tenant gamma saved (active, plan test)\n' });
     expect((await cli('tenants', 'suspend', 'gamma')).out).toBe('tenant gamma suspended\n');

@@ -27,7 +27,11 @@ beforeAll(async () => {
   const config = testConfig([b1.url], {
     redis: { url: SHARED_REDIS_URL, keyPrefix: prefix, timeoutMs: 1000 },
     server: { admin: { token: 'admin-token-for-tests-0123456789' } },
-    tenants: { globex: { plan: 'test', hosts: ['globex.localhost'], brokers: [b1.url], cors: { origins: ['https://globex.example'] } } },
+    // b1 is shared by every tenant on it, so each declares it tenancy-aware; b2 and b3 are dedicated.
+    tenants: {
+      acme: { tenancyAwareBrokers: true },
+      globex: { plan: 'test', hosts: ['globex.localhost'], brokers: [b1.url], tenancyAwareBrokers: true, cors: { origins: ['https://globex.example'] } },
+    },
   });
   edge = await startEdge(config, { log: captured.log });
 });
@@ -41,7 +45,7 @@ afterAll(async () => {
 
 const isProbe = (r: RecordedRequest) => r.path === '/health' && r.headers['x-request-id'] === undefined;
 const probes = (b: BrokerDouble) => b.requests.filter(isProbe).length;
-const tenantBody = (hosts: string[], brokers: string[], extra: Record<string, unknown> = {}) => ({ plan: 'test', hosts, brokers, ...extra });
+const tenantBody = (hosts: string[], brokers: string[], extra: Record<string, unknown> = {}) => ({ plan: 'test', hosts, brokers, ...(brokers.includes(b1.url) ? { tenancyAwareBrokers: true } : {}), ...extra });
 
 describe('hosts are unique across tenants', () => {
   it('a PUT listing a host another tenant lists is 409 conflict and changes nothing', async () => {
@@ -58,6 +62,17 @@ describe('hosts are unique across tenants', () => {
     // Moving a host: first release it, then claim it.
     expect((await admin(edge, 'PUT', '/admin/v1/tenants/first', { body: tenantBody(['other.localhost'], [b1.url]) })).status).toBe(200);
     expect((await admin(edge, 'PUT', '/admin/v1/tenants/second', { body: tenantBody(['first.localhost'], [b1.url]) })).status).toBe(200);
+  });
+});
+
+describe('a write never displaces a tenant in force', () => {
+  it('a record whose id sorts first cannot take the host of a record in force: 409, and the holder stays', async () => {
+    expect((await admin(edge, 'PUT', '/admin/v1/tenants/zz-holder', { body: tenantBody(['held.localhost'], [b1.url]) })).status).toBe(200);
+    const taker = await admin(edge, 'PUT', '/admin/v1/tenants/aa-taker', { body: tenantBody(['held.localhost'], [b1.url]) });
+    expect(taker.status).toBe(409);
+    expect(taker.json.problems).toEqual(['would displace tenant "zz-holder": hosts: host "held.localhost" is already listed by tenant "aa-taker"']);
+    expect((await admin(edge, 'GET', '/admin/v1/tenants/zz-holder')).status).toBe(200);
+    expect((await admin(edge, 'GET', '/admin/v1/tenants/aa-taker')).status).toBe(404);
   });
 });
 
@@ -83,7 +98,7 @@ describe('brokers follow the directory', () => {
 describe('the admin view', () => {
   it('shows the record in force, not a Redis record the directory rejected', async () => {
     const k = directoryKeys(prefix);
-    const rejected = JSON.stringify({ plan: 'gold', hosts: ['globex.localhost'], brokers: [b1.url], cors: { origins: ['https://rejected.example'] } });
+    const rejected = JSON.stringify({ plan: 'gold', hosts: ['globex.localhost'], brokers: [b1.url], tenancyAwareBrokers: true, cors: { origins: ['https://rejected.example'] } });
     await redis.multi().set(k.tenant('globex'), rejected).sadd(k.tenants, 'globex').exec();
     await redis.publish(k.changes, 'tenant:globex');
     await waitFor(() => captured.lines.some((l) => l.key === k.tenant('globex')), 3000, 'the store to judge the record');
@@ -106,5 +121,45 @@ describe('a tenant with its own identity provider, set through the admin API', (
     const global = await token({ roles: ['read-write'], tenant: 'delta' });
     expect((await call(edge, 'GET', '/api/v1/pop/queue/q', { token: global, host: 'delta.localhost' })).status).toBe(401);
     expect((await admin(edge, 'PUT', '/admin/v1/tenants/delta', { body: tenantBody(['delta.localhost'], [b1.url], { auth: { issuer: 'x' } }) })).status).toBe(400);
+  });
+});
+
+describe('a broker is dedicated to one tenant unless declared tenancy-aware', () => {
+  it('a PUT on a broker another tenant lists is 409 naming both, whatever the URL spelling; declared on both, it is shared', async () => {
+    expect((await admin(edge, 'PUT', '/admin/v1/tenants/solo', { body: tenantBody(['solo.localhost'], [b2.url]) })).status).toBe(200);
+    const same = `http://LOCALHOST:${new URL(b2.url).port}/`;
+    const refused = await admin(edge, 'PUT', '/admin/v1/tenants/lodger', { body: tenantBody(['lodger.localhost'], [same]) });
+    expect(refused.status).toBe(409);
+    expect(refused.json.code).toBe('conflict');
+    expect(refused.json.problems).toHaveLength(1);
+    // Named from either side: the write would displace solo (records clash by id order).
+    expect(refused.json.problems[0]).toMatch(/^(would displace tenant "solo": )?brokers: tenant "(lodger|solo)" and tenant "(solo|lodger)" both list broker .*set tenancyAwareBrokers: true on tenant "(lodger|solo)" and tenant "(solo|lodger)"/);
+    // Declaring it on one side is not enough: solo's requests would reach it without x-queen-tenant.
+    const half = await admin(edge, 'PUT', '/admin/v1/tenants/lodger', { body: tenantBody(['lodger.localhost'], [same], { tenancyAwareBrokers: true }) });
+    expect(half.status).toBe(409);
+    expect(half.json.problems[0]).toContain('set tenancyAwareBrokers: true on tenant "solo" (docs/tenancy.md)');
+    expect((await admin(edge, 'GET', '/admin/v1/tenants/lodger')).status).toBe(404);
+    // b1 is declared by every tenant on it: one more that does not declare it is refused too.
+    expect((await admin(edge, 'PUT', '/admin/v1/tenants/lodger', { body: tenantBody(['lodger.localhost'], [b1.url], { tenancyAwareBrokers: false }) })).status).toBe(409);
+    expect((await admin(edge, 'PUT', '/admin/v1/tenants/solo', { body: tenantBody(['solo.localhost'], [b2.url], { tenancyAwareBrokers: true }) })).status).toBe(200);
+    const shared = await admin(edge, 'PUT', '/admin/v1/tenants/lodger', { body: tenantBody(['lodger.localhost'], [same], { tenancyAwareBrokers: true }) });
+    expect(shared.status).toBe(200);
+    expect(shared.json).toMatchObject({ id: 'lodger', brokers: [same.replace(/\/+$/, '')], tenancyAwareBrokers: true });
+  });
+
+  it('requests of a tenant on declared brokers carry x-queen-tenant with its id, replacing the client\'s', async () => {
+    const r = await call(edge, 'GET', '/api/v1/pop/queue/q', { token: await token({ roles: ['read-write'], tenant: 'acme' }), headers: { 'x-queen-tenant': 'globex' } });
+    expect(r.status).toBe(204);
+    const seen = b1.requests.filter((x) => x.headers['x-request-id'] === r.headers['x-request-id']);
+    expect(seen.map((x) => x.headers['x-queen-tenant'])).toEqual(['acme']);
+  });
+
+  it('a host longer than 253 characters is refused (400), a 200,000-character one too', async () => {
+    for (const host of [`${'h'.repeat(250)}.localhost`, 'h'.repeat(200_000)]) {
+      const r = await admin(edge, 'PUT', '/admin/v1/tenants/longhost', { body: tenantBody([host], [b3.url]) });
+      expect(r.status).toBe(400);
+      expect(r.json.problems).toEqual(['hosts.0: a host name is at most 253 characters']);
+    }
+    expect((await admin(edge, 'GET', '/admin/v1/tenants/longhost')).status).toBe(404);
   });
 });

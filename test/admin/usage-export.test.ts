@@ -42,7 +42,8 @@ let edge: EdgeHarness;
 
 beforeAll(async () => {
   broker = await startBrokerDouble({ name: 'b1' });
-  const tenants = Object.fromEntries(ids.map((id) => [id, { plan: 'test', hosts: [`${id}.localhost`], brokers: [broker.url] }]));
+  // One broker double for all: declared tenancy-aware, as a shared broker must be.
+  const tenants = { acme: { tenancyAwareBrokers: true }, ...Object.fromEntries(ids.map((id) => [id, { plan: 'test', hosts: [`${id}.localhost`], brokers: [broker.url], tenancyAwareBrokers: true }])) };
   edge = await startEdge(testConfig([broker.url], { redis: { url: SHARED_REDIS_URL, keyPrefix: prefix, timeoutMs: 200 }, server: { admin: { token: ADMIN_TOKEN } }, tenants }));
   // One HSET per tenant-day, in the store's layout (<prefix>{usage}:d:<tenant>:<yyyymmdd>, `<hh>:<field>`).
   const r = await connectTest(SHARED_REDIS_URL, 10000);

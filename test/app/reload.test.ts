@@ -34,8 +34,9 @@ describe('App.reload', () => {
       ...base,
       plans: { ...base.plans, small: { ...base.plans.test!, limits: { ...base.plans.test!.limits, maxBatch: 1 } } },
       tenants: {
-        acme: { ...base.tenants.acme!, cors: { origins: ['https://new.example'] } },
-        beta: { ...base.tenants.acme!, plan: 'small', hosts: ['beta.localhost'], cors: { origins: [] } },
+        // beta joins acme's broker double: both declare it tenancy-aware, as a shared broker must be.
+        acme: { ...base.tenants.acme!, tenancyAwareBrokers: true, cors: { origins: ['https://new.example'] } },
+        beta: { ...base.tenants.acme!, tenancyAwareBrokers: true, plan: 'small', hosts: ['beta.localhost'], cors: { origins: [] } },
       },
       routes: { 'POST /api/v1/ack': ['admin'] },
     };
@@ -59,5 +60,11 @@ describe('App.reload', () => {
     expect((await preflight('https://new.example')).status).toBe(204);
     expect((await push('beta', ['read-write'])).status).toBe(201);
     expect((await call(h, 'POST', '/api/v1/ack', { token: await token({ roles: ['read-write'], tenant: 'acme' }), body: {} })).json).toMatchObject({ code: 'forbidden' });
+
+    // A tenant on a broker another lists without both declaring it tenancy-aware: refused, nothing changes.
+    const shared: RawConfig = { ...next, tenants: { ...next.tenants, gamma: { ...next.tenants.beta!, hosts: ['gamma.localhost'], tenancyAwareBrokers: false } }, routes: {} };
+    expect(() => h.app.reload(shared)).toThrow(/tenants\.gamma\.brokers: tenant "gamma" and tenant "acme" both list broker/);
+    expect((await push('gamma', ['read-write'])).status).toBe(403);
+    expect((await push('beta', ['read-write'])).status).toBe(201);
   });
 });

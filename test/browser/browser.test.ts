@@ -114,8 +114,9 @@ beforeAll(async () => {
     testConfig([broker.url], {
       plans: { tiny: { ...TEST_PLAN, limits: { ...TEST_PLAN.limits, requestsPerSec: 1, requestBurst: 1 } } },
       tenants: {
-        acme: { hosts: ['api.acme.test'], cors: { origins: [pageOrigin, `http://*.acme.test:${sitePort}`] } },
-        tiny: { plan: 'tiny', hosts: ['api.tiny.test'], brokers: [broker.url], cors: { origins: [pageOrigin] } },
+        // acme and tiny share one broker double: declared tenancy-aware, as a shared broker must be.
+        acme: { hosts: ['api.acme.test'], tenancyAwareBrokers: true, cors: { origins: [pageOrigin, `http://*.acme.test:${sitePort}`] } },
+        tiny: { plan: 'tiny', hosts: ['api.tiny.test'], brokers: [broker.url], tenancyAwareBrokers: true, cors: { origins: [pageOrigin] } },
       },
     }),
   );

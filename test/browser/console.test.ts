@@ -65,8 +65,10 @@ beforeAll(async () => {
         test: { ...TEST_PLAN, quotas: { messagesPerMonth: 5_000_000, ingressBytesPerMonth: 2 * 1024 ** 3 } },
         starter: { ...TEST_PLAN, features: ['streams', 'traces'], limits: { ...TEST_PLAN.limits, requestsPerSec: 50, requestBurst: 100, messagesPerSec: 500, messageBurst: 1000 }, quotas: { messagesPerMonth: 1_000_000, ingressBytesPerMonth: 1024 ** 3 } },
       },
+      // b2 serves both tenants: declared tenancy-aware, as a shared broker must be.
       tenants: {
-        globex: { plan: 'starter', hosts: ['globex.localhost', 'api.globex.example'], brokers: [b2.url], cors: { origins: [] } },
+        acme: { tenancyAwareBrokers: true },
+        globex: { plan: 'starter', hosts: ['globex.localhost', 'api.globex.example'], brokers: [b2.url], tenancyAwareBrokers: true, cors: { origins: [] } },
       },
     }),
   );

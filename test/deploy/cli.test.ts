@@ -98,4 +98,13 @@ describe('queen-edge command line', { timeout: 60_000 }, () => {
     expect(err).toContain('tenants.t.plan: unknown plan "nope"');
     expect(err).toContain('server.workers: more than one worker needs shared state');
   });
+
+  it('two tenants on one broker not declared tenancy-aware: exits 2 and says why', async () => {
+    const { plans } = testConfig(['http://127.0.0.1:1']);
+    const edge = await start({ plans, tenants: { a: { plan: 'test', brokers: ['http://127.0.0.1:6632'] }, b: { plan: 'test', brokers: ['http://LOCALHOST:6632/'] } } });
+    expect((await edge.exited).code).toBe(2);
+    expect(edge.stderr()).toContain('tenants.b.brokers: tenant "b" and tenant "a" both list broker "http://LOCALHOST:6632/"');
+    expect(edge.stderr()).toContain('set tenancyAwareBrokers: true on tenant "b" and tenant "a"');
+    expect(edge.stderr()).not.toContain('    at ');
+  });
 });

@@ -45,9 +45,10 @@ beforeAll(async () => {
     upstream: { healthIntervalMs: 200, healthTimeoutMs: 2000 },
     plans: { test: TEST_PLAN },
     tenants: {
-      acme: { plan: 'test', hosts: ['acme.localhost'], brokers: [broker.url] },
+      // acme and beta share one broker double: declared tenancy-aware, as a shared broker must be.
+      acme: { plan: 'test', hosts: ['acme.localhost'], brokers: [broker.url], tenancyAwareBrokers: true },
       // Only the drain test uses beta, so its metered totals are known exactly.
-      beta: { plan: 'test', hosts: ['beta.localhost'], brokers: [broker.url] },
+      beta: { plan: 'test', hosts: ['beta.localhost'], brokers: [broker.url], tenancyAwareBrokers: true },
     },
   });
   // Two workers starting through tsx on a loaded machine: generous, it returns as soon as they listen.

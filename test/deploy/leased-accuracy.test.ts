@@ -106,9 +106,10 @@ beforeAll(async () => {
         upstream: { healthIntervalMs: 1000, healthTimeoutMs: 2000 },
         plans: { test: TEST_PLAN, quota: QUOTA_PLAN, ...Object.fromEntries(CASES.map((c) => [c.tenant, planOf(c)])) },
         tenants: {
-          warm: { plan: 'test', hosts: ['warm.localhost'], brokers: [broker.url] },
-          quota: { plan: 'quota', hosts: ['quota.localhost'], brokers: [broker.url] },
-          ...Object.fromEntries(CASES.map((c) => [c.tenant, { plan: c.tenant, hosts: [`${c.tenant}.localhost`], brokers: [broker.url] }])),
+          // One broker double for all: declared tenancy-aware, as a shared broker must be.
+          warm: { plan: 'test', hosts: ['warm.localhost'], brokers: [broker.url], tenancyAwareBrokers: true },
+          quota: { plan: 'quota', hosts: ['quota.localhost'], brokers: [broker.url], tenancyAwareBrokers: true },
+          ...Object.fromEntries(CASES.map((c) => [c.tenant, { plan: c.tenant, hosts: [`${c.tenant}.localhost`], brokers: [broker.url], tenancyAwareBrokers: true }])),
         },
       }),
     ),

@@ -140,7 +140,8 @@ describe('ingress bytes of a streamed body are the bytes the broker got', () => 
     h = await startEdge(
       testConfig([broker.url], {
         plans: { test: TEST_PLAN, capped: { ...TEST_PLAN, quotas: { messagesPerMonth: 0, ingressBytesPerMonth: 1000 } } },
-        tenants: { capped: { plan: 'capped', hosts: ['capped.localhost'], brokers: [broker.url] } },
+        // acme and capped share one broker double: declared tenancy-aware, as a shared broker must be.
+        tenants: { acme: { tenancyAwareBrokers: true }, capped: { plan: 'capped', hosts: ['capped.localhost'], brokers: [broker.url], tenancyAwareBrokers: true } },
       }),
       { usage, log: captured.log },
     );

@@ -14,8 +14,9 @@ beforeAll(async () => {
     testConfig([broker.url], {
       plans: { test: TEST_PLAN, pro: { ...TEST_PLAN, features: ['traces', 'analytics'] } },
       tenants: {
-        globex: { plan: 'pro', hosts: ['globex.localhost'], brokers: [other.url] },
-        frozen: { plan: 'test', status: 'suspended', hosts: ['frozen.localhost'], brokers: [other.url] },
+        // globex and frozen share one broker double: declared tenancy-aware, as a shared broker must be.
+        globex: { plan: 'pro', hosts: ['globex.localhost'], brokers: [other.url], tenancyAwareBrokers: true },
+        frozen: { plan: 'test', status: 'suspended', hosts: ['frozen.localhost'], brokers: [other.url], tenancyAwareBrokers: true },
       },
     }),
   );

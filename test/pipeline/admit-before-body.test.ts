@@ -76,10 +76,11 @@ describe('admit before the body', () => {
           steady: { ...TEST_PLAN, limits: { ...TEST_PLAN.limits, requestsPerSec: 1, requestBurst: 1 } },
         },
         tenants: {
-          acme: { plan: 'test', hosts: [HOST], brokers: [url] },
-          slow: { plan: 'slow', hosts: ['slow.localhost'], brokers: [url] },
-          paced: { plan: 'paced', hosts: ['paced.localhost'], brokers: [url] },
-          steady: { plan: 'steady', hosts: ['steady.localhost'], brokers: [url] },
+          // One broker for all: declared tenancy-aware, as a shared broker must be.
+          acme: { plan: 'test', hosts: [HOST], brokers: [url], tenancyAwareBrokers: true },
+          slow: { plan: 'slow', hosts: ['slow.localhost'], brokers: [url], tenancyAwareBrokers: true },
+          paced: { plan: 'paced', hosts: ['paced.localhost'], brokers: [url], tenancyAwareBrokers: true },
+          steady: { plan: 'steady', hosts: ['steady.localhost'], brokers: [url], tenancyAwareBrokers: true },
         },
       }),
     );

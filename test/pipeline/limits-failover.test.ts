@@ -40,7 +40,8 @@ function config(failMode: 'open' | 'closed' | 'local', keyPrefix: string, unlimi
     redis: { url: server.url, keyPrefix, timeoutMs: TIMEOUT_MS, failMode },
     upstream: SLOW_MACHINE_HEALTH,
     plans: { test: { ...TEST_PLAN, limits } },
-    tenants: { fresh: { plan: 'test', hosts: ['fresh.localhost'], brokers: [broker.url] } },
+    // acme and fresh share the broker double: declared tenancy-aware, as a shared broker must be.
+    tenants: { acme: { tenancyAwareBrokers: true }, fresh: { plan: 'test', hosts: ['fresh.localhost'], brokers: [broker.url], tenancyAwareBrokers: true } },
   });
 }
 

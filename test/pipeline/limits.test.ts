@@ -23,9 +23,9 @@ const plan = (limits: Limits, quotas: Partial<typeof TEST_PLAN.quotas> = {}) => 
   quotas: { ...TEST_PLAN.quotas, ...quotas },
 });
 
-/** Tenant `id` on plan `id`, host `<id>.localhost`, in front of `brokers`. */
+/** Tenant `id` on plan `id`, host `<id>.localhost`, in front of `brokers`, shared (declared tenancy-aware) with the file's acme. */
 function tenantsOf(ids: string[], brokers: string[]) {
-  return Object.fromEntries(ids.map((id) => [id, { plan: id, hosts: [`${id}.localhost`], brokers }]));
+  return { acme: { tenancyAwareBrokers: true }, ...Object.fromEntries(ids.map((id) => [id, { plan: id, hosts: [`${id}.localhost`], brokers, tenancyAwareBrokers: true }])) };
 }
 
 const items = (n: number, queue = 'q') => ({ items: Array.from({ length: n }, (_, i) => ({ queue, payload: { i } })) });

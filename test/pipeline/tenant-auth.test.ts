@@ -25,10 +25,12 @@ beforeAll(async () => {
   const brokers = [broker.url];
   edge = await startEdge(
     testConfig(brokers, {
+      // One broker double for all four tenants: declared tenancy-aware, as a shared broker must be.
       tenants: {
-        globex: { plan: 'test', hosts: ['globex.localhost'], brokers },
-        ta: { plan: 'test', hosts: ['a.localhost'], brokers, auth: { jwksUrl: idpA.url, issuer: ISS_A, audience: 'queen' } },
-        tb: { plan: 'test', hosts: ['b.localhost'], brokers, auth: { jwksUrl: idpB.url, issuer: ISS_B } },
+        acme: { tenancyAwareBrokers: true },
+        globex: { plan: 'test', hosts: ['globex.localhost'], brokers, tenancyAwareBrokers: true },
+        ta: { plan: 'test', hosts: ['a.localhost'], brokers, tenancyAwareBrokers: true, auth: { jwksUrl: idpA.url, issuer: ISS_A, audience: 'queen' } },
+        tb: { plan: 'test', hosts: ['b.localhost'], brokers, tenancyAwareBrokers: true, auth: { jwksUrl: idpB.url, issuer: ISS_B } },
       },
     }),
   );
@@ -106,7 +108,7 @@ describe('tenants with their own identity providers', () => {
 
 describe('defaultTenant, the single-tenant convenience', () => {
   it('a token without a claim acts for the default tenant only, on its host or a host no tenant lists', async () => {
-    const single = await startEdge(testConfig([broker.url], { auth: { defaultTenant: 'acme' }, tenants: { globex: { plan: 'test', hosts: ['globex.localhost'], brokers: [broker.url] } } }));
+    const single = await startEdge(testConfig([broker.url], { auth: { defaultTenant: 'acme' }, tenants: { acme: { tenancyAwareBrokers: true }, globex: { plan: 'test', hosts: ['globex.localhost'], brokers: [broker.url], tenancyAwareBrokers: true } } }));
     try {
       const claimless = await token({ roles: ['read-write'] });
       const status = async (host: string) => (await call(single, 'GET', '/api/v1/pop/queue/q', { token: claimless, host })).status;

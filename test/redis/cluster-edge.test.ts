@@ -26,7 +26,8 @@ beforeAll(async () => {
   cluster = await RedisCluster.start();
   client = await cluster.client();
   broker = await startBrokerDouble({ name: 'b1' });
-  const tenants = Object.fromEntries(TENANTS.map((id) => [id, { plan: 'test', hosts: [`${id}.localhost`], brokers: [broker.url], cors: { origins: [] } }]));
+  // One broker double for all: declared tenancy-aware, as a shared broker must be.
+  const tenants = Object.fromEntries(TENANTS.map((id) => [id, { plan: 'test', hosts: [`${id}.localhost`], brokers: [broker.url], tenancyAwareBrokers: true, cors: { origins: [] } }]));
   const config = testConfig([broker.url], {
     // Generous: a loaded CI machine must not trip the breaker and test fail modes instead.
     redis: { url: null, cluster: cluster.seeds, keyPrefix: prefix, timeoutMs: 1000 },

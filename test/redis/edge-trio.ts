@@ -31,7 +31,8 @@ export async function startTrio(opts: {
   tenants: Record<string, string>;
   broker: string;
 }): Promise<TrioEdge[]> {
-  const tenants = Object.fromEntries(Object.entries(opts.tenants).map(([id, plan]) => [id, { plan, hosts: [`${id}.localhost`], brokers: [opts.broker] }]));
+  // One broker for all: declared tenancy-aware, as a shared broker must be.
+  const tenants = Object.fromEntries(Object.entries(opts.tenants).map(([id, plan]) => [id, { plan, hosts: [`${id}.localhost`], brokers: [opts.broker], tenancyAwareBrokers: true }]));
   const edges = await Promise.all([0, 1, 2].map(async () => {
     const httpsPort = await freePort();
     const adminPort = await freePort();

@@ -26,9 +26,10 @@ describe('forwarded form vs checked form, across merged features', () => {
       testConfig([broker.url], {
         server: { longPoll: { defaultTimeoutMs: 50, maxTimeoutMs: 1000, slackMs: 5000 }, admin: { token: ADMIN_TOKEN } },
         tenants: {
-          globex: { plan: 'test', hosts: ['globex.localhost'], brokers: [other.url] },
+          // globex and shadow share one broker double: declared tenancy-aware, as a shared broker must be.
+          globex: { plan: 'test', hosts: ['globex.localhost'], brokers: [other.url], tenancyAwareBrokers: true },
           // Its "own" identity provider is the global key again, with nothing to tell tokens apart.
-          shadow: { plan: 'test', hosts: ['shadow.localhost'], brokers: [other.url], auth: { secret: TEST_SECRET } },
+          shadow: { plan: 'test', hosts: ['shadow.localhost'], brokers: [other.url], tenancyAwareBrokers: true, auth: { secret: TEST_SECRET } },
         },
       }),
     );

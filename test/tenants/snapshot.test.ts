@@ -9,7 +9,8 @@ const PLAN: RawPlan = {
   quotas: { messagesPerMonth: 0, ingressBytesPerMonth: 0 },
   storageBytes: 0,
 };
-const tenant = (hosts: string[], plan = 'free', brokers = ['http://127.0.0.1:1']): RawTenant => ({ status: 'active', plan, hosts, brokers, cors: { origins: [] }, boundedLoadFactor: null, auth: null });
+// One broker for every tenant here, declared tenancy-aware: these tests are about the other rules.
+const tenant = (hosts: string[], plan = 'free', brokers = ['http://127.0.0.1:1']): RawTenant => ({ status: 'active', plan, hosts, brokers, tenancyAwareBrokers: true, cors: { origins: [] }, boundedLoadFactor: null, auth: null });
 const FILE: FileDirectory = { plans: { free: PLAN }, tenants: { a: tenant(['a.example']), b: tenant(['b.example']) } };
 
 function records(tenants: Record<string, unknown>, extra: Partial<RedisRecords> = {}): RedisRecords {
