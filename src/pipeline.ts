@@ -27,7 +27,7 @@ import { normalizeTarget } from './routes/match.js';
 import { declaredParams, readQuery, type QueryFacts } from './routes/query-params.js';
 import type { RouteSpec } from './routes/table.js';
 import { ackFacts, bodyTooLarge, pushFacts, readBody, transactionFacts, type BodyFacts } from './stages/body.js';
-import { acceptableRequestId, upstreamHeaders } from './upstream/upstream-headers.js';
+import { acceptableRequestId, contentEncodingRefusal, upstreamHeaders } from './upstream/upstream-headers.js';
 import { canonicalHost, type Tenant, type TenantDirectory } from './tenants/model.js';
 import { candidateTenant, tokenFits } from './tenants/resolve.js';
 import { clientGone } from './upstream/forward.js';
@@ -192,6 +192,8 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     // Query: read against the route's declared parameters, capped; the broker gets the edge's rebuild of it.
     const query = readQuery(target.query, { params: paramsOf(route), longPoll: route.longPoll, maxBatch: tenant.limits.maxBatch, longPollSettings: lp });
     if (isEdgeError(query)) return refuse(res, ctx, query);
+    const encoded = contentEncodingRefusal(req.headers);
+    if (encoded) return refuse(res, ctx, encoded);
 
     // Refusals this instance already knows (deny cache) come before the body, so a throttled
     // tenant's upload is neither read nor, with Expect: 100-continue, sent (docs/limits.md).
