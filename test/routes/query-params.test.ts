@@ -3,6 +3,8 @@ import { describe, expect, it } from 'vitest';
 import { isEdgeError } from '../../src/errors.js';
 import { declaredParams, QUERY_PARAMS, queryAllowProblems, readQuery, suffixClashes, type QueryFacts, type QueryRules } from '../../src/routes/query-params.js';
 import { ROUTES } from '../../src/routes/table.js';
+import { compileTables } from '../../src/tables.js';
+import { testConfig } from '../helpers/edge.js';
 import { brokerQueryParam } from '../helpers/broker-double.js';
 
 const lp = { defaultTimeoutMs: 30000, maxTimeoutMs: 60000 };
@@ -88,6 +90,11 @@ describe('the declarations', () => {
     const names = new Set(ROUTES.map((r) => r.name));
     expect(Object.keys(QUERY_PARAMS).filter((n) => !names.has(n))).toEqual([]);
     for (const params of Object.values(QUERY_PARAMS)) expect(suffixClashes(Object.keys(params))).toEqual([]);
+  });
+
+  it('queryAllow problems refuse the config at load time', () => {
+    expect(() => compileTables(testConfig(['http://127.0.0.1:1'], { queryAllow: { 'pop.queue': ['xwait'] } }))).toThrow(/xwait/);
+    expect(compileTables(testConfig(['http://127.0.0.1:1'], { queryAllow: { 'resources.read': ['debug'] } })).routes.length).toBeGreaterThan(0);
   });
 
   it('queryAllow: unknown routes and names clashing with the broker search are config problems', () => {
