@@ -392,9 +392,9 @@ function laneOf(
 ): Lane {
   switch (route.lane) {
     case 'pop-queue':
-      return { key: popQueueLaneKey(params.queue ?? '', params.partition, new URLSearchParams([...query.values])), leaseId: null };
+      return { key: popQueueLaneKey(params.queue ?? '', params.partition, query.values), leaseId: null };
     case 'pop-ns':
-      return { key: popNamespaceLaneKey(new URLSearchParams([...query.values])), leaseId: null };
+      return { key: popNamespaceLaneKey(query.values), leaseId: null };
     case 'push':
       return { key: pushLaneKey(facts?.firstItem), leaseId: null };
     case 'lease':
