@@ -85,7 +85,30 @@ describe('readQuery', () => {
   });
 });
 
+/** Queries Queen's own clients send (clients/client-js, -py, -go, -cpp, the CLI's smoke test), by route. */
+const CLIENT_QUERIES: ReadonlyArray<readonly [string, string]> = [
+  ['pop.queue', 'batch=10&wait=true&timeout=30000&consumerGroup=billing&subscriptionMode=new&subscriptionFrom=now&namespace=n&task=t&partitions=4'],
+  ['pop.queue', 'batch=1&wait=false&timeout=30000&consumerGroup=g+1&autoAck=true'],
+  ['pop.partition', 'batch=10&wait=true&timeout=5000&consumerGroup=billing'],
+  ['pop.namespace', 'batch=10&wait=true&timeout=30000&namespace=billing&task=resize&partitions=2'],
+  ['consumer-groups.read', 'minLagSeconds=60'],
+  ['consumer-groups.delete', 'deleteMetadata=true'],
+  ['resources.read', 'namespace=n&task=t&limit=10&offset=20'],
+  ['messages.read', 'queue=q&partition=p&status=pending&consumerGroup=g&limit=200&offset=0'],
+  ['dlq.read', 'queue=q&limit=100&offset=0&consumerGroup=g&partition=p&from=2025-01-01T00%3A00%3A00Z&to=2025-01-02T00%3A00%3A00Z'],
+  ['status.queues', 'includePartitions=true'],
+  ['status.queues', 'namespace=n&task=t'],
+  ['status.analytics', 'from=2025-01-01T00:00:00Z&to=2025-01-02T00:00:00Z&interval=hour'],
+  ['analytics.queue-lag', 'from=a&to=b'],
+  ['traces.read', 'limit=50&offset=0'],
+];
+
 describe('the declarations', () => {
+  it.each(CLIENT_QUERIES)('accept what Queen\'s clients send: %s ?%s', (route, raw) => {
+    const q = readQuery(raw, { params: declaredParams(route), longPoll: route !== 'pop.namespace' && route.startsWith('pop.'), maxBatch: 1000, longPollSettings: lp });
+    expect(isEdgeError(q) ? q.message : 'accepted').toBe('accepted');
+  });
+
   it('name only routes of the table, and no declared name ends another of its route', () => {
     const names = new Set(ROUTES.map((r) => r.name));
     expect(Object.keys(QUERY_PARAMS).filter((n) => !names.has(n))).toEqual([]);
