@@ -48,7 +48,8 @@ const RO_RW: readonly Role[] = ['read-only', 'read-write'];
 const WO_RW: readonly Role[] = ['write-only', 'read-write'];
 const ADMIN: readonly Role[] = ['admin'];
 const ALL_METHODS: readonly Method[] = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'];
-const WRITE_METHODS: readonly Method[] = ['POST', 'PUT', 'DELETE', 'PATCH'];
+/** Writes that add to storage; DELETE frees it, so a tenant over its storage quota can still delete. */
+const STORING_METHODS: readonly Method[] = ['POST', 'PUT', 'PATCH'];
 
 type Spec = Partial<RouteSpec> & Pick<RouteSpec, 'name' | 'methods' | 'path' | 'access'>;
 
@@ -128,14 +129,17 @@ export const ROUTES: readonly RouteSpec[] = Object.freeze([
   // create timers and push ephemeral messages. No broker up to 0.15.1 answers these. Every write is
   // storage-gated; an ephemeral push is metered, limited and billed like a push.
   ...subtree({ name: 'kv.read', methods: ['GET'], path: '/api/v1/kv', access: RO_RW, feature: 'kv', broker: 'none' }),
-  ...subtree({ name: 'kv.write', methods: WRITE_METHODS, path: '/api/v1/kv', access: RW, feature: 'kv', writes: true, broker: 'none' }),
+  ...subtree({ name: 'kv.write', methods: STORING_METHODS, path: '/api/v1/kv', access: RW, feature: 'kv', writes: true, broker: 'none' }),
+  ...subtree({ name: 'kv.write', methods: ['DELETE'], path: '/api/v1/kv', access: RW, feature: 'kv', broker: 'none' }),
   route({ name: 'timers.create', methods: ['POST'], path: '/api/v1/timers', access: WO_RW, feature: 'timers', writes: true, broker: 'none' }),
   ...subtree({ name: 'timers.read', methods: ['GET'], path: '/api/v1/timers', access: RO_RW, feature: 'timers', broker: 'none' }),
-  ...subtree({ name: 'timers.write', methods: ['PUT', 'DELETE', 'PATCH'], path: '/api/v1/timers', access: RW, feature: 'timers', writes: true, broker: 'none' }),
+  ...subtree({ name: 'timers.write', methods: ['PUT', 'PATCH'], path: '/api/v1/timers', access: RW, feature: 'timers', writes: true, broker: 'none' }),
+  ...subtree({ name: 'timers.write', methods: ['DELETE'], path: '/api/v1/timers', access: RW, feature: 'timers', broker: 'none' }),
   route({ name: 'timers.write', methods: ['POST'], path: '/api/v1/timers/*', access: RW, feature: 'timers', writes: true, broker: 'none' }),
   route({ name: 'ephemeral.push', methods: ['POST'], path: '/api/v1/ephemeral/push', access: WO_RW, feature: 'ephemeral', lane: 'push', meter: 'push', body: 'push', writes: true, broker: 'none' }),
   ...subtree({ name: 'ephemeral.read', methods: ['GET'], path: '/api/v1/ephemeral', access: RO_RW, feature: 'ephemeral', broker: 'none' }),
-  ...subtree({ name: 'ephemeral.write', methods: WRITE_METHODS, path: '/api/v1/ephemeral', access: RW, feature: 'ephemeral', writes: true, broker: 'none' }),
+  ...subtree({ name: 'ephemeral.write', methods: STORING_METHODS, path: '/api/v1/ephemeral', access: RW, feature: 'ephemeral', writes: true, broker: 'none' }),
+  ...subtree({ name: 'ephemeral.write', methods: ['DELETE'], path: '/api/v1/ephemeral', access: RW, feature: 'ephemeral', broker: 'none' }),
   // Public.
   route({ name: 'health', methods: ['GET'], path: '/health', access: 'public' }),
   // Operator only: exist on brokers, never exposed to tenants.

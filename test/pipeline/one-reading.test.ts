@@ -163,4 +163,14 @@ describe('storage gate on every write route', () => {
     expect([r.status, codeOf(r)]).toEqual([403, 'storage_quota_exceeded']);
     expect(forwarded(broker).length).toBe(before);
   });
+
+  it('over the storage quota, deletes still reach the broker: they free storage', async () => {
+    await admin.setStorageUsed('acme', 1000);
+    await waitFor(async () => codeOf(await call(edge, 'POST', '/api/v1/push', { token: rw, body: { items: [{ queue: 'q', payload: 1 }] } })) === 'storage_quota_exceeded', 3000, 'the block to reach the edge');
+    for (const path of ['/api/v1/kv/k', '/api/v1/timers/t1', '/api/v1/ephemeral/e1']) {
+      const before = forwarded(broker).length;
+      expect((await call(edge, 'DELETE', path, { token: rw })).status).toBe(404);
+      expect(forwarded(broker).length).toBe(before + 1);
+    }
+  });
 });
