@@ -6,7 +6,7 @@ import { ERROR_CATALOGUE } from '../errors.js';
 import { MAX_LIST_LIMIT, MAX_POP_PARTITIONS, MAX_QUERY_VALUE_LENGTH, QUERY_PARAMS } from './query-params.js';
 import type { BrokerSupport, RouteSpec } from './table.js';
 
-const BROKER_CELL: Record<BrokerSupport, string> = { '0.15.1': '0.15.1+', later: 'after 0.15.1', none: 'none up to 0.15.1' };
+const BROKER_CELL: Record<BrokerSupport, string> = { '0.15.1': '0.15.1+', none: 'none up to 0.15.1' };
 
 function displayPath(p: string): string {
   return p.endsWith('/*') ? `${p.slice(0, -2)}/**` : p;
@@ -29,9 +29,9 @@ export function renderReference(routes: readonly RouteSpec[]): string {
     'A token passes when any of its roles is in the access set. `admin` is not a superset.',
     '',
     'Broker: which Queen broker versions answer the route. `0.15.1+`: broker 0.15.1 and later;',
-    '`after 0.15.1`: brokers newer than 0.15.1 only; `none up to 0.15.1`: named by the broker contract',
-    'but answered by no broker up to 0.15.1. The edge checks and forwards these routes all the same;',
-    'a broker without the route answers `404`. Operator-only and blocked routes are never forwarded.',
+    '`none up to 0.15.1`: named by the broker contract but answered by no broker up to 0.15.1. The',
+    'edge checks and forwards these routes all the same (never as a long poll); a broker without the',
+    'route answers `404`. Operator-only and blocked routes are never forwarded.',
     '',
     '| Method | Path | Name | Access set | Feature | Lane | Metering | Broker |',
     '|---|---|---|---|---|---|---|---|',

@@ -15,11 +15,12 @@ export type BodyKind = 'push' | 'transaction' | 'ack' | 'stream';
 /** tenant: forwarded; operator: a broker route tenants never see; blocked: broker-internal. */
 export type Exposure = 'tenant' | 'operator' | 'blocked';
 /**
- * Which brokers answer a route: `0.15.1` and later; only brokers `later` than 0.15.1; or `none` up
- * to 0.15.1 (a route the broker contract names that no broker release answered yet: the edge still
- * checks and forwards it, and a broker without it answers 404).
+ * Which brokers answer a route: `0.15.1` and later (test/routes/broker-contract.test.ts holds the
+ * table to broker 0.15.1's own registration), or `none` up to 0.15.1 (a route the broker contract
+ * names that no broker release answered yet: the edge still checks and forwards it, a broker
+ * without it answers 404, and it never takes a parked slot or counts as a pop).
  */
-export type BrokerSupport = '0.15.1' | 'later' | 'none';
+export type BrokerSupport = '0.15.1' | 'none';
 
 export interface RouteSpec {
   /** Stable name for logs and metrics (never the raw path). */
