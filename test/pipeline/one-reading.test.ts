@@ -146,6 +146,12 @@ describe('storage gate on every write route', () => {
     }
   });
 
+  /** Records acme at its plan's storage and waits until the edge refuses a push for it. */
+  async function overQuota(): Promise<void> {
+    await admin.setStorageUsed('acme', 1000);
+    await waitFor(async () => codeOf(await call(edge, 'POST', '/api/v1/push', { token: rw, body: { items: [{ queue: 'q', payload: 1 }] } })) === 'storage_quota_exceeded', 3000, 'the block to reach the edge');
+  }
+
   it.each([
     ['POST', '/api/v1/ephemeral/push', { items: [{ queue: 'e', payload: 1 }] }],
     ['PUT', '/api/v1/kv/k', { value: 1 }],
@@ -156,8 +162,7 @@ describe('storage gate on every write route', () => {
     ['POST', '/streams/v1/cycle', {}],
     ['POST', '/api/v1/configure', { queue: 'q' }],
   ] as const)('over the storage quota, %s %s is refused 403 storage_quota_exceeded and not forwarded', async (method, path, body) => {
-    await admin.setStorageUsed('acme', 1000);
-    await waitFor(async () => codeOf(await call(edge, 'POST', '/api/v1/push', { token: rw, body: { items: [{ queue: 'q', payload: 1 }] } })) === 'storage_quota_exceeded', 3000, 'the block to reach the edge');
+    await overQuota();
     const before = forwarded(broker).length;
     const r = await call(edge, method, path, { token: rw, body });
     expect([r.status, codeOf(r)]).toEqual([403, 'storage_quota_exceeded']);
@@ -165,8 +170,7 @@ describe('storage gate on every write route', () => {
   });
 
   it('over the storage quota, deletes still reach the broker: they free storage', async () => {
-    await admin.setStorageUsed('acme', 1000);
-    await waitFor(async () => codeOf(await call(edge, 'POST', '/api/v1/push', { token: rw, body: { items: [{ queue: 'q', payload: 1 }] } })) === 'storage_quota_exceeded', 3000, 'the block to reach the edge');
+    await overQuota();
     for (const path of ['/api/v1/kv/k', '/api/v1/timers/t1', '/api/v1/ephemeral/e1']) {
       const before = forwarded(broker).length;
       expect((await call(edge, 'DELETE', path, { token: rw })).status).toBe(404);
