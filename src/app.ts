@@ -185,7 +185,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     async close(drainMs = config.server.drainTimeoutMs): Promise<void> {
       draining = true;
       await listeners.close(drainMs);
-      // Exchanges that finished last may still wait for their relayed body's parse (setImmediate).
+      // Exchanges that finished last may still wait for their answer's meter (a compressed answer's decoder).
       await new Promise((r) => setImmediate(r));
       await meter.close();
       verifiers.close();

@@ -255,7 +255,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       // From here undici reads the body; what it leaves is discarded (by Node on h1, below on h2).
       ctx.closeOnRefusal = false;
     }
-    // Metering and lease learning read the relayed body of pushes, pops and acks.
+    // Metering and lease learning read the relayed answers of pushes, pops, acks and transactions as they pass.
     const parked = query.wait;
     if (parked) d.metrics.parked(tenant.id, 1);
     try {
@@ -282,7 +282,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         body: streamed ? streamedBody(req) : body,
         headersTimeoutMs: timeout,
         bodyTimeoutMs: timeout,
-        capture: route.meter !== 'none' && route.meter !== 'transaction',
+        capture: route.meter !== 'none',
         responseHeaders: ctx.headers,
         lane: laneOf(route, match.params, query, facts),
         parked,

@@ -1,11 +1,15 @@
 /**
  * What one exchange adds to a tenant's usage (docs/operating.md), and the arithmetic of usage buckets:
- * pure functions on plain values. Counting rules:
- * - push: items of the broker's response array whose status is `queued`, `duplicate` or `buffered`;
+ * pure functions on plain values. Counting rules (answer-scan.ts reads these facts from the answer):
+ * - push: items of the broker's response array whose status is `queued`, `duplicate` or `buffered`
+ *   (buffered ones sit in the broker's spool and are written on its replay, so leaving them out
+ *   would make every push free while the database is down; only `failed` is lost);
  * - pop: length of `messages` in a 200 response (a 204 delivers nothing);
- * - ack, ack batch: items of the response array with `success: true`;
+ * - ack, ack batch: items of the response array with `success: true` (a rejected ack is a 200 item
+ *   with `success: false`);
  * - transaction: the push items and ack operations of the request, when the broker answered 2xx
- *   (all or nothing).
+ *   with `success: true` (all or nothing: `200 {"success":false}` is a transaction it rolled back).
+ * An answer that was not read (answerLost) counts a push's items and acks from the request.
  */
 import type { ErrorCode } from '../errors.js';
 import type { Exchange } from './recorder.js';
@@ -63,16 +67,16 @@ export function countExchange(c: UsageCounts, x: Exchange): void {
   switch (x.route.meter) {
     case 'push':
       // A client that leaves once its push is sent must not make it free.
-      c.messagesPushed += x.answerLost ? x.requestMessages : pushedItems(x.response);
+      c.messagesPushed += x.answerLost ? x.requestMessages : (x.response?.pushed ?? 0);
       break;
     case 'pop':
-      if (x.status === 200) c.messagesDelivered += deliveredMessages(x.response);
+      if (x.status === 200) c.messagesDelivered += x.response?.delivered ?? 0;
       break;
     case 'ack':
-      c.acks += x.answerLost ? x.requestAcks : ackedItems(x.response);
+      c.acks += x.answerLost ? x.requestAcks : (x.response?.acked ?? 0);
       break;
     case 'transaction':
-      if ((x.status >= 200 && x.status < 300) || x.answerLost) {
+      if ((x.status >= 200 && x.status < 300 && x.response?.committed === true) || x.answerLost) {
         c.messagesPushed += x.requestMessages;
         c.acks += x.requestAcks;
       }
@@ -80,35 +84,6 @@ export function countExchange(c: UsageCounts, x: Exchange): void {
     case 'none':
       break;
   }
-}
-
-/**
- * Seed "Push": one entry per item; queued and duplicate items were accepted, and so were buffered
- * ones: they sit in the broker's spool and are written on its replay, so leaving them out would make
- * every push free while the database is down or the broker in maintenance. Only `failed` is lost.
- */
-export function pushedItems(doc: unknown): number {
-  if (!Array.isArray(doc)) return 0;
-  let n = 0;
-  for (const item of doc) {
-    const status = (item as { status?: unknown } | null)?.status;
-    if (status === 'queued' || status === 'duplicate' || status === 'buffered') n++;
-  }
-  return n;
-}
-
-/** Seed "Pop": the messages of a 200 response. */
-export function deliveredMessages(doc: unknown): number {
-  const messages = (doc as { messages?: unknown } | null)?.messages;
-  return Array.isArray(messages) ? messages.length : 0;
-}
-
-/** Seed "Ack": a rejected ack is a 200 item with `success: false`; only successes count. */
-export function ackedItems(doc: unknown): number {
-  if (!Array.isArray(doc)) return 0;
-  let n = 0;
-  for (const item of doc) if ((item as { success?: unknown } | null)?.success === true) n++;
-  return n;
 }
 
 /** The `[field, increment]` pairs of one hour's counts (zeros left out), for a day hash. */

@@ -60,8 +60,16 @@ export function batchSize(fromMs: number, toMs: number): number {
   return Math.max(1, Math.floor(READ_BUDGET_HOURS / Math.max(1, Math.ceil((toMs - fromMs) / HOUR_MS))));
 }
 
-function csvField(s: string): string {
-  return /[",\r\n]/.test(s) ? `"${s.replaceAll('"', '""')}"` : s;
+/** First characters a spreadsheet reads as the start of a formula (docs/usage-export.md). */
+const FORMULA_START = /^[=+\-@\t\r]/;
+
+/**
+ * A text field as CSV, safe to open in a spreadsheet: always quoted (RFC 4180), and one that could
+ * start a formula gets a leading `'`, which spreadsheets show as text and never evaluate.
+ */
+export function csvText(s: string): string {
+  const text = FORMULA_START.test(s) ? `'${s}` : s;
+  return `"${text.replaceAll('"', '""')}"`;
 }
 
 /** One period, its bounds already rendered (they repeat for every tenant). */
@@ -82,7 +90,7 @@ export function formatRow(format: ExportFormat, tenant: string, p: Period, c: Us
     hasRefusals = true;
   }
   if (format === 'csv') {
-    let line = `${p.startIso},${p.endIso},${csvField(tenant)},${c.requests},${c.messagesPushed},${c.messagesDelivered},${c.acks},${c.ingressBytes},${c.egressBytes},${refused}`;
+    let line = `"${p.startIso}","${p.endIso}",${csvText(tenant)},${c.requests},${c.messagesPushed},${c.messagesDelivered},${c.acks},${c.ingressBytes},${c.egressBytes},${refused}`;
     if (!hasRefusals) line += NO_REFUSALS_CSV;
     else for (const code of REFUSAL_CODES) line += `,${c.refusals[code] ?? 0}`;
     return `${line}\n`;

@@ -1,10 +1,11 @@
 /**
  * The seam between the pipeline and metering. Each finished exchange is reported once; the
- * recorder counts in memory. Relayed bodies are parsed after the response was sent, so counting
- * never delays a client.
+ * recorder counts in memory. Relayed answers are read as they pass (answer-meter.ts), never held
+ * or parsed whole.
  */
 import type { ErrorCode } from '../errors.js';
 import type { RouteSpec } from '../routes/table.js';
+import type { AnswerFacts } from './answer-scan.js';
 
 /** One finished request, as metering sees it. */
 export interface Exchange {
@@ -20,11 +21,12 @@ export interface Exchange {
   readonly requestAcks: number;
   /** Items the request body pushes (push items, transaction push items); 0 for other routes. */
   readonly requestMessages: number;
-  /** Parsed 200/201 response body for push, pop and ack routes; undefined otherwise. */
-  readonly response: unknown;
+  /** What a 200/201 answer of a metered route said; null otherwise (none, cut, or not JSON). */
+  readonly response: AnswerFacts | null;
   /**
-   * The request reached a broker but the client left before its answer came back: the broker may
-   * have acted on all of it, so its pushes and acks are counted from the request.
+   * The request reached a broker but its answer was not read (the client left before it came
+   * back, or it came in a coding the edge cannot decode): the broker may have acted on all of it,
+   * so its pushes and acks are counted from the request.
    */
   readonly answerLost: boolean;
 }
@@ -40,8 +42,8 @@ export const NO_USAGE: UsageRecorder = Object.freeze({ record(): void {} });
 /**
  * The usage side of one request: the facts metering counts, and the rule that decides when they
  * are complete. An exchange is recorded once, when its response ended (finish or close) and, if
- * it was forwarded, once the proxy handed over its answer (parsed where it is counted: pushes,
- * pops, acks), whichever of the two comes last. The pipeline's request context extends it, so
+ * it was forwarded, once the proxy handed over its answer's facts (where it is counted: pushes,
+ * pops, acks, transactions), whichever of the two comes last. The pipeline's request context extends it, so
  * this costs no allocation.
  */
 export class MeteredExchange<T extends { readonly id: string } = { readonly id: string }> {
@@ -61,21 +63,21 @@ export class MeteredExchange<T extends { readonly id: string } = { readonly id: 
   #awaitBody = false;
   #ended = false;
   #recorded = false;
-  #response: unknown = undefined;
+  #response: AnswerFacts | null = null;
   readonly #recorder: UsageRecorder;
 
   constructor(recorder: UsageRecorder) {
     this.#recorder = recorder;
   }
 
-  /** The relayed answer will be parsed and handed to relayed(): record only after that. */
+  /** The relayed answer's facts will be handed to relayed(): record only after that. */
   expectBody(): void {
     this.#awaitBody = true;
   }
 
-  /** The relayed answer, parsed (undefined: none, or not JSON). */
-  relayed(doc: unknown): void {
-    this.#response = doc;
+  /** What the relayed answer said (null: none, cut, or not JSON). */
+  relayed(facts: AnswerFacts | null): void {
+    this.#response = facts;
     this.#awaitBody = false;
     if (this.#ended) this.#record();
   }

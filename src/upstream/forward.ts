@@ -9,6 +9,7 @@ import type { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import { edgeError, type EdgeError } from '../errors.js';
 import type { EdgeResponse } from '../listen/servers.js';
+import { openAnswerMeter, type AnswerMeter } from '../metering/answer-meter.js';
 
 /** What can go wrong upstream, as a typed fact (never a matched message). */
 export type UpstreamFailure = 'connect' | 'reset' | 'timeout' | 'protocol' | 'client_aborted';
@@ -22,7 +23,7 @@ export interface ForwardRequest {
   readonly body: Buffer | Readable | null;
   readonly headersTimeoutMs: number;
   readonly bodyTimeoutMs: number;
-  /** Keep a copy of the response body (pops, pushes, acks: metering and lease learning). */
+  /** Meter the response body as it is relayed (pops, pushes, acks, transactions: metering and lease learning). */
   readonly capture: boolean;
   /** Headers the edge adds to the response (CORS, RateLimit, X-Request-Id). */
   readonly responseHeaders: Readonly<Record<string, string>> | null;
@@ -53,8 +54,8 @@ export interface ForwardResult {
   /** A byte of the request reached a socket: retrying elsewhere could duplicate it. */
   sent: boolean;
   failure: UpstreamFailure | null;
-  /** The captured response body (status 200/201 only). */
-  body: Buffer | null;
+  /** What read the response body as it passed (status 200/201 only); its end() gives the facts. */
+  meter: AnswerMeter | null;
 }
 
 /** Response headers the edge never relays: hop-by-hop (RFC 9110 §7.6.1), h2-illegal, and ones it owns. */
@@ -112,7 +113,7 @@ class ClientAbort extends Error {
  */
 export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResponse, rec: RelayRecord): Promise<ForwardResult> {
   return new Promise<ForwardResult>((resolve) => {
-    const result: ForwardResult = { status: 0, sent: false, failure: null, body: null };
+    const result: ForwardResult = { status: 0, sent: false, failure: null, meter: null };
     // A client that left before this point already emitted 'close': nothing to send upstream.
     if (clientGone(res)) {
       result.failure = 'client_aborted';
@@ -122,7 +123,7 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
     let abortUpstream: ((err: Error) => void) | null = null;
     let resumeUpstream: (() => void) | null = null;
     let finished = false;
-    let chunks: Buffer[] | null = null;
+    let meter: AnswerMeter | null = null;
     let clientLeft = false;
     const sentAt = performance.now();
     // A streamed body is metered as undici writes it to the broker's socket, so an upload cut short
@@ -140,7 +141,7 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
       finished = true;
       rec.upstreamMs += performance.now() - sentAt;
       res.removeListener('close', onClientClose);
-      if (chunks) result.body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks);
+      result.meter = meter;
       resolve(result);
     };
     const onClientClose = () => {
@@ -153,7 +154,7 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
       // An answer being captured (a pop's messages, a push's statuses) is read to its end without
       // relaying it: the broker already acted on the request, and metering counts what it did, so a
       // client cannot take most of a batch and leave before the last byte to make it free.
-      if (chunks !== null) resumeUpstream?.();
+      if (meter !== null) resumeUpstream?.();
       else abortUpstream?.(new ClientAbort('client disconnected'));
     };
     res.on('close', onClientClose);
@@ -180,8 +181,10 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
           if (clientLeft) return false;
           const headers: Record<string, string | string[]> = {};
           let announcedBody = false;
+          let encoding: string | null = null;
           for (let i = 0; i < rawHeaders.length; i += 2) {
             const name = rawHeaders[i]!.toString('latin1').toLowerCase();
+            if (name === 'content-encoding') encoding = rawHeaders[i + 1]!.toString('latin1');
             if (DROPPED_RESPONSE_HEADERS.has(name) || name.startsWith('access-control-')) {
               if (name === 'transfer-encoding') announcedBody = true;
               continue;
@@ -208,17 +211,21 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
             return true;
           }
           res.writeHead(statusCode, headers);
-          if (req.capture && (statusCode === 200 || statusCode === 201)) chunks = [];
+          if (req.capture && (statusCode === 200 || statusCode === 201)) {
+            meter = openAnswerMeter(encoding);
+            meter.onDrain(resume);
+          }
           resumeUpstream = resume;
           res.on('drain', resume);
           return true;
         },
         onData(chunk: Buffer): boolean {
           if (finished) return false;
-          if (chunks) chunks.push(chunk);
-          if (clientLeft) return true;
+          // Paced by the slower of the client and the meter (a decoder may fall behind).
+          const metered = meter === null || meter.write(chunk);
+          if (clientLeft) return metered;
           rec.bytesOut += chunk.length;
-          return (res as NodeJS.WritableStream).write(chunk);
+          return (res as NodeJS.WritableStream).write(chunk) && metered;
         },
         onComplete() {
           if (finished) return;
@@ -228,6 +235,11 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
         onError(err: Error) {
           if (finished) return;
           result.failure = clientLeft ? 'client_aborted' : classifyUpstreamError(err);
+          // Only an answer read for a client that left is still metered (from what arrived).
+          if (!clientLeft) {
+            meter?.discard();
+            meter = null;
+          }
           finish();
           // Once the head went out, a client can only learn of a broken body by a broken stream.
           if (result.status !== 0 && !res.writableEnded) res.destroy();

@@ -7,6 +7,8 @@
  */
 import { edgeError, type EdgeError } from '../errors.js';
 import type { EdgeResponse } from '../listen/servers.js';
+import type { AnswerMeter } from '../metering/answer-meter.js';
+import type { AnswerFacts } from '../metering/answer-scan.js';
 import type { Logger } from '../observability/log.js';
 import type { Tenant } from '../tenants/model.js';
 import type { Clusters } from './clusters.js';
@@ -39,9 +41,12 @@ export interface ProxyExchange extends RelayRecord {
   broker: string | null;
   /** The relayed answer will be handed to relayed(): hold metering until then. */
   expectBody(): void;
-  /** The relayed answer, parsed (undefined when none was captured or it was not JSON). */
-  relayed(doc: unknown): void;
-  /** Set when the request reached the broker and the client left before any answer was read. */
+  /** What the relayed answer said (null when none was metered, or it was cut or not JSON). */
+  relayed(facts: AnswerFacts | null): void;
+  /**
+   * Set when the request reached the broker but its answer was not read: the client left before
+   * any came back, or it came in a content coding the edge cannot decode.
+   */
   answerLost: boolean;
 }
 
@@ -51,7 +56,7 @@ export interface UpstreamProxy {
    * Forwards `req` and relays the answer into `res`. Resolves with the refusal the caller must
    * render when no response started (no broker, connect failure, timeout), or null when the
    * answer was relayed or the client left. Never rejects. The exchange gets relayed() exactly
-   * once, after the response went out (with the parsed answer when `req.capture` is set).
+   * once, after the response went out (with the answer's facts when `req.capture` is set).
    */
   forward(res: EdgeResponse, x: ProxyExchange, tenant: Tenant, req: ProxyRequest): Promise<EdgeError | null>;
   /**
@@ -72,20 +77,15 @@ export interface ProxyDeps {
 export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
   const { clusters, pools, log } = d;
 
-  /** Lease learning and metering read the relayed body after it went out (never delaying it). */
-  function afterResponse(x: ProxyExchange, broker: string, body: Buffer, learnsLease: boolean): void {
-    setImmediate(() => {
-      let doc: unknown;
-      try {
-        doc = JSON.parse(body.toString('utf8'));
-      } catch {
-        doc = undefined;
-      }
-      if (learnsLease) {
-        const leaseId = (doc as { leaseId?: unknown } | null)?.leaseId;
-        if (typeof leaseId === 'string') clusters.learnLease(leaseId, broker);
-      }
-      x.relayed(doc);
+  /** Lease learning and metering take what the meter read as the answer went past. */
+  function afterResponse(x: ProxyExchange, broker: string, meter: AnswerMeter, learnsLease: boolean): void {
+    meter.end((outcome) => {
+      if (outcome.problem !== null) {
+        log.warn({ broker, problem: outcome.problem }, outcome.problem === 'undecodable' ? 'metering: answer in a content coding the edge cannot decode; metered from the request' : 'metering: answer cut or not JSON; nothing metered from it');
+        // Undecodable: the broker acted; its pushes and acks are counted from the request.
+        if (outcome.problem === 'undecodable') x.answerLost = true;
+      } else if (learnsLease && outcome.facts.leaseId !== null) clusters.learnLease(outcome.facts.leaseId, broker);
+      x.relayed(outcome.facts);
     });
   }
 
@@ -93,7 +93,7 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
     // Metering waits for the outcome even when it counts no answer: a transaction whose client left
     // is counted from its request, and only the proxy learns that it was sent (answerLost).
     x.expectBody();
-    let body: Buffer | null = null;
+    let meter: AnswerMeter | null = null;
     try {
       const lane = req.lane;
       let tried: Set<string> | null = null;
@@ -111,16 +111,16 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
         if (result.failure === null) {
           if (result.status >= 500) clusters.reportFailure(broker, 'status5xx');
           else clusters.reportSuccess(broker);
-          body = result.body;
-          if (body !== null) afterResponse(x, broker, body, req.learnsLease);
+          meter = result.meter;
+          if (meter !== null) afterResponse(x, broker, meter, req.learnsLease);
           return null;
         }
         if (result.failure === 'client_aborted') {
           log.debug({ reqId: req.headers['x-request-id'], broker }, 'client went away');
           // What the broker did is still metered: from its answer when it was read to the end,
           // else (the request was sent) from the request.
-          body = result.body;
-          if (body !== null) afterResponse(x, broker, body, req.learnsLease);
+          meter = result.meter;
+          if (meter !== null) afterResponse(x, broker, meter, req.learnsLease);
           else if (result.sent) x.answerLost = true;
           return null;
         }
@@ -135,7 +135,7 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
         return failureError(result.failure);
       }
     } finally {
-      if (body === null) x.relayed(undefined);
+      if (meter === null) x.relayed(null);
     }
   }
 

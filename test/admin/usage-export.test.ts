@@ -102,10 +102,10 @@ describe('usage export over a month of hourly usage for 1,000 tenants (Redis)', 
       }
       rows++;
       // The config's own tenant, acme, sorts first and has no usage: zero rows, still one per hour.
-      if (rows === 1) expect(line.split(',')).toEqual(['2026-11-01T00:00:00.000Z', '2026-11-01T01:00:00.000Z', 'acme', ...EXPORT_COLUMNS.slice(3).map(() => '0')]);
-      if (!line.includes(',t0003,') && !line.includes(',t0999,')) return;
+      if (rows === 1) expect(line.split(',')).toEqual(['"2026-11-01T00:00:00.000Z"', '"2026-11-01T01:00:00.000Z"', '"acme"', ...EXPORT_COLUMNS.slice(3).map(() => '0')]);
+      if (!line.includes(',"t0003",') && !line.includes(',"t0999",')) return;
       const v = line.split(',');
-      const t = v[col('tenant')]!;
+      const t = v[col('tenant')]!.slice(1, -1);
       const s = perTenant.get(t) ?? { rows: 0, requests: 0, pushed: 0, egress: 0, refused: 0, rateLimited: 0 };
       s.rows++;
       s.requests += Number(v[col('requests')]);
@@ -148,7 +148,7 @@ describe('usage export over a month of hourly usage for 1,000 tenants (Redis)', 
     expect(r.status).toBe(200);
     const lines = r.text.trimEnd().split('\n');
     expect(lines).toHaveLength(1 + 2 * 30);
-    expect(lines.at(-1)!.split(',')[2]).toBe('gone-tenant');
+    expect(lines.at(-1)!.split(',')[2]).toBe('"gone-tenant"');
     for (const [q, field] of [
       ['granularity=month', 'granularity'],
       ['format=xml', 'format'],
@@ -175,7 +175,7 @@ describe('usage export over a month of hourly usage for 1,000 tenants (Redis)', 
     const [head, row, ...more] = text.trimEnd().split('\n');
     expect(head).toBe(EXPORT_COLUMNS.join(','));
     expect(more).toEqual([]);
-    expect(row!.split(',').slice(0, 4)).toEqual(['2026-11-05T00:00:00.000Z', '2026-11-06T00:00:00.000Z', 't0002', String(24 * 3 + 24)]);
+    expect(row!.split(',').slice(0, 4)).toEqual(['"2026-11-05T00:00:00.000Z"', '"2026-11-06T00:00:00.000Z"', '"t0002"', String(24 * 3 + 24)]);
     expect(await runAdminCli(['usage', 'export', '--format', 'xml', '--url', edge.adminUrl, '--token', ADMIN_TOKEN], { stdout, stderr, env: {} })).toBe(1);
   });
 });
@@ -253,8 +253,8 @@ describe('a usage store failing in the middle of an export', () => {
       })();
       await expect(read).rejects.toThrow();
       // Rows of earlier batches arrived; nothing from the failing tenant or after it.
-      expect(received).toContain(',t0400,');
-      expect(received).not.toContain(',t0500,');
+      expect(received).toContain(',"t0400",');
+      expect(received).not.toContain(',"t0500",');
     } finally {
       server.closeAllConnections();
       await new Promise((r) => server.close(r));

@@ -1,7 +1,7 @@
 /**
  * Docker cannot build here, so the Dockerfile's instructions are checked against the project:
  * what it copies exists, what it runs is what `npm run build` produces, the ports, user, health
- * check and config path agree with config/default.yaml and the CLI.
+ * check and config path agree with the config the image carries (config/docker.yaml) and the CLI.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { join, relative, resolve } from 'node:path';
@@ -26,19 +26,24 @@ function instructions(text: string): Instruction[] {
   });
 }
 
-/** Splits instructions into stages at each FROM. */
-function stages(all: Instruction[]): Instruction[][] {
-  const out: Instruction[][] = [];
+/** Splits instructions into stages at each FROM, by stage name (`FROM image AS name`). */
+function stages(all: Instruction[]): Map<string, Instruction[]> {
+  const out = new Map<string, Instruction[]>();
+  let current: Instruction[] = [];
   for (const i of all) {
-    if (i.op === 'FROM') out.push([]);
-    out.at(-1)?.push(i);
+    if (i.op === 'FROM') out.set(/ AS (\S+)$/i.exec(i.args)?.[1] ?? String(out.size), (current = []));
+    current.push(i);
   }
   return out;
 }
 
 const dockerfile = instructions(read('Dockerfile'));
-const [build, runtime] = stages(dockerfile);
-const defaults = parseConfig(parse(read('config/default.yaml')), {});
+const byName = stages(dockerfile);
+const build = byName.get('build');
+const runtime = byName.get('runtime');
+/** The image's config as the container reads it with nothing in its environment. */
+const IMAGE_CONFIG = 'config/docker.yaml';
+const defaults = parseConfig(parse(read(IMAGE_CONFIG)), {});
 const tsBuild = JSON.parse(read('tsconfig.build.json')) as { compilerOptions: { rootDir: string; outDir: string } };
 
 /** `["a", "b"]` exec form as an array. */
@@ -47,9 +52,19 @@ function execForm(args: string): string[] {
 }
 
 describe('Dockerfile', () => {
-  it('has a build stage and a runtime stage', () => {
-    expect(stages(dockerfile)).toHaveLength(2);
-    expect(build![0]!.args).toMatch(/ AS build$/);
+  it('has a build stage, the development broker stage, and the runtime stage last (the default target)', () => {
+    expect([...byName.keys()]).toEqual(['build', 'dev-broker', 'runtime']);
+  });
+
+  it('the development broker stage runs the relay script through tsx, which the build stage installed', () => {
+    const dev = byName.get('dev-broker')!;
+    expect(dev[0]!.args).toBe('build AS dev-broker');
+    const cmd = execForm(dev.find((i) => i.op === 'CMD')!.args);
+    expect(cmd.slice(0, 3)).toEqual(['node', '--import', 'tsx']);
+    expect(existsSync(join(ROOT, cmd[3]!)), cmd[3]).toBe(true);
+    const pkg = JSON.parse(read('package.json')) as { devDependencies: Record<string, string> };
+    expect(pkg.devDependencies.tsx).toBeDefined();
+    expect(dev.filter((i) => i.op === 'EXPOSE').map((i) => i.args)).toEqual(['6632']);
   });
 
   it('copies from the build context only files that exist', () => {
@@ -86,7 +101,7 @@ describe('Dockerfile', () => {
     expect(pkg.bin['queen-edge']).toBe(script);
   });
 
-  it('exposes the ports of config/default.yaml', () => {
+  it('exposes the ports of the image config', () => {
     const exposed = runtime!.filter((i) => i.op === 'EXPOSE').flatMap((i) => i.args.split(/\s+/)).map(Number).sort();
     expect(exposed).toEqual([defaults.server.https.port, defaults.server.admin.port].sort());
   });
@@ -97,15 +112,31 @@ describe('Dockerfile', () => {
     expect(['root', '0']).not.toContain(user!.split(':')[0]);
   });
 
-  it('health-checks the admin /livez on the admin port of the default config', () => {
+  it('health-checks the admin /livez on the admin port of the image config, through loopback', () => {
     const check = runtime!.find((i) => i.op === 'HEALTHCHECK')!.args;
-    expect(check).toContain(`http://${defaults.server.admin.host}:${defaults.server.admin.port}/livez`);
+    expect(check).toContain(`http://127.0.0.1:${defaults.server.admin.port}/livez`);
+    expect(['0.0.0.0', '127.0.0.1']).toContain(defaults.server.admin.host);
+  });
+
+  it('the image config listens where a container is reached and takes the broker, Redis and secrets from the environment', () => {
+    expect(defaults.server.admin.host).toBe('0.0.0.0');
+    expect(defaults.server.https.host).toBe('0.0.0.0');
+    expect(defaults.server.workers).toBe(1);
+    expect(defaults.tenants.default!.brokers).toEqual(['http://broker:6632']);
+    const env = { QUEEN_EDGE_BROKER_URL: 'http://queen.internal:6632', QUEEN_EDGE_REDIS_URL: 'redis://r:6379/0', JWT_SECRET: 's', QUEEN_EDGE_ADMIN_TOKEN: 't', QUEEN_EDGE_TLS_CERT: '/etc/queen-edge/tls/tls.crt', QUEEN_EDGE_TLS_KEY: '/etc/queen-edge/tls/tls.key', QUEEN_EDGE_WORKERS: '2' };
+    const set = parseConfig(parse(read(IMAGE_CONFIG)), env);
+    expect(set.tenants.default!.brokers).toEqual(['http://queen.internal:6632']);
+    expect(set.redis.url).toBe('redis://r:6379/0');
+    expect(set.auth.secret).toBe('s');
+    expect(set.server.admin.token).toBe('t');
+    expect(set.server.https).toMatchObject({ cert: env.QUEEN_EDGE_TLS_CERT, key: env.QUEEN_EDGE_TLS_KEY });
+    expect(set.server.workers).toBe(2);
   });
 
   it('reads its config from /etc/queen-edge/config.yaml and has /etc/queen-edge/tls for certificates', () => {
     const env = runtime!.filter((i) => i.op === 'ENV').map((i) => i.args).join(' ');
     expect(env).toContain('QUEEN_EDGE_CONFIG=/etc/queen-edge/config.yaml');
-    expect(runtime!.some((i) => i.op === 'COPY' && i.args === 'config/default.yaml /etc/queen-edge/config.yaml')).toBe(true);
+    expect(runtime!.some((i) => i.op === 'COPY' && i.args === `${IMAGE_CONFIG} /etc/queen-edge/config.yaml`)).toBe(true);
     expect(runtime!.some((i) => i.op === 'RUN' && i.args.includes('mkdir -p /etc/queen-edge/tls'))).toBe(true);
   });
 });

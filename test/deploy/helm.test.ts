@@ -2,9 +2,10 @@
  * The Helm chart without helm: its plain YAML parses, values.yaml satisfies values.schema.json,
  * every template is non-empty and reads only `.Values` keys that values.yaml defines, and the
  * queen-edge config the ConfigMap renders (values.config, verbatim) is valid for queen-edge with
- * and without the environment the Deployment sets.
+ * and without the environment the Deployment sets. helm is not installed here, so the templates
+ * are checked as text: what each optional resource is guarded by, and what it must contain.
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { lstatSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { Ajv } from 'ajv';
 import { parse } from 'yaml';
@@ -18,13 +19,20 @@ import { startBrokerDouble } from '../helpers/broker-double.js';
 const CHART = resolve(import.meta.dirname, '../../helm/queen-edge');
 const read = (p: string): string => readFileSync(join(CHART, p), 'utf8');
 const values = parse(read('values.yaml')) as Record<string, unknown> & { config: any };
-/** The defaults plus what values.schema.json requires: one tenant with a broker, and a JWT secret. */
+/** The defaults plus what values.schema.json requires: an image, one tenant with a broker, and a JWT secret. */
 const working = {
   ...values,
+  image: { ...(values.image as object), repository: 'registry.example.internal/queen-edge' },
   secrets: { ...(values.secrets as object), jwtSecret: 'a-jwt-secret-of-some-length' },
   config: { ...values.config, tenants: { default: { plan: 'free', brokers: ['http://queen:6632'] } } },
 } as any;
-const templates = readdirSync(join(CHART, 'templates')).map((f) => ({ name: f, text: read(join('templates', f)) }));
+const templates = readdirSync(join(CHART, 'templates'), { recursive: true, withFileTypes: true })
+  .filter((e) => e.isFile())
+  .map((e) => {
+    const name = join(e.parentPath, e.name).slice(join(CHART, 'templates').length + 1);
+    return { name, text: read(join('templates', name)) };
+  });
+const template = (name: string): string => templates.find((t) => t.name === name)!.text;
 
 /** `.Values.a.b.c` references in a template, as key paths. */
 function valueRefs(text: string): string[][] {
@@ -57,13 +65,17 @@ describe('helm/queen-edge', () => {
     const titles = (validate.errors ?? []).map((e) => e.parentSchema?.title).filter(Boolean).join('\n');
     expect(titles).toContain('set config.tenants');
     expect(titles).toContain('set a JWT key source');
+    expect(titles).toContain('set image.repository: build the image');
     expect(validate(working), JSON.stringify(validate.errors)).toBe(true);
     // Redis instead of file tenants; a public key instead of a secret.
-    expect(validate({ ...values, redis: { url: 'redis://r:6379' }, config: { ...values.config, auth: { ...values.config.auth, publicKey: '/k.pem' } } })).toBe(true);
+    expect(validate({ ...values, image: working.image, redis: { url: 'redis://r:6379' }, config: { ...values.config, auth: { ...values.config.auth, publicKey: '/k.pem' } } })).toBe(true);
     expect(validate({ ...working, config: { ...working.config, tenants: { t: { plan: 'free', brokers: [] } } } })).toBe(false);
     expect(validate({ ...working, service: { type: 'Ingress', port: 443 } })).toBe(false);
     expect(validate({ ...working, replicaCount: 0 })).toBe(false);
     expect(validate({ ...working, typo: true })).toBe(false);
+    expect(validate({ ...working, extraVolumes: [{ name: 'keys', secret: { secretName: 'k' } }], extraVolumeMounts: [{ name: 'keys', mountPath: '/etc/queen-edge/keys' }] })).toBe(true);
+    expect(validate({ ...working, extraVolumeMounts: [{ name: 'keys' }] })).toBe(false);
+    expect(validate({ ...working, networkPolicy: { enabled: true, publicFrom: [], adminFrom: [{ namespaceSelector: {} }], egress: [] } })).toBe(true);
   });
 
   it('the config the chart renders from the least working values becomes Ready', async () => {
@@ -87,6 +99,7 @@ describe('helm/queen-edge', () => {
   it('every template is non-empty and references only keys values.yaml defines', () => {
     expect(templates.map((t) => t.name)).toEqual(expect.arrayContaining([
       'deployment.yaml', 'service.yaml', 'admin-service.yaml', 'configmap.yaml', 'secret.yaml', 'tls-secret.yaml', 'hpa.yaml', 'pdb.yaml', 'servicemonitor.yaml',
+      'networkpolicy.yaml', 'prometheusrule.yaml', 'tests/test-readyz.yaml',
     ]));
     for (const t of templates) {
       expect(t.text.trim().length, t.name).toBeGreaterThan(0);
@@ -136,5 +149,66 @@ describe('helm/queen-edge', () => {
     const vars = new Set([...JSON.stringify(values.config).matchAll(/\$\{([A-Z_]+)/g)].map((m) => m[1]!));
     expect(vars.size).toBeGreaterThan(0);
     for (const v of vars) expect(d, v).toContain(`- name: ${v}`);
+  });
+});
+
+describe('helm/queen-edge: operators\' defaults and options', () => {
+  it('names no registry: the image is the operator\'s to build and push, and rendering without it fails with that message', () => {
+    expect((values.image as { repository: string }).repository).toBe('');
+    expect(read('values.yaml')).toMatch(/No public registry publishes queen-edge: build the image/);
+    expect(read('templates/_helpers.tpl')).toMatch(/required "image\.repository is required: build the image from the project's Dockerfile and push it to your registry/);
+    for (const name of ['deployment.yaml', 'tests/test-readyz.yaml']) expect(template(name), name).toContain('image: {{ include "queen-edge.image" . }}');
+    expect(read('README.md')).toMatch(/docker push/);
+  });
+
+  it('the Service is ClusterIP by default; LoadBalancer and NodePort keep client addresses (Local) unless told otherwise', () => {
+    expect(values.service).toMatchObject({ type: 'ClusterIP', externalTrafficPolicy: 'Local' });
+    expect(template('service.yaml')).toMatch(/\{\{- if ne \.Values\.service\.type "ClusterIP" \}\}\n {2}externalTrafficPolicy: \{\{ \.Values\.service\.externalTrafficPolicy \}\}/);
+    expect(read('values.yaml')).toMatch(/a per-IP limit becomes a per-node limit/);
+  });
+
+  it('autoscaling is off by default, so replicaCount applies', () => {
+    expect(values.autoscaling).toMatchObject({ enabled: false });
+    expect(template('hpa.yaml').startsWith('{{- if .Values.autoscaling.enabled }}')).toBe(true);
+  });
+
+  it('extra volumes and mounts reach the pod, and the config is a directory mount that an edited ConfigMap updates', () => {
+    const d = template('deployment.yaml');
+    expect(d).toMatch(/ {6}volumes:[\s\S]*\{\{- with \.Values\.extraVolumes \}\}\n {8}\{\{- toYaml \. \| nindent 8 \}\}/);
+    expect(d).toMatch(/ {10}volumeMounts:[\s\S]*\{\{- with \.Values\.extraVolumeMounts \}\}\n {12}\{\{- toYaml \. \| nindent 12 \}\}/);
+    expect(d).toContain('args: ["--config", "/etc/queen-edge/config/config.yaml"]');
+    expect(d).toMatch(/- name: config\n {14}mountPath: \/etc\/queen-edge\/config\n/);
+    expect(d).not.toMatch(/subPath:/);
+  });
+
+  it('the NetworkPolicy, when enabled, opens the admin port only to labelled pods and adminFrom; egress is restricted only when listed', () => {
+    const np = template('networkpolicy.yaml');
+    expect(values.networkPolicy).toMatchObject({ enabled: false });
+    expect(np.startsWith('{{- if .Values.networkPolicy.enabled }}')).toBe(true);
+    expect(np).toMatch(/- port: admin[\s\S]*from:\n {8}- podSelector:\n {12}matchLabels:\n {14}queen-edge\.io\/admin-access: "true"/);
+    expect(np).toMatch(/\{\{- if \.Values\.networkPolicy\.egress \}\}\n {4}- Egress/);
+    // The test pod carries the label that lets it through.
+    expect(template('tests/test-readyz.yaml')).toContain('queen-edge.io/admin-access: "true"');
+  });
+
+  it('helm test: a hook Pod asks the admin Service for /readyz by address (the admin Host guard admits IP literals) and fails unless 200', () => {
+    const t = template('tests/test-readyz.yaml');
+    expect(t).toContain('"helm.sh/hook": test');
+    expect(t).toContain('value: {{ printf "%s-admin" (include "queen-edge.fullname" .) | quote }}');
+    expect(t).toContain('value: {{ .Values.adminService.port | quote }}');
+    expect(t).toMatch(/fetch\(`http:\/\/\$\{host\}:\$\{port\}\/readyz`/);
+    expect(t).toMatch(/if \(res\.status === 200\)[^\n]*process\.exit\(0\)/);
+    expect(t).toMatch(/process\.exit\(1\);\n/);
+  });
+
+  it('the PrometheusRule embeds the project\'s rule file (a link to ops/prometheus, which promtool checks)', () => {
+    const pr = template('prometheusrule.yaml');
+    expect(values.prometheusRule).toMatchObject({ enabled: false });
+    expect(pr.startsWith('{{- if .Values.prometheusRule.enabled }}')).toBe(true);
+    expect(pr).toContain('{{- .Files.Get "files/queen-edge-rules.yaml" | nindent 2 }}');
+    const link = join(CHART, 'files/queen-edge-rules.yaml');
+    expect(lstatSync(link).isSymbolicLink()).toBe(true);
+    expect(resolve(CHART, 'files', readlinkSync(link))).toBe(resolve(CHART, '../../ops/prometheus/queen-edge-rules.yaml'));
+    expect(read('files/queen-edge-rules.yaml')).toMatch(/^groups:$/m);
   });
 });

@@ -23,6 +23,7 @@ import {
 } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
+import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 
 /** One request as the broker received it. */
 export interface RecordedRequest {
@@ -60,6 +61,8 @@ export interface BrokerDoubleOptions {
   name?: string;
   /** Add `Access-Control-Allow-Origin: *` to every response, as real brokers do. */
   cors?: boolean;
+  /** Answer metering fixtures: see AnswerFixtures at the end of this file. */
+  answers?: AnswerFixtures;
 }
 
 /** A message a `dlq` ack moved out of a group's way. */
@@ -930,6 +933,7 @@ class QueenBrokerDouble implements BrokerDouble {
         continue;
       }
       const [entry] = applyAcks(draft, [op.ack], QUEUE_MODE, now);
+      if (!entry!.success && this.#options.answers?.rollbackAs200) return rolledBack(results, entry!);
       if (!entry!.success) return { status: 409, body: { error: `operations[${i}]: ${entry!.error ?? 'ack failed'}` } };
       results.push(entry);
     }
@@ -973,6 +977,11 @@ class QueenBrokerDouble implements BrokerDouble {
   #pop(ex: Exchange, plan: PopPlan): void {
     // The broker in pop maintenance answers every pop empty, with the stray-bytes 204.
     if (this.maintenance.pop) return this.#sendEmpty(ex, 'no-content-with-body');
+    const big = this.#options.answers?.bigPop;
+    if (big) {
+      this.#settle(ex);
+      return void streamBigPop(ex.res, big);
+    }
     const reply = plan.attempt();
     if (reply) return this.#sendJson(ex, reply);
     if (!plan.wait || plan.timeoutMs === 0) return this.#sendEmpty(ex);
@@ -1005,8 +1014,11 @@ class QueenBrokerDouble implements BrokerDouble {
   }
 
   #write(res: ServerResponse, reply: Reply): void {
-    const body = Buffer.from(JSON.stringify(reply.body));
-    res.writeHead(reply.status, { 'content-type': 'application/json', 'content-length': body.length });
+    const coding = this.#options.answers?.contentEncoding;
+    const plain = Buffer.from(JSON.stringify(reply.body));
+    const body = coding ? encodeAnswer(plain, coding) : plain;
+    const label = coding === 'corrupt-gzip' ? 'gzip' : coding;
+    res.writeHead(reply.status, { 'content-type': 'application/json', 'content-length': body.length, ...(label ? { 'content-encoding': label } : {}) });
     res.end(body);
   }
 
@@ -1034,4 +1046,56 @@ export async function startBrokerDouble(opts: BrokerDoubleOptions = {}): Promise
   const broker = new QueenBrokerDouble(opts);
   await broker.listen();
   return broker;
+}
+
+// ---- Answer fixtures for metering tests: big answers, encoded answers, rolled-back transactions.
+
+export interface AnswerFixtures {
+  /**
+   * Every pop answers `messages` messages of `messageBytes` bytes of data each (ignoring the
+   * queues), generated as it is written, with backpressure: the double never holds the answer.
+   * The answer's leaseId is `leaseId`.
+   */
+  bigPop?: { messages: number; messageBytes: number; leaseId: string };
+  /**
+   * Every JSON answer is sent in this Content-Encoding. `x-unknown` leaves the bytes plain;
+   * `corrupt-gzip` sends plain bytes labelled gzip.
+   */
+  contentEncoding?: 'gzip' | 'deflate' | 'br' | 'x-unknown' | 'corrupt-gzip';
+  /**
+   * A transaction whose ack fails answers as the 0.15 broker does (its stored procedure rolls back
+   * and returns): `200 {"transactionId","success":false,"error","results"}` instead of a 409.
+   */
+  rollbackAs200?: boolean;
+}
+
+function rolledBack(results: unknown[], failed: { error: string | null }): Reply {
+  const error = `ACK operation failed: ${failed.error ?? 'Unknown error'}`;
+  return { status: 200, body: { transactionId: mintId(), success: false, error, results: [...results, { ...failed, type: 'ack' }] } };
+}
+
+function encodeAnswer(plain: Buffer, coding: NonNullable<AnswerFixtures['contentEncoding']>): Buffer {
+  if (coding === 'gzip') return gzipSync(plain);
+  if (coding === 'deflate') return deflateSync(plain);
+  if (coding === 'br') return brotliCompressSync(plain);
+  return plain;
+}
+
+async function streamBigPop(res: ServerResponse, big: NonNullable<AnswerFixtures['bigPop']>): Promise<void> {
+  const data = Buffer.alloc(big.messageBytes, 'x');
+  const send = async (chunk: Buffer) => {
+    if (!res.write(chunk)) await new Promise<void>((resolve) => res.once('drain', resolve).once('close', resolve));
+  };
+  res.writeHead(200, { 'content-type': 'application/json' });
+  try {
+    await send(Buffer.from(`{"success":true,"queue":"big","partition":"Default","leaseId":${JSON.stringify(big.leaseId)},"messages":[`));
+    for (let i = 0; i < big.messages && !res.destroyed; i++) {
+      await send(Buffer.from(`${i === 0 ? '' : ','}{"id":"m-${i}","transactionId":"t-${i}","partitionId":"p","leaseId":${JSON.stringify(big.leaseId)},"data":"`));
+      await send(data);
+      await send(Buffer.from('"}'));
+    }
+    res.end(']}');
+  } catch {
+    res.destroy();
+  }
 }

@@ -61,3 +61,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- .Values.terminationGracePeriodSeconds }}
 {{- end }}
 {{- end }}
+
+{{/* The image; the chart names no registry, the operator pushes the image (helm/README.md). */}}
+{{- define "queen-edge.image" -}}
+{{- $repo := required "image.repository is required: build the image from the project's Dockerfile and push it to your registry (helm/README.md)" .Values.image.repository }}
+{{- printf "%s:%s" $repo (.Values.image.tag | default .Chart.AppVersion) | quote }}
+{{- end }}
