@@ -24,10 +24,10 @@ import type { Logger } from './observability/log.js';
 import type { LimitOutcome, RequestMetrics } from './observability/metrics.js';
 import type { RouteMatcher } from './routes/match.js';
 import { normalizeTarget } from './routes/match.js';
+import { declaredParams, readQuery, type QueryFacts } from './routes/query-params.js';
 import type { RouteSpec } from './routes/table.js';
 import { ackFacts, bodyTooLarge, pushFacts, readBody, transactionFacts, type BodyFacts } from './stages/body.js';
-import { parsePopQuery, type PopQuery } from './stages/pop-query.js';
-import { acceptableRequestId, upstreamHeaders } from './upstream/upstream-headers.js';
+import { acceptableRequestId, contentEncodingRefusal, upstreamHeaders } from './upstream/upstream-headers.js';
 import { canonicalHost, hostTooLong, type Tenant, type TenantDirectory } from './tenants/model.js';
 import { candidateTenant, tokenFits } from './tenants/resolve.js';
 import { clientGone } from './upstream/forward.js';
@@ -107,6 +107,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
   const defaultTenantId = config.auth.defaultTenant;
   const tenantClaimName = config.auth.tenantClaim;
   const tenantById = (id: string): Tenant | undefined => d.tenants.byId(id);
+  const paramsOf = (route: RouteSpec) => declaredParams(route.name, config.queryAllow[route.name]);
 
   return (req, res) => {
     handle(req, res).catch((err: unknown) => {
@@ -196,18 +197,16 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     }
     ctx.tenant = tenant;
 
-    // Query of pops: validated, long-poll timeout capped.
-    let pop: PopQuery | null = null;
-    if (route.longPoll) {
-      const parsed = parsePopQuery(target.query, tenant.limits.maxBatch, lp);
-      if (isEdgeError(parsed)) return refuse(res, ctx, parsed);
-      pop = parsed;
-    }
+    // Query: read against the route's declared parameters, capped; the broker gets the edge's rebuild of it.
+    const query = readQuery(target.query, { params: paramsOf(route), longPoll: route.longPoll, maxBatch: tenant.limits.maxBatch, longPollSettings: lp });
+    if (isEdgeError(query)) return refuse(res, ctx, query);
+    const encoded = contentEncodingRefusal(req.headers);
+    if (encoded) return refuse(res, ctx, encoded);
 
     // Refusals this instance already knows (deny cache) come before the body, so a throttled
     // tenant's upload is neither read nor, with Expect: 100-continue, sent (docs/limits.md).
     const declared = declaredLength(req);
-    const pre = d.limiter.preAdmit({ tenant, messages: 0, ingressBytes: declared ?? 0, parkedPoll: pop?.wait ?? false });
+    const pre = d.limiter.preAdmit({ tenant, messages: 0, ingressBytes: declared ?? 0, parkedPoll: query.wait });
     if (pre?.refusal) return refuseByLimits(res, ctx, pre);
     ctx.countHead(pre?.release ?? null);
 
@@ -252,7 +251,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     }
 
     // 9. Limits and quotas: one decision, at most one Redis round trip.
-    const admitted = d.limiter.admit({ tenant, messages: facts?.messages ?? 0, ingressBytes: bodyLength, parkedPoll: pop?.wait ?? false });
+    const admitted = d.limiter.admit({ tenant, messages: facts?.messages ?? 0, ingressBytes: bodyLength, parkedPoll: query.wait });
     const admission = admitted instanceof Promise ? await admitted : admitted;
     ctx.endHead();
     if (admission.refusal) return refuseByLimits(res, ctx, admission);
@@ -265,7 +264,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       ctx.closeOnRefusal = false;
     }
     // Metering and lease learning read the relayed answers of pushes, pops, acks and transactions as they pass.
-    const parked = pop?.wait === true;
+    const parked = query.wait;
     if (parked) d.metrics.parked(tenant.id, 1);
     try {
       if (clientGone(res)) return;
@@ -273,8 +272,8 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       // Stay synchronous unless a token has to be minted: no promise for a synchronous step.
       const auth = upstreamAuthorization(ctx.identity, tenant);
       const authorization = auth instanceof Promise ? await auth : auth;
-      const path = pop ? (pop.forwardQuery === '' ? target.path : `${target.path}?${pop.forwardQuery}`) : target.query === '' ? target.path : `${target.path}?${target.query}`;
-      const timeout = parked ? pop!.timeoutMs + lp.slackMs : upstreamCfg.requestTimeoutMs;
+      const path = query.forward === '' ? target.path : `${target.path}?${query.forward}`;
+      const timeout = parked ? query.timeoutMs + lp.slackMs : upstreamCfg.requestTimeoutMs;
       const refusal = await d.proxy.forward(res, ctx, tenant, {
         method: req.method as 'GET',
         path,
@@ -293,7 +292,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         bodyTimeoutMs: timeout,
         capture: route.meter !== 'none',
         responseHeaders: ctx.headers,
-        lane: laneOf(route, match.params, pop, facts),
+        lane: laneOf(route, match.params, query, facts),
         parked,
         learnsLease: route.lane === 'pop-queue' || route.lane === 'pop-ns',
       });
@@ -396,14 +395,14 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
 function laneOf(
   route: RouteSpec,
   params: Readonly<Record<string, string | undefined>>,
-  pop: PopQuery | null,
+  query: QueryFacts,
   facts: BodyFacts | null,
 ): Lane {
   switch (route.lane) {
     case 'pop-queue':
-      return { key: popQueueLaneKey(params.queue ?? '', params.partition, pop!.params), leaseId: null };
+      return { key: popQueueLaneKey(params.queue ?? '', params.partition, query.values), leaseId: null };
     case 'pop-ns':
-      return { key: popNamespaceLaneKey(pop!.params), leaseId: null };
+      return { key: popNamespaceLaneKey(query.values), leaseId: null };
     case 'push':
       return { key: pushLaneKey(facts?.firstItem), leaseId: null };
     case 'lease':

@@ -8,6 +8,7 @@ import { ConfigError } from './config/load.js';
 import type { RawConfig } from './config/schema.js';
 import type { Tenant } from './tenants/model.js';
 import { buildSnapshot, NO_RECORDS } from './tenants/snapshot.js';
+import { queryAllowProblems } from './routes/query-params.js';
 import { applyRouteOverrides, ROUTES, type RouteSpec } from './routes/table.js';
 
 export interface CompiledTables {
@@ -20,6 +21,7 @@ export function compileTables(cfg: RawConfig): CompiledTables {
   const problems = built.rejected.flatMap((r) => r.problems);
   const { routes, problems: routeProblems } = applyRouteOverrides(ROUTES, cfg.routes);
   problems.push(...routeProblems);
+  problems.push(...queryAllowProblems(cfg.queryAllow, new Set(routes.map((r) => r.name))));
   if (problems.length > 0) throw new ConfigError(problems);
   return { tenants: [...built.snapshot.byId.values()], routes };
 }

@@ -216,6 +216,8 @@ export const configSchema = z.strictObject({
     ringHash: z.enum(['sdk', 'avalanche']).default('sdk'),
   }).prefault({}),
   routes: z.record(z.string(), z.array(z.enum(ROLE_NAMES))).default({}),
+  /** added: extra query parameter names a route accepts and forwards (as text), by route name (docs/reference.md). */
+  queryAllow: z.record(z.string(), z.array(z.string().regex(/^[A-Za-z][A-Za-z0-9_]{0,63}$/))).default({}),
   plans: z.record(z.string(), planSchema),
   tenants: z.record(z.string(), tenantSchema),
 }).superRefine((cfg, ctx) => {

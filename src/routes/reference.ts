@@ -3,9 +3,10 @@
  * routes` writes it; a test fails when the file and the code disagree.
  */
 import { ERROR_CATALOGUE } from '../errors.js';
+import { MAX_LIST_LIMIT, MAX_POP_PARTITIONS, MAX_QUERY_VALUE_LENGTH, QUERY_PARAMS } from './query-params.js';
 import type { BrokerSupport, RouteSpec } from './table.js';
 
-const BROKER_CELL: Record<BrokerSupport, string> = { '0.15.1': '0.15.1+', later: 'after 0.15.1', none: 'none up to 0.15.1' };
+const BROKER_CELL: Record<BrokerSupport, string> = { '0.15.1': '0.15.1+', none: 'none up to 0.15.1' };
 
 function displayPath(p: string): string {
   return p.endsWith('/*') ? `${p.slice(0, -2)}/**` : p;
@@ -28,9 +29,9 @@ export function renderReference(routes: readonly RouteSpec[]): string {
     'A token passes when any of its roles is in the access set. `admin` is not a superset.',
     '',
     'Broker: which Queen broker versions answer the route. `0.15.1+`: broker 0.15.1 and later;',
-    '`after 0.15.1`: brokers newer than 0.15.1 only; `none up to 0.15.1`: named by the broker contract',
-    'but answered by no broker up to 0.15.1. The edge checks and forwards these routes all the same;',
-    'a broker without the route answers `404`. Operator-only and blocked routes are never forwarded.',
+    '`none up to 0.15.1`: named by the broker contract but answered by no broker up to 0.15.1. The',
+    'edge checks and forwards these routes all the same (never as a long poll); a broker without the',
+    'route answers `404`. Operator-only and blocked routes are never forwarded.',
     '',
     '| Method | Path | Name | Access set | Feature | Lane | Metering | Broker |',
     '|---|---|---|---|---|---|---|---|',
@@ -42,6 +43,26 @@ export function renderReference(routes: readonly RouteSpec[]): string {
     const path = displayPath(r.path);
     const methods = r.exposure === 'tenant' ? r.methods.join(', ') : 'any';
     lines.push(`| ${methods} | \`${path}\` | ${r.name} | ${accessCell(r)} | ${r.feature ?? ''} | ${r.lane === 'none' ? '' : r.lane} | ${r.meter === 'none' ? '' : r.meter} | ${BROKER_CELL[r.broker]} |`);
+  }
+  lines.push(
+    '',
+    '## Query parameters',
+    '',
+    'The edge forwards a query it rebuilt from the parameters it read, never the client\'s bytes:',
+    'each declared name at most once, values percent-encoded, names shortest first (Queen brokers',
+    'read a parameter by searching the raw query for its first `name=`). A name a route does not',
+    'declare is refused with `400 invalid_request` naming it; `queryAllow:` in the config adds names',
+    '(forwarded as text) per route. `int`: 0 to 2147483647; `bool`: `true` or `false`;',
+    `\`string\`: up to ${MAX_QUERY_VALUE_LENGTH} characters. Caps: \`batch\` from 1 to the plan's maxBatch;`,
+    `\`partitions\` from 1 to the smaller of maxBatch and ${MAX_POP_PARTITIONS}; \`limit\` at most ${MAX_LIST_LIMIT}; a long poll's \`timeout\``,
+    'capped at `server.longPoll.maxTimeoutMs` (the default made explicit); `wait` on a route that does',
+    'not park is forwarded as `false`. Routes not listed take no parameters.',
+    '',
+    '| Route | Parameters |',
+    '|---|---|',
+  );
+  for (const [name, params] of Object.entries(QUERY_PARAMS)) {
+    lines.push(`| ${name} | ${Object.entries(params).map(([p, kind]) => `\`${p}\` ${kind}`).join(', ')} |`);
   }
   lines.push('', '## Error codes', '', 'Every refusal is `{"error":"<message>","code":"<code>"}`.', '', '| Status | Code | Default message |', '|---|---|---|');
   for (const [code, { status, message }] of Object.entries(ERROR_CATALOGUE)) lines.push(`| ${status} | \`${code}\` | ${message} |`);

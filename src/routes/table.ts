@@ -15,11 +15,12 @@ export type BodyKind = 'push' | 'transaction' | 'ack' | 'stream';
 /** tenant: forwarded; operator: a broker route tenants never see; blocked: broker-internal. */
 export type Exposure = 'tenant' | 'operator' | 'blocked';
 /**
- * Which brokers answer a route: `0.15.1` and later; only brokers `later` than 0.15.1; or `none` up
- * to 0.15.1 (a route the broker contract names that no broker release answered yet: the edge still
- * checks and forwards it, and a broker without it answers 404).
+ * Which brokers answer a route: `0.15.1` and later (test/routes/broker-contract.test.ts holds the
+ * table to broker 0.15.1's own registration), or `none` up to 0.15.1 (a route the broker contract
+ * names that no broker release answered yet: the edge still checks and forwards it, a broker
+ * without it answers 404, and it never takes a parked slot or counts as a pop).
  */
-export type BrokerSupport = '0.15.1' | 'later' | 'none';
+export type BrokerSupport = '0.15.1' | 'none';
 
 export interface RouteSpec {
   /** Stable name for logs and metrics (never the raw path). */
@@ -34,7 +35,7 @@ export interface RouteSpec {
   readonly lane: LaneKind;
   readonly meter: MeterKind;
   readonly body: BodyKind;
-  /** Writes messages: subject to the storage gate. */
+  /** Adds to what the tenant stores (messages, queues, state): subject to the storage gate. */
   readonly writes: boolean;
   /** A pop that may park with `wait=true`. */
   readonly longPoll: boolean;
@@ -48,7 +49,8 @@ const RO_RW: readonly Role[] = ['read-only', 'read-write'];
 const WO_RW: readonly Role[] = ['write-only', 'read-write'];
 const ADMIN: readonly Role[] = ['admin'];
 const ALL_METHODS: readonly Method[] = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH'];
-const WRITE_METHODS: readonly Method[] = ['POST', 'PUT', 'DELETE', 'PATCH'];
+/** Writes that add to storage; DELETE frees it, so a tenant over its storage quota can still delete. */
+const STORING_METHODS: readonly Method[] = ['POST', 'PUT', 'PATCH'];
 
 type Spec = Partial<RouteSpec> & Pick<RouteSpec, 'name' | 'methods' | 'path' | 'access'>;
 
@@ -86,13 +88,15 @@ export const ROUTES: readonly RouteSpec[] = Object.freeze([
   route({ name: 'push', methods: ['POST'], path: '/api/v1/push', access: WO_RW, lane: 'push', meter: 'push', body: 'push', writes: true }),
   route({ name: 'pop.queue', methods: ['GET'], path: '/api/v1/pop/queue/:queue', access: RW, lane: 'pop-queue', meter: 'pop', longPoll: true }),
   route({ name: 'pop.partition', methods: ['GET'], path: '/api/v1/pop/queue/:queue/partition/:partition', access: RW, lane: 'pop-queue', meter: 'pop', longPoll: true }),
-  route({ name: 'pop.namespace', methods: ['GET'], path: '/api/v1/pop', access: RW, lane: 'pop-ns', meter: 'pop', longPoll: true }),
+  // The seed's pop by namespace or task: no broker up to 0.15.1 registers it (its own 404 answers), so
+  // it is neither counted as a pop nor given a parked slot.
+  route({ name: 'pop.namespace', methods: ['GET'], path: '/api/v1/pop', access: RW, lane: 'pop-ns', broker: 'none' }),
   route({ name: 'ack', methods: ['POST'], path: '/api/v1/ack', access: RW, lane: 'lease', meter: 'ack', body: 'ack' }),
   route({ name: 'ack.batch', methods: ['POST'], path: '/api/v1/ack/batch', access: RW, lane: 'lease', meter: 'ack', body: 'ack' }),
   route({ name: 'lease.extend', methods: ['POST'], path: '/api/v1/lease/:leaseId/extend', access: RW, lane: 'lease' }),
   route({ name: 'transaction', methods: ['POST'], path: '/api/v1/transaction', access: RW, lane: 'lease', meter: 'transaction', body: 'transaction', writes: true }),
   // Management writes.
-  route({ name: 'configure', methods: ['POST'], path: '/api/v1/configure', access: RW_ADMIN }),
+  route({ name: 'configure', methods: ['POST'], path: '/api/v1/configure', access: RW_ADMIN, writes: true }),
   route({ name: 'consumer-groups.subscription', methods: ['POST'], path: '/api/v1/consumer-groups/:group/subscription', access: RW_ADMIN }),
   route({ name: 'consumer-groups.seek', methods: ['POST'], path: '/api/v1/consumer-groups/:group/queues/:queue/seek', access: RW_ADMIN }),
   route({ name: 'consumer-groups.seek', methods: ['POST'], path: '/api/v1/consumer-groups/:group/queues/:queue/partitions/:partition/seek', access: RW_ADMIN }),
@@ -101,8 +105,8 @@ export const ROUTES: readonly RouteSpec[] = Object.freeze([
   route({ name: 'dlq.replay', methods: ['POST'], path: '/api/v1/dlq/:id/replay', access: RW_ADMIN, writes: true, broker: 'none' }),
   // Reads.
   ...subtree({ name: 'resources.read', methods: ['GET'], path: '/api/v1/resources', access: RO_RW_ADMIN }),
-  ...subtree({ name: 'messages.read', methods: ['GET'], path: '/api/v1/messages', access: RO_RW_ADMIN, broker: 'later' }),
-  route({ name: 'dlq.read', methods: ['GET'], path: '/api/v1/dlq', access: RO_RW_ADMIN, broker: 'later' }),
+  ...subtree({ name: 'messages.read', methods: ['GET'], path: '/api/v1/messages', access: RO_RW_ADMIN }),
+  route({ name: 'dlq.read', methods: ['GET'], path: '/api/v1/dlq', access: RO_RW_ADMIN }),
   ...subtree({ name: 'consumer-groups.read', methods: ['GET'], path: '/api/v1/consumer-groups', access: RO_RW_ADMIN }),
   ...subtree({ name: 'status.queues', methods: ['GET'], path: '/api/v1/status/queues', access: RO_RW_ADMIN }),
   route({ name: 'status.analytics', methods: ['GET'], path: '/api/v1/status/analytics', access: RO_RW_ADMIN }),
@@ -113,26 +117,30 @@ export const ROUTES: readonly RouteSpec[] = Object.freeze([
     route({ name: `analytics.${a}`, methods: ['GET'], path: `/api/v1/analytics/${a}`, access: RO_RW_ADMIN, feature: 'analytics', broker: 'none' }),
   ),
   ...subtree({ name: 'traces.read', methods: ['GET'], path: '/api/v1/traces', access: RO_RW_ADMIN, feature: 'traces' }),
-  route({ name: 'traces.write', methods: ['POST'], path: '/api/v1/traces', access: RW, feature: 'traces' }),
+  route({ name: 'traces.write', methods: ['POST'], path: '/api/v1/traces', access: RW, feature: 'traces', writes: true }),
   // Admin-only deletes.
   route({ name: 'queues.delete', methods: ['DELETE'], path: '/api/v1/resources/queues/:queue', access: ADMIN }),
   ...subtree({ name: 'consumer-groups.delete', methods: ['DELETE'], path: '/api/v1/consumer-groups', access: ADMIN }),
   route({ name: 'dlq.delete', methods: ['DELETE'], path: '/api/v1/dlq', access: ADMIN, broker: 'none' }),
   // Streams.
-  route({ name: 'streams.queries', methods: ['POST'], path: '/streams/v1/queries', access: RW, feature: 'streams' }),
-  route({ name: 'streams.cycle', methods: ['POST'], path: '/streams/v1/cycle', access: RW, feature: 'streams' }),
+  route({ name: 'streams.queries', methods: ['POST'], path: '/streams/v1/queries', access: RW, feature: 'streams', writes: true }),
+  route({ name: 'streams.cycle', methods: ['POST'], path: '/streams/v1/cycle', access: RW, feature: 'streams', writes: true }),
   route({ name: 'streams.state', methods: ['POST'], path: '/streams/v1/state/get', access: RO_RW, feature: 'streams' }),
   // Key-value, timers, ephemeral: reads read-only/read-write, writes read-write; producers may
-  // create timers and push ephemeral messages. No broker up to 0.15.1 answers these.
+  // create timers and push ephemeral messages. No broker up to 0.15.1 answers these. Every write is
+  // storage-gated; an ephemeral push is metered, limited and billed like a push.
   ...subtree({ name: 'kv.read', methods: ['GET'], path: '/api/v1/kv', access: RO_RW, feature: 'kv', broker: 'none' }),
-  ...subtree({ name: 'kv.write', methods: WRITE_METHODS, path: '/api/v1/kv', access: RW, feature: 'kv', broker: 'none' }),
+  ...subtree({ name: 'kv.write', methods: STORING_METHODS, path: '/api/v1/kv', access: RW, feature: 'kv', writes: true, broker: 'none' }),
+  ...subtree({ name: 'kv.write', methods: ['DELETE'], path: '/api/v1/kv', access: RW, feature: 'kv', broker: 'none' }),
   route({ name: 'timers.create', methods: ['POST'], path: '/api/v1/timers', access: WO_RW, feature: 'timers', writes: true, broker: 'none' }),
   ...subtree({ name: 'timers.read', methods: ['GET'], path: '/api/v1/timers', access: RO_RW, feature: 'timers', broker: 'none' }),
-  ...subtree({ name: 'timers.write', methods: ['PUT', 'DELETE', 'PATCH'], path: '/api/v1/timers', access: RW, feature: 'timers', broker: 'none' }),
-  route({ name: 'timers.write', methods: ['POST'], path: '/api/v1/timers/*', access: RW, feature: 'timers', broker: 'none' }),
-  route({ name: 'ephemeral.push', methods: ['POST'], path: '/api/v1/ephemeral/push', access: WO_RW, feature: 'ephemeral', broker: 'none' }),
+  ...subtree({ name: 'timers.write', methods: ['PUT', 'PATCH'], path: '/api/v1/timers', access: RW, feature: 'timers', writes: true, broker: 'none' }),
+  ...subtree({ name: 'timers.write', methods: ['DELETE'], path: '/api/v1/timers', access: RW, feature: 'timers', broker: 'none' }),
+  route({ name: 'timers.write', methods: ['POST'], path: '/api/v1/timers/*', access: RW, feature: 'timers', writes: true, broker: 'none' }),
+  route({ name: 'ephemeral.push', methods: ['POST'], path: '/api/v1/ephemeral/push', access: WO_RW, feature: 'ephemeral', lane: 'push', meter: 'push', body: 'push', writes: true, broker: 'none' }),
   ...subtree({ name: 'ephemeral.read', methods: ['GET'], path: '/api/v1/ephemeral', access: RO_RW, feature: 'ephemeral', broker: 'none' }),
-  ...subtree({ name: 'ephemeral.write', methods: WRITE_METHODS, path: '/api/v1/ephemeral', access: RW, feature: 'ephemeral', broker: 'none' }),
+  ...subtree({ name: 'ephemeral.write', methods: STORING_METHODS, path: '/api/v1/ephemeral', access: RW, feature: 'ephemeral', writes: true, broker: 'none' }),
+  ...subtree({ name: 'ephemeral.write', methods: ['DELETE'], path: '/api/v1/ephemeral', access: RW, feature: 'ephemeral', broker: 'none' }),
   // Public.
   route({ name: 'health', methods: ['GET'], path: '/health', access: 'public' }),
   // Operator only: exist on brokers, never exposed to tenants.

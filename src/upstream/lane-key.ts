@@ -10,13 +10,18 @@ export const QUEUE_MODE_GROUP = '__QUEUE_MODE__';
 /** Partition the broker uses when a pushed item names none. */
 export const DEFAULT_PARTITION = 'Default';
 
+/** A query's values by name (the edge's parsed query, or URLSearchParams). */
+export interface QueryValues {
+  get(name: string): string | null | undefined;
+}
+
 /** `queue:partition:consumerGroup` of a pop by queue; `*` for no partition, queue mode for no group. */
-export function popQueueLaneKey(queue: string, partition: string | undefined, query: URLSearchParams): string {
+export function popQueueLaneKey(queue: string, partition: string | undefined, query: QueryValues): string {
   return `${queue}:${partition || '*'}:${query.get('consumerGroup') || QUEUE_MODE_GROUP}`;
 }
 
 /** `namespace:task:consumerGroup` of a pop by namespace or task, `*` for each missing part. */
-export function popNamespaceLaneKey(query: URLSearchParams): string {
+export function popNamespaceLaneKey(query: QueryValues): string {
   return `${query.get('namespace') || '*'}:${query.get('task') || '*'}:${query.get('consumerGroup') || '*'}`;
 }
 

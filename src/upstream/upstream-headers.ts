@@ -4,9 +4,14 @@
  * reach a broker.
  */
 import type { IncomingHttpHeaders } from 'node:http';
+import { edgeError, type EdgeError } from '../errors.js';
 
-/** Client headers copied upstream as they are (trace context too, once validated). */
-const FORWARDED: readonly string[] = ['content-type', 'accept', 'accept-encoding'];
+/**
+ * Client headers copied upstream as they are (trace context too, once validated). Broker 0.15.1
+ * reads no request header but `authorization` (auth/auth_middleware.cpp) and the body framing,
+ * which the edge writes itself; Accept-Encoding is the edge's own (identity, below).
+ */
+const FORWARDED: readonly string[] = ['content-type', 'accept'];
 
 /** W3C Trace Context `traceparent`: version, trace-id, parent-id, flags; a future version may append fields. */
 const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-.*)?$/;
@@ -31,7 +36,9 @@ export interface UpstreamHeaderFacts {
 }
 
 export function upstreamHeaders(client: IncomingHttpHeaders, f: UpstreamHeaderFacts): Record<string, string> {
-  const out: Record<string, string> = {};
+  // Answers the edge meters and relays must be readable: a broker (or a proxy in front of one) that
+  // compresses would hand metering bytes it cannot count.
+  const out: Record<string, string> = { 'accept-encoding': 'identity' };
   for (let i = 0; i < FORWARDED.length; i++) {
     const name = FORWARDED[i]!;
     const v = client[name];
@@ -53,6 +60,17 @@ export function upstreamHeaders(client: IncomingHttpHeaders, f: UpstreamHeaderFa
   if (f.tenantHeader !== null) out['x-queen-tenant'] = f.tenantHeader;
   if (f.contentLength !== null) out['content-length'] = String(f.contentLength);
   return out;
+}
+
+/**
+ * A request body must arrive as the bytes it means: the edge counts and parses bodies as sent and
+ * never decodes them, so any Content-Encoding but identity is refused rather than forwarded as
+ * bytes the broker would read differently (or not at all).
+ */
+export function contentEncodingRefusal(client: IncomingHttpHeaders): EdgeError | null {
+  const v = client['content-encoding'];
+  if (v === undefined || v.trim().toLowerCase() === 'identity' || v.trim() === '') return null;
+  return edgeError('invalid_request', `Content-Encoding "${v.slice(0, 32)}" is not supported: send the body uncompressed`);
 }
 
 /**

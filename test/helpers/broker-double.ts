@@ -514,6 +514,59 @@ function subjectOf(authorization: string | undefined): string | null {
   }
 }
 
+/**
+ * Broker 0.15.1's `get_query_param` (server/src/routes/route_helpers.cpp): the first `key=` found
+ * anywhere in the raw query, so `xwait=true` answers for `wait`, up to the next `&`, then its
+ * `url_decode`. null: not found (the handler's default).
+ */
+export function brokerQueryParam(rawQuery: string, key: string): string | null {
+  const at = rawQuery.indexOf(`${key}=`);
+  if (at === -1) return null;
+  const start = at + key.length + 1;
+  const end = rawQuery.indexOf('&', start);
+  return brokerUrlDecode(rawQuery.slice(start, end === -1 ? undefined : end));
+}
+
+/**
+ * The broker's `url_decode`: `+` is a space; `%` with two characters after it is replaced by what
+ * `istringstream >> hex` reads of them (a leading hex run, so `%4G` is byte 4), else kept; bytes
+ * are taken as UTF-8.
+ */
+function brokerUrlDecode(s: string): string {
+  const bytes: number[] = [];
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c === 0x25 && i + 2 < s.length) {
+      const hex = /^\s*[+-]?[0-9a-fA-F]+/.exec(s.slice(i + 1, i + 3));
+      if (hex !== null) {
+        bytes.push(parseInt(hex[0], 16) & 0xff);
+        i += 2;
+        continue;
+      }
+    }
+    bytes.push(c === 0x2b ? 0x20 : c & 0xff);
+  }
+  return Buffer.from(bytes).toString('utf8');
+}
+
+/** `get_query_param_int`: `std::stoi` of the value (leading digits), the default when absent, empty or unreadable. */
+function brokerQueryInt(rawQuery: string, key: string, fallback: number): number {
+  const m = /^\s*[+-]?\d+/.exec(brokerQueryParam(rawQuery, key) ?? '');
+  const n = m === null ? NaN : Number(m[0]);
+  return Number.isSafeInteger(n) && Math.abs(n) <= 2 ** 31 - 1 ? n : fallback;
+}
+
+/** `get_query_param_bool`: `true` or `1`; the default when absent or empty. */
+function brokerQueryBool(rawQuery: string, key: string): boolean {
+  const v = brokerQueryParam(rawQuery, key);
+  return v === 'true' || v === '1';
+}
+
+function rawQueryOf(url: string): string {
+  const q = url.indexOf('?');
+  return q === -1 ? '' : url.slice(q + 1);
+}
+
 function positiveNumber(raw: string | null, fallback: number): number {
   const n = raw === null ? NaN : Number(raw);
   return Number.isFinite(n) && n > 0 ? n : fallback;
@@ -889,8 +942,8 @@ class QueenBrokerDouble implements BrokerDouble {
   }
 
   #popByNamespace(rec: RecordedRequest): Reply | PopPlan {
-    const namespace = rec.query.get('namespace');
-    const task = rec.query.get('task');
+    const namespace = brokerQueryParam(rawQueryOf(rec.url), 'namespace');
+    const task = brokerQueryParam(rawQueryOf(rec.url), 'task');
     if (namespace === null && task === null) return { status: 400, body: { error: 'namespace or task is required' } };
     return this.#popPlan(rec, (state) =>
       [...state.queues.values()]
@@ -900,23 +953,24 @@ class QueenBrokerDouble implements BrokerDouble {
   }
 
   #popPlan(rec: RecordedRequest, targets: (state: State) => Partition[]): PopPlan {
-    const q = rec.query;
+    // Read as broker 0.15.1 reads them (brokerQueryParam), not as a URL parser would.
+    const q = rawQueryOf(rec.url);
     const params: PopParams = {
-      group: q.get('consumerGroup') || QUEUE_MODE,
-      batch: Math.max(1, Math.floor(positiveNumber(q.get('batch'), 1))),
-      partitions: Math.max(1, Math.floor(positiveNumber(q.get('partitions'), 1))),
+      group: brokerQueryParam(q, 'consumerGroup') || QUEUE_MODE,
+      batch: Math.max(1, brokerQueryInt(q, 'batch', 1)),
+      partitions: Math.max(1, brokerQueryInt(q, 'partitions', 1)),
       // Fractional seconds are accepted so tests can watch a lease expire quickly.
-      leaseMs: positiveNumber(q.get('leaseSeconds'), DEFAULT_LEASE_SECONDS) * 1000,
-      autoAck: q.get('autoAck') === 'true',
+      leaseMs: positiveNumber(brokerQueryParam(q, 'leaseSeconds'), DEFAULT_LEASE_SECONDS) * 1000,
+      autoAck: brokerQueryBool(q, 'autoAck'),
     };
-    const timeout = q.get('timeout');
+    const timeoutMs = brokerQueryInt(q, 'timeout', this.#options.defaultTimeoutMs);
     return {
       attempt: () => {
         const body = claimBatch(this.#state, targets(this.#state), params, Date.now());
         return body === null ? null : { status: 200, body };
       },
-      wait: q.get('wait') === 'true',
-      timeoutMs: timeout !== null && Number.isFinite(Number(timeout)) && Number(timeout) >= 0 ? Number(timeout) : this.#options.defaultTimeoutMs,
+      wait: brokerQueryBool(q, 'wait'),
+      timeoutMs: Math.max(0, timeoutMs),
     };
   }
 

@@ -1,8 +1,21 @@
 import { describe, expect, it } from 'vitest';
-import { acceptableRequestId, upstreamHeaders, validTraceparent, validTracestate } from '../../src/upstream/upstream-headers.js';
+import { acceptableRequestId, contentEncodingRefusal, upstreamHeaders, validTraceparent, validTracestate } from '../../src/upstream/upstream-headers.js';
 
 const TP = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
 const facts = { clientIp: '10.0.0.9', proto: 'https' as const, host: 'acme.queen.example.com', requestId: 'r1', trustProxy: false, authorization: 'Bearer t', tenantHeader: null, contentLength: 12 };
+
+describe('contentEncodingRefusal', () => {
+  it.each([
+    [undefined, false],
+    ['identity', false],
+    [' Identity ', false],
+    ['gzip', true],
+    ['gzip, identity', true],
+    ['br', true],
+  ])('Content-Encoding %s: refused %s', (v, refused) => {
+    expect(contentEncodingRefusal(v === undefined ? {} : { 'content-encoding': v }) !== null).toBe(refused);
+  });
+});
 
 describe('upstreamHeaders', () => {
   it('forwards only the allowlist and what the edge sets', () => {
@@ -10,6 +23,7 @@ describe('upstreamHeaders', () => {
       {
         'content-type': 'application/json',
         accept: '*/*',
+        'accept-encoding': 'gzip, br',
         traceparent: TP,
         cookie: 'sid=1',
         host: 'evil',
@@ -24,6 +38,7 @@ describe('upstreamHeaders', () => {
     expect(out).toEqual({
       'content-type': 'application/json',
       accept: '*/*',
+      'accept-encoding': 'identity',
       traceparent: TP,
       'x-forwarded-for': '10.0.0.9',
       'x-forwarded-proto': 'https',
