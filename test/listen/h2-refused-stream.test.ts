@@ -1,0 +1,70 @@
+/**
+ * A stream over the served limit of concurrent h2 streams is refused alone, with RST_STREAM
+ * REFUSED_STREAM (RFC 9113 §8.7: not processed, safe to retry): the session and its other streams
+ * keep going. nghttp2 answers a stream over the advertised limit with GOAWAY PROTOCOL_ERROR, which
+ * loses every stream of the connection, so the edge advertises more than it serves.
+ */
+import http2 from 'node:http2';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MAX_CONCURRENT_STREAMS } from '../../src/listen/servers.js';
+import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
+import { h2Session, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+
+let broker: BrokerDouble;
+let edge: EdgeHarness;
+let session: http2.ClientHttp2Session;
+let rw: string;
+
+beforeAll(async () => {
+  broker = await startBrokerDouble();
+  edge = await startEdge(testConfig([broker.url]));
+  rw = await token({ roles: ['read-write'], tenant: 'acme' });
+  session = await h2Session(edge.url);
+});
+afterAll(async () => {
+  session?.destroy();
+  await edge?.close();
+  await broker?.close();
+});
+
+const BODY = JSON.stringify({ items: [{ queue: 'q', payload: 1 }] });
+
+/** A push whose body is announced but not sent yet: the edge holds its stream open, waiting. */
+function pendingPush(): http2.ClientHttp2Stream {
+  const stream = session.request(
+    { ':method': 'POST', ':path': '/api/v1/push', ':authority': 'acme.localhost', authorization: `Bearer ${rw}`, 'content-type': 'application/json', 'content-length': String(BODY.length) },
+    { endStream: false },
+  );
+  stream.on('error', () => {});
+  return stream;
+}
+
+function status(stream: http2.ClientHttp2Stream): Promise<number> {
+  return new Promise((resolve) => stream.once('response', (h) => resolve(Number(h[':status']))));
+}
+
+describe('h2 streams over the served limit', () => {
+  it('the one over the limit gets RST_STREAM REFUSED_STREAM; the session and its other streams are served', async () => {
+    let goaway = false;
+    session.on('goaway', () => {
+      goaway = true;
+    });
+    const held = Array.from({ length: MAX_CONCURRENT_STREAMS }, pendingPush);
+    // Sent after the others on the same connection, so the edge sees it while they are all open.
+    const over = pendingPush();
+    await new Promise((resolve) => over.once('close', resolve));
+    expect(over.rstCode).toBe(http2.constants.NGHTTP2_REFUSED_STREAM);
+
+    // Every held stream is still served once its body comes.
+    const statuses = held.map(status);
+    for (const s of held) s.end(BODY);
+    expect(new Set(await Promise.all(statuses))).toEqual(new Set([201]));
+    // And the session takes new streams.
+    const again = pendingPush();
+    const answered = status(again);
+    again.end(BODY);
+    expect(await answered).toBe(201);
+    expect(goaway).toBe(false);
+    expect(session.closed).toBe(false);
+  });
+});
