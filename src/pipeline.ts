@@ -5,7 +5,7 @@
  * Decisions live in their modules; this file only sequences them and writes the response.
  */
 import { randomUUID } from 'node:crypto';
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { PassThrough, type Readable } from 'node:stream';
 import { constants as http2Constants } from 'node:http2';
 import { isAllowed } from './auth/access.js';
@@ -16,6 +16,7 @@ import type { RawConfig } from './config/schema.js';
 import { actualResponseHeaders, preflightVerdict } from './cors/policy.js';
 import { edgeError, isEdgeError, renderError, type EdgeError, type ErrorCode } from './errors.js';
 import { clientKey, type ClientLimits } from './limits/client-limits.js';
+import { HeadsInFlight } from './limits/heads-in-flight.js';
 import type { Admission, Limiter } from './limits/limiter.js';
 import { duplicatedSingleton } from './listen/raw-headers.js';
 import type { EdgeRequest, EdgeResponse, RequestHandler } from './listen/servers.js';
@@ -117,6 +118,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
   const budgetCfg = config.server.bodyBudget;
   const bodyBudget = new BodyBudget(budgetCfg.perTenantBytes, budgetCfg.perProcessBytes);
   const lingering = config.server.lingeringClose;
+  const headsInFlight = new HeadsInFlight();
 
   return (req, res) => {
     handle(req, res).catch((err: unknown) => {
@@ -212,7 +214,22 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     const declared = declaredLength(req);
     const pre = d.limiter.preAdmit({ tenant, messages: 0, ingressBytes: declared ?? 0, parkedPoll: pop?.wait ?? false });
     if (pre?.refusal) return refuseByLimits(res, ctx, pre);
-    ctx.countHead(pre?.release ?? null);
+    // The request rate charged from the head, locally: no more heads in flight than the burst (heads-in-flight.ts).
+    const inFlight = headsInFlight.enter(tenant.id, tenant.limits.requestBurst);
+    if (inFlight === null) {
+      pre?.release?.();
+      ctx.limit = 'rate_limited';
+      return refuse(res, ctx, edgeError('rate_limited', 'too many requests in flight for this tenant', { retryAfterSec: 1 }));
+    }
+    const preRelease = pre?.release;
+    ctx.countHead(
+      preRelease
+        ? () => {
+            inFlight();
+            preRelease();
+          }
+        : inFlight,
+    );
 
     // Body: read only where a request has one; parsed only where the proxy must read it; a body
     // of declared length the proxy does not parse is streamed to the broker after admission.
@@ -377,6 +394,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
   function refuseUnread(res: EdgeResponse, ctx: RequestContext, err: EdgeError): void {
     ctx.closeOnRefusal = true;
     ctx.linger = null;
+    if (!('stream' in res)) destroyAfterResponse(res);
     refuse(res, ctx, err);
   }
 
@@ -498,6 +516,17 @@ function closeAfterResponse(res: EdgeResponse, linger: { req: IncomingMessage; b
     res.setHeader('connection', 'close');
     if (linger !== null) lingerOnClose(linger.req, linger.bounds);
   }
+}
+
+/**
+ * h1: once the answer is handed to the kernel, the connection is destroyed, before Node's discard
+ * of the unread body (it reads on until the connection is closed) takes any of it: a herd of
+ * refused uploads would otherwise each have its bytes read, a chunk at a time, for nothing. A
+ * client still sending may see a reset instead of the answer.
+ */
+function destroyAfterResponse(res: ServerResponse): void {
+  const socket = res.socket;
+  if (socket !== null) res.once('finish', () => socket.destroy());
 }
 
 /**

@@ -31,7 +31,6 @@ import type { Logger } from '../observability/log.js';
 import type { Tenant } from '../tenants/model.js';
 import { Breaker } from './breaker.js';
 import { DenyCache, type CachedDenial } from './deny-cache.js';
-import { HeadsInFlight } from './heads-in-flight.js';
 import { rateLimitHeaders, rateLimitPolicy } from './headers.js';
 import { MemoryLimitStore } from './memory-store.js';
 import { connectRedis, whenReady, type RedisClient } from '../redis/connection.js';
@@ -63,13 +62,12 @@ export interface Admission {
 export interface Limiter {
   /**
    * Before the body is read (docs/limits.md, "Admit before the body"): a refusal this instance
-   * already knows — a deny-cache entry for the request rate or a spent quota, or as many of the
-   * tenant's heads in flight as its request burst — or null to read the body and admit(). Local
-   * and synchronous: `messages` is 0 and `ingressBytes` the declared length (0 when unknown); it
-   * counts nothing in the shared limits. A head let through is counted in flight (HeadsInFlight,
-   * and DenyCache.head for a tenant whose request rate the store refused): the answer is then an
-   * admitted Admission whose `release` the caller must call once admit() decided, or the request
-   * ended without it.
+   * already knows — a deny-cache entry for the request rate or a spent quota — or null to read the
+   * body and admit(). Local and synchronous: `messages` is 0 and `ingressBytes` the declared length
+   * (0 when unknown); it counts nothing in the shared limits. For a tenant whose request rate the
+   * store refused, the head is counted in flight (DenyCache.head): the answer is then an admitted
+   * Admission whose `release` the caller must call once admit() decided, or the request ended
+   * without it.
    */
   preAdmit(input: AdmitInput): Admission | null;
   /** Sync where no I/O is needed (memory store, local deny cache, breaker open). */
@@ -145,32 +143,13 @@ function cachedAdmission(denied: CachedDenial, plans: PlanCache, input: AdmitInp
   return refusedAdmission(denied, rateLimitHeaders(plans.get(input.tenant, 1).policy, denied.remaining, denied.resetMs));
 }
 
-/** A tenant with as many heads in flight in this process as its request burst holds. */
-const BURST_IN_FLIGHT: CachedDenial = { code: 'rate_limited', retryAfterSec: 1, remaining: 0, resetMs: 0 };
-
-/**
- * preAdmit: the deny cache's refusals, then the head counted in flight against the tenant's burst
- * (HeadsInFlight), then, when `heads`, against what its bucket holds after a refusal (DenyCache.head).
- */
-function headAdmission(deny: DenyCache, plans: PlanCache, inflight: HeadsInFlight, input: AdmitInput, now: number, heads: boolean): Admission {
+/** preAdmit from the deny cache: its refusals, then the count of heads in flight (DenyCache.head) when `heads`. */
+function headAdmission(deny: DenyCache, plans: PlanCache, input: AdmitInput, now: number, heads: boolean): Admission | null {
   const cached = cachedRefusal(deny, plans, input, now);
-  if (cached) return cached;
-  const release = inflight.enter(input.tenant.id, plans.get(input.tenant, 1).plan.requestBurst);
-  if (release === null) return cachedAdmission(BURST_IN_FLIGHT, plans, input);
-  const head = heads ? deny.head(input.tenant, now) : null;
-  if (head === null) return { refusal: null, headers: null, release };
-  if (typeof head === 'function') {
-    return {
-      refusal: null,
-      headers: null,
-      release: () => {
-        release();
-        head();
-      },
-    };
-  }
-  release();
-  return cachedAdmission(head, plans, input);
+  if (cached || !heads) return cached;
+  const head = deny.head(input.tenant, now);
+  if (head === null) return null;
+  return typeof head === 'function' ? { refusal: null, headers: null, release: head } : cachedAdmission(head, plans, input);
 }
 
 /** Turns a store decision into an Admission; `release` is attached only to admitted parked polls. */
@@ -213,7 +192,6 @@ class MemoryLimiter implements EdgeLimiter {
   readonly #plans = new PlanCache();
   /** Only for preAdmit: admit() always asks the (local, exact) store. */
   readonly #deny = new DenyCache();
-  readonly #inflight = new HeadsInFlight();
   readonly #slots = new SlotIds();
   readonly #clock: () => number;
   readonly #slotTtlMs: number;
@@ -224,7 +202,7 @@ class MemoryLimiter implements EdgeLimiter {
   }
 
   preAdmit(input: AdmitInput): Admission | null {
-    return headAdmission(this.#deny, this.#plans, this.#inflight, input, this.#clock(), true);
+    return headAdmission(this.#deny, this.#plans, input, this.#clock(), true);
   }
 
   denied(input: AdmitInput): Admission | null {
@@ -267,7 +245,6 @@ class RedisLimiter implements EdgeLimiter {
   readonly #owned: boolean;
   readonly #store: RedisLimitStore;
   readonly #deny: DenyCache;
-  readonly #inflight = new HeadsInFlight();
   readonly #plans = new PlanCache();
   readonly #slots = new SlotIds();
   readonly #breaker: Breaker;
@@ -301,7 +278,7 @@ class RedisLimiter implements EdgeLimiter {
 
   preAdmit(input: AdmitInput): Admission | null {
     // While Redis is away the fail mode decides admits; heads are not held back for a bucket it cannot see.
-    return headAdmission(this.#deny, this.#plans, this.#inflight, input, this.#clock(), this.#breaker.state() === 'closed');
+    return headAdmission(this.#deny, this.#plans, input, this.#clock(), this.#breaker.state() === 'closed');
   }
 
   denied(input: AdmitInput): Admission | null {
