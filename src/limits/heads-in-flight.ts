@@ -5,7 +5,8 @@
  * charged by the admit after the body (one round trip per request, as before), so without this a
  * tenant's uploads that never finish were never charged and any number of them could be read at
  * once; with it, a herd of uploads is refused from its heads beyond the burst, before any body is
- * read. A head that ends without an admit is charged to the shared bucket by the pipeline.
+ * read. The pipeline charges the shared bucket for a head whose body it began to read but never
+ * received whole, since that head never reaches the admit.
  */
 export class HeadsInFlight {
   readonly #byTenant = new Map<string, number>();

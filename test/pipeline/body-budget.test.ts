@@ -88,4 +88,21 @@ describe('bodies in flight', () => {
     const whole = await call(edge, 'POST', '/api/v1/push', { token: tokens.wide, host: 'wide.localhost', body: { items: [{ queue: 'q', payload: 'x'.repeat(60 * KiB) }] } });
     expect(whole.status).toBe(201);
   });
+
+  it('a body of unknown length takes its chunks as they come: over what is left of its budget, 429 part way', async () => {
+    const held = heldPush('wide', 40 * KiB);
+    // No content-length: nothing is taken up front; the second 16 KiB chunk passes the 24 KiB left.
+    const stream = session.request(
+      { ':method': 'POST', ':path': '/api/v1/push', ':authority': 'wide.localhost', authorization: `Bearer ${tokens.wide}`, 'content-type': 'application/json' },
+      { endStream: false },
+    );
+    stream.on('error', () => {});
+    const answered = new Promise<number>((resolve) => stream.once('response', (h) => resolve(Number(h[':status']))));
+    stream.write(Buffer.alloc(16 * KiB, 0x20));
+    stream.write(Buffer.alloc(16 * KiB, 0x20));
+    expect(await answered).toBe(429);
+    stream.resume();
+    await new Promise((resolve) => stream.once('close', resolve));
+    expect(await held).toEqual({ status: 408, code: 'request_timeout' });
+  });
 });
