@@ -18,6 +18,7 @@ import { edgeError, isEdgeError, renderError, type EdgeError, type ErrorCode } f
 import { clientKey, type ClientLimits } from './limits/client-limits.js';
 import { HeadsInFlight } from './limits/heads-in-flight.js';
 import type { Admission, Limiter } from './limits/limiter.js';
+import { lingerOnClose, type LingerBounds } from './listen/lingering.js';
 import { duplicatedSingleton } from './listen/raw-headers.js';
 import type { EdgeRequest, EdgeResponse, RequestHandler } from './listen/servers.js';
 import { MeteredExchange, type UsageRecorder } from './metering/recorder.js';
@@ -29,7 +30,6 @@ import { normalizeTarget } from './routes/match.js';
 import type { RouteSpec } from './routes/table.js';
 import { ackFacts, bodyTooLarge, pushFacts, readBody, transactionFacts, type BodyFacts } from './stages/body.js';
 import { BodyBudget, type BodyAccount } from './stages/body-budget.js';
-import { lingerOnClose, type LingerBounds } from './listen/lingering.js';
 import { parsePopQuery, type PopQuery } from './stages/pop-query.js';
 import { acceptableRequestId, upstreamHeaders } from './upstream/upstream-headers.js';
 import { canonicalHost, type Tenant, type TenantDirectory } from './tenants/model.js';
@@ -399,9 +399,9 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
   }
 
   /**
-   * Charges the request rate of a request that ended without an admit once its body was being
-   * read: the head was counted in flight locally (Limiter.preAdmit), this spends it in the shared
-   * bucket. Nothing waits on it; its refusal, if any, is for the next requests.
+   * Charges the request rate of a request whose body was being read and never came whole: its
+   * head was counted in flight locally (heads-in-flight.ts) but never reaches the admit, so this
+   * spends it in the shared bucket. Nothing waits on it; its refusal, if any, is for the next requests.
    */
   function chargeRequest(tenant: Tenant): void {
     const charged = d.limiter.admit({ tenant, messages: 0, ingressBytes: 0, parkedPoll: false });
