@@ -8,18 +8,19 @@
  * The bounds are raised above the upload, which a client that does not read must fit within.
  */
 import { connect, type Socket } from 'node:net';
+import { connect as tlsConnect } from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 
 /** Uploads `size` bytes without reading, then reads: what arrived before the connection ended, and its error code if it ended with one. */
-async function uploadThenRead(port: number, head: string, size: number): Promise<{ answer: string; error: string | null }> {
-  const socket: Socket = connect({ host: '127.0.0.1', port });
-  socket.pause();
+async function uploadThenRead(port: number, head: string, size: number, tls: boolean): Promise<{ answer: string; error: string | null }> {
+  const socket: Socket = tls ? tlsConnect({ host: '127.0.0.1', port, rejectUnauthorized: false, ALPNProtocols: ['http/1.1'] }) : connect({ host: '127.0.0.1', port });
   let error: string | null = null;
   socket.on('error', (err: NodeJS.ErrnoException) => {
     error = err.code ?? err.message;
   });
-  await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+  await new Promise<void>((resolve) => socket.once(tls ? 'secureConnect' : 'connect', () => resolve()));
+  socket.pause();
   socket.write(head);
   // Written in one go: its callback runs once the kernel took every byte, or the connection failed.
   await new Promise<void>((resolve) => socket.write(Buffer.alloc(size, 0x20), () => resolve()));
@@ -45,12 +46,15 @@ describe('lingering close', () => {
     await h?.close();
   });
 
-  it('a client uploading over the body limit always reads its 413, never a reset', async () => {
-    const port = Number(new URL(h.httpUrl).port);
+  it.each([
+    ['plain HTTP/1.1', false],
+    ['HTTP/1.1 over TLS', true],
+  ])('%s: a client uploading over the body limit always reads its 413, never a reset', async (_, tls) => {
+    const port = Number(new URL(tls ? h.url : h.httpUrl).port);
     const size = 16 * 1024 * 1024;
     const head = `POST /api/v1/push HTTP/1.1\r\nhost: acme.localhost\r\nauthorization: Bearer ${tok}\r\ncontent-type: application/json\r\ncontent-length: ${size}\r\n\r\n`;
     for (let i = 0; i < 4; i++) {
-      const { answer, error } = await uploadThenRead(port, head, size);
+      const { answer, error } = await uploadThenRead(port, head, size, tls);
       expect({ status: answer.slice(0, 12), error }).toEqual({ status: 'HTTP/1.1 413', error: null });
       expect(answer.toLowerCase()).toContain('connection: close');
     }
