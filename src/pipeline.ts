@@ -134,7 +134,8 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     res.once('finish', () => finish(req, ctx));
     res.once('close', () => finish(req, ctx));
     ctx.closeOnRefusal = hasBody(req) && !cheapToDrain(req);
-    if (!('stream' in req)) ctx.linger = req;
+    // A body awaited with 100-continue is not coming until invited: nothing to linger for yet.
+    if (!('stream' in req) && !expectsContinue(req)) ctx.linger = req;
 
     // Node keeps the first of duplicated Host/Authorization headers; an edge must not guess which
     // one a broker or an intermediary would read, so such requests are refused outright.
@@ -257,6 +258,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         const over = declared === null ? null : account.take(declared);
         if (over !== null) return refuseUnread(res, ctx, over);
         sendContinue(req, res);
+        if (!('stream' in req)) ctx.linger = req;
         const read = await readBody(req, bufferLimit, { account, deadlineMs: budgetCfg.deadlineMs });
         if (isEdgeError(read)) {
           // A body the edge began to read costs its request, whatever became of it.
