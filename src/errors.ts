@@ -20,6 +20,8 @@ export const ERROR_CATALOGUE = {
   no_upstream: { status: 503, message: 'no healthy broker' },
   limiter_unavailable: { status: 503, message: 'limiter unavailable' },
   upstream_timeout: { status: 504, message: 'broker did not answer in time' },
+  request_timeout: { status: 408, message: 'request body not received in time' },
+  edge_overloaded: { status: 503, message: 'too many request bodies in flight on this instance' },
 } as const satisfies Record<string, { status: number; message: string }>;
 
 /** A code a tenant's request can end with: metered, exported and listed in docs/reference.md. */

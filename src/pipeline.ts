@@ -5,6 +5,7 @@
  * Decisions live in their modules; this file only sequences them and writes the response.
  */
 import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { PassThrough, type Readable } from 'node:stream';
 import { constants as http2Constants } from 'node:http2';
 import { isAllowed } from './auth/access.js';
@@ -15,7 +16,9 @@ import { MAX_HOST_LENGTH, type RawConfig } from './config/schema.js';
 import { actualResponseHeaders, preflightVerdict, withoutActualResponseHeaders } from './cors/policy.js';
 import { edgeError, isEdgeError, renderError, type EdgeError, type ErrorCode } from './errors.js';
 import { clientKey, type ClientLimits } from './limits/client-limits.js';
+import { HeadsInFlight } from './limits/heads-in-flight.js';
 import type { Admission, Limiter } from './limits/limiter.js';
+import { lingerOnClose, type LingerBounds } from './listen/lingering.js';
 import { duplicatedSingleton } from './listen/raw-headers.js';
 import type { EdgeRequest, EdgeResponse, RequestHandler } from './listen/servers.js';
 import { MeteredExchange, type UsageRecorder } from './metering/recorder.js';
@@ -29,6 +32,7 @@ import type { RouteSpec } from './routes/table.js';
 import { ackFacts, bodyTooLarge, pushFacts, readBody, transactionFacts, type BodyFacts } from './stages/body.js';
 import { acceptableRequestId, contentEncodingRefusal, upstreamHeaders } from './upstream/upstream-headers.js';
 import { canonicalHost, hostTooLong, type Tenant, type TenantDirectory } from './tenants/model.js';
+import { BodyBudget, type BodyAccount } from './stages/body-budget.js';
 import { candidateTenant, tokenFits } from './tenants/resolve.js';
 import { clientGone } from './upstream/forward.js';
 import { popNamespaceLaneKey, popQueueLaneKey, pushLaneKey } from './upstream/lane-key.js';
@@ -68,6 +72,10 @@ class RequestContext extends MeteredExchange<Tenant> implements ProxyExchange {
   done = false;
   /** A refusal closes the connection (h1) instead of draining the unread body: see refuse(). */
   closeOnRefusal = false;
+  /** An h1 request whose close on refusal reads on and discards for a while (lingering close); null for h2 and for refusals of the bytes or time a body takes. */
+  linger: IncomingMessage | null = null;
+  /** The body bytes this request holds in the budgets, given back when it ends. */
+  body: BodyAccount | null = null;
   /** Headers the edge adds to whatever answer goes out (X-Request-Id, CORS, RateLimit). */
   headers: Record<string, string>;
   /** Ends this request's count among its tenant's heads in flight (Limiter.preAdmit), if it was counted. */
@@ -108,6 +116,10 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
   const tenantClaimName = config.auth.tenantClaim;
   const tenantById = (id: string): Tenant | undefined => d.tenants.byId(id);
   const paramsOf = (route: RouteSpec) => declaredParams(route.name, config.queryAllow[route.name]);
+  const budgetCfg = config.server.bodyBudget;
+  const bodyBudget = new BodyBudget(budgetCfg.perTenantBytes, budgetCfg.perProcessBytes);
+  const lingering = config.server.lingeringClose;
+  const headsInFlight = new HeadsInFlight();
 
   return (req, res) => {
     handle(req, res).catch((err: unknown) => {
@@ -123,6 +135,8 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     res.once('finish', () => finish(req, ctx));
     res.once('close', () => finish(req, ctx));
     ctx.closeOnRefusal = hasBody(req) && !cheapToDrain(req);
+    // A body awaited with 100-continue is not coming until invited: nothing to linger for yet.
+    if (!('stream' in req) && !expectsContinue(req)) ctx.linger = req;
 
     // Node keeps the first of duplicated Host/Authorization headers; an edge must not guess which
     // one a broker or an intermediary would read, so such requests are refused outright.
@@ -208,7 +222,22 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     const declared = declaredLength(req);
     const pre = d.limiter.preAdmit({ tenant, messages: 0, ingressBytes: declared ?? 0, parkedPoll: query.wait });
     if (pre?.refusal) return refuseByLimits(res, ctx, pre);
-    ctx.countHead(pre?.release ?? null);
+    // The request rate charged from the head, locally: no more heads in flight than the burst (heads-in-flight.ts).
+    const inFlight = headsInFlight.enter(tenant.id, tenant.limits.requestBurst);
+    if (inFlight === null) {
+      pre?.release?.();
+      ctx.limit = 'rate_limited';
+      return refuse(res, ctx, edgeError('rate_limited', 'too many requests in flight for this tenant', { retryAfterSec: 1 }));
+    }
+    const preRelease = pre?.release;
+    ctx.countHead(
+      preRelease
+        ? () => {
+            inFlight();
+            preRelease();
+          }
+        : inFlight,
+    );
 
     // Body: read only where a request has one; parsed only where the proxy must read it; a body
     // of declared length the proxy does not parse is streamed to the broker after admission.
@@ -228,9 +257,22 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         bodyLength = declared;
         streamed = declared !== 0;
       } else {
+        // A buffered body takes its bytes from the budgets before it is read: its declared length
+        // up front, or (length unknown) each chunk as it comes. No body can outgrow a tenant's share.
+        const bufferLimit = Math.min(limit, budgetCfg.perTenantBytes);
+        if (declared !== null && declared > bufferLimit) return refuse(res, ctx, bodyTooLarge(bufferLimit));
+        const account = (ctx.body = bodyBudget.open(tenant.id));
+        const over = declared === null ? null : account.take(declared);
+        if (over !== null) return refuseUnread(res, ctx, over);
         sendContinue(req, res);
-        const read = await readBody(req, limit);
-        if (isEdgeError(read)) return refuse(res, ctx, read);
+        if (!('stream' in req)) ctx.linger = req;
+        const read = await readBody(req, bufferLimit, { account, deadlineMs: budgetCfg.deadlineMs });
+        if (isEdgeError(read)) {
+          // A body the edge began to read costs its request, whatever became of it.
+          chargeRequest(tenant);
+          const spent = read.code === 'rate_limited' || read.code === 'edge_overloaded' || read.code === 'request_timeout';
+          return spent ? refuseUnread(res, ctx, read) : refuse(res, ctx, read);
+        }
         ctx.closeOnRefusal = false;
         body = read;
         ctx.bytesIn = bodyLength = read.length;
@@ -353,8 +395,26 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     ctx.code = err.code;
     // An unread body is not drained when it may be large, or was never sent (100-continue): the
     // connection is closed instead, so refusing a big upload costs no more than refusing a small one.
-    if (ctx.closeOnRefusal) closeAfterResponse(res);
+    if (ctx.closeOnRefusal) closeAfterResponse(res, ctx.linger === null ? null : { req: ctx.linger, bounds: lingering });
     send(res, ctx, err);
+  }
+
+  /** A refusal for the bytes or the time a body takes: the connection is closed without reading on. */
+  function refuseUnread(res: EdgeResponse, ctx: RequestContext, err: EdgeError): void {
+    ctx.closeOnRefusal = true;
+    ctx.linger = null;
+    if (!('stream' in res)) destroyAfterResponse(res);
+    refuse(res, ctx, err);
+  }
+
+  /**
+   * Charges the request rate of a request whose body was being read and never came whole: its
+   * head was counted in flight locally (heads-in-flight.ts) but never reaches the admit, so this
+   * spends it in the shared bucket. Nothing waits on it; its refusal, if any, is for the next requests.
+   */
+  function chargeRequest(tenant: Tenant): void {
+    const charged = d.limiter.admit({ tenant, messages: 0, ingressBytes: 0, parkedPoll: false });
+    if (charged instanceof Promise) charged.catch((err: unknown) => log.warn({ err }, 'charging an unread body failed'));
   }
 
   /** A limiter refusal: its RateLimit headers and outcome recorded, then refused. */
@@ -369,6 +429,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     if (ctx.done) return;
     ctx.done = true;
     ctx.endHead();
+    ctx.body?.close();
     const durationMs = d.clock() - ctx.startMs;
     ctx.ended();
     d.metrics.request(ctx.tenant?.id ?? null, ctx.route?.name ?? null, ctx.status, ctx.code, performance.now() - ctx.startedAt, ctx.upstreamMs, ctx.limit);
@@ -444,11 +505,12 @@ function isTls(req: EdgeRequest): boolean {
 }
 
 /**
- * The rest of the body will not be read. h1: the connection must not be reused. h2: once the
+ * The rest of the body will not be read. h1: the connection must not be reused, and with `linger`
+ * what still arrives is discarded for a while before it closes (lingering.ts). h2: once the
  * answer is out, RST_STREAM(NO_ERROR) tells the client to stop sending (RFC 9113 §8.1); without it
  * the unread body fills the stream's window and the stream never closes.
  */
-function closeAfterResponse(res: EdgeResponse): void {
+function closeAfterResponse(res: EdgeResponse, linger: { req: IncomingMessage; bounds: LingerBounds } | null): void {
   if ('stream' in res) {
     const stream = res.stream;
     res.once('finish', () => {
@@ -459,7 +521,21 @@ function closeAfterResponse(res: EdgeResponse): void {
       // the session. The answer and the RST_STREAM are queued already; the rest is discarded.
       stream.destroy();
     });
-  } else if (!res.headersSent) res.setHeader('connection', 'close');
+  } else if (!res.headersSent) {
+    res.setHeader('connection', 'close');
+    if (linger !== null) lingerOnClose(linger.req, linger.bounds);
+  }
+}
+
+/**
+ * h1: once the answer is handed to the kernel, the connection is destroyed, before Node's discard
+ * of the unread body (it reads on until the connection is closed) takes any of it: a herd of
+ * refused uploads would otherwise each have its bytes read, a chunk at a time, for nothing. A
+ * client still sending may see a reset instead of the answer.
+ */
+function destroyAfterResponse(res: ServerResponse): void {
+  const socket = res.socket;
+  if (socket !== null) res.once('finish', () => socket.destroy());
 }
 
 /**

@@ -122,6 +122,18 @@ export const configSchema = z.strictObject({
       allowedHosts: z.array(z.string().regex(/^[A-Za-z0-9._-]+$/, 'a host name, without scheme, port or path').refine(...withinHostLength)).default([]),
     }).prefault({}),
     bodyLimitBytes: z.number().int().positive().default(16 * 1024 * 1024),
+    /** added: request bodies the edge buffers (docs/limits.md, "Bodies in flight"): bytes per tenant and per process, and the time to receive one. */
+    bodyBudget: z.strictObject({
+      perTenantBytes: z.number().int().positive().default(16 * 1024 * 1024),
+      perProcessBytes: z.number().int().positive().default(64 * 1024 * 1024),
+      deadlineMs: z.number().int().positive().default(30000),
+    }).prefault({}).refine((b) => b.perTenantBytes <= b.perProcessBytes, { message: 'perTenantBytes must not exceed perProcessBytes' }),
+    /** added: after a refusal that leaves an HTTP/1.1 body unread, what is still discarded before the connection closes (docs/limits.md). */
+    lingeringClose: z.strictObject({
+      timeMs: z.number().int().min(0).default(5000),
+      idleMs: z.number().int().min(0).default(1000),
+      bytes: z.number().int().min(0).default(4 * 1024 * 1024),
+    }).prefault({}),
     longPoll: z.strictObject({
       defaultTimeoutMs: z.number().int().positive().default(30000),
       maxTimeoutMs: z.number().int().positive().default(60000),

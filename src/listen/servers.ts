@@ -5,7 +5,7 @@
  * what a request means is the handlers' business.
  */
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
-import http2, { type Http2SecureServer, type IncomingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
+import http2, { type Http2SecureServer, type Http2Session, type IncomingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
 import https from 'node:https';
 import type { AddressInfo, Server as NetServer, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
@@ -44,8 +44,15 @@ export interface Listeners {
 
 /** Largest request head accepted on h1 (and header list on h2); bigger gets 431. Node's default, made explicit. */
 export const MAX_HEADER_BYTES = 16 * 1024;
-/** Concurrent h2 streams per session: room for a browser's parked polls, bounded against stream floods (Node's default is 2^32-1). */
-const MAX_CONCURRENT_STREAMS = 256;
+/** Concurrent h2 streams served per session: room for a browser's parked polls, bounded against stream floods (Node's default is 2^32-1). */
+export const MAX_CONCURRENT_STREAMS = 256;
+/**
+ * The limit advertised in SETTINGS, above the one served. nghttp2 treats a stream over the
+ * advertised limit as a connection error (GOAWAY PROTOCOL_ERROR: every stream of the connection
+ * lost); a stream over the served limit is refused alone, with RST_STREAM REFUSED_STREAM, which
+ * tells the client it was not processed and may be retried (RFC 9113 §8.7).
+ */
+const ADVERTISED_CONCURRENT_STREAMS = 2 * MAX_CONCURRENT_STREAMS;
 /** Idle time allowed beyond the longest parked poll before a silent connection is dropped. */
 const IDLE_MARGIN_MS = 5_000;
 /** While closing, how often keep-alive connections that became idle are closed. */
@@ -232,7 +239,7 @@ class EdgeListeners implements Listeners {
     const server = http2.createSecureServer({
       ...tlsOptions,
       allowHTTP1: true,
-      settings: { maxConcurrentStreams: MAX_CONCURRENT_STREAMS, maxHeaderListSize: MAX_HEADER_BYTES },
+      settings: { maxConcurrentStreams: ADVERTISED_CONCURRENT_STREAMS, maxHeaderListSize: MAX_HEADER_BYTES },
     }, h1 as unknown as Parameters<typeof http2.createSecureServer>[1]);
     // The h1 fallback needs the 'request' listener above, and adding one makes Node serve every h2
     // stream through its compatibility objects too; h2 streams are served on the stream API instead.
@@ -309,11 +316,19 @@ function http1Options(t: ListenerTimeouts): http.ServerOptions {
  * the limit), and a request whose body is still arriving after requestTimeoutMs gets 408 and its
  * stream is reset, so a trickle of DATA frames cannot hold a stream (and its buffered body) open
  * indefinitely. A stream's errors (a reset, a protocol error) end it: they are logged, never thrown.
+ * A stream beyond MAX_CONCURRENT_STREAMS of its session is refused alone (REFUSED_STREAM).
  */
 function h2Streams(handler: RequestHandler, t: ListenerTimeouts, log: Logger): (stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, rawHeaders: string[]) => void {
   const onError = (err: Error): void => log.debug({ err }, 'HTTP/2 stream error');
+  const served = new WeakMap<Http2Session, number>();
   return (stream, headers, _flags, rawHeaders) => {
     stream.on('error', onError);
+    const session = stream.session;
+    if (session === undefined) return;
+    const open = (served.get(session) ?? 0) + 1;
+    if (open > MAX_CONCURRENT_STREAMS) return stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+    served.set(session, open);
+    stream.once('close', () => served.set(session, served.get(session)! - 1));
     const req = new H2Request(stream, headers, rawHeaders);
     const res = new H2Response(stream);
     if (headerListBytes(rawHeaders) > MAX_HEADER_BYTES) return answer(res, 431, 'request header fields too large');

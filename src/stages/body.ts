@@ -7,9 +7,16 @@
 import { isUtf8 } from 'node:buffer';
 import { edgeError, isEdgeError, type EdgeError } from '../errors.js';
 import type { EdgeRequest } from '../listen/servers.js';
+import type { BodyAccount } from './body-budget.js';
 
-/** Reads the whole body up to `limit` bytes; 413 beyond it (declared or measured). */
-export function readBody(req: EdgeRequest, limit: number): Promise<Buffer | EdgeError> {
+/**
+ * Reads the whole body up to `limit` bytes; 413 beyond it (declared or measured). With `budget`
+ * (a tenant's request), every byte kept is held in its account (bytes it does not hold yet are
+ * taken as they arrive: over a budget, the budget's refusal), and the whole body must arrive
+ * within its deadline (408 otherwise). A refusal stops reading: the caller answers it and closes
+ * the connection.
+ */
+export function readBody(req: EdgeRequest, limit: number, budget: { account: BodyAccount; deadlineMs: number } | null = null): Promise<Buffer | EdgeError> {
   const declared = req.headers['content-length'];
   if (declared !== undefined && Number(declared) > limit) return Promise.resolve(bodyTooLarge(limit));
   return new Promise((resolve) => {
@@ -19,24 +26,25 @@ export function readBody(req: EdgeRequest, limit: number): Promise<Buffer | Edge
     const settle = (v: Buffer | EdgeError) => {
       if (done) return;
       done = true;
+      clearTimeout(deadline);
       req.removeListener('data', onData);
       req.removeListener('end', onEnd);
       req.removeListener('error', onError);
       req.removeListener('aborted', onError);
+      // Nothing more is read of a refused body.
+      if (isEdgeError(v)) req.pause();
       resolve(v);
     };
     const onData = (chunk: Buffer) => {
       size += chunk.length;
-      if (size > limit) {
-        // Stop buffering; the caller answers 413 and the connection is closed after it.
-        req.pause();
-        settle(bodyTooLarge(limit));
-        return;
-      }
+      if (size > limit) return settle(bodyTooLarge(limit));
+      const over = budget !== null && size > budget.account.held ? budget.account.take(size - budget.account.held) : null;
+      if (over !== null) return settle(over);
       chunks.push(chunk);
     };
     const onEnd = () => settle(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
     const onError = () => settle(edgeError('invalid_request', 'request body aborted'));
+    const deadline = budget === null ? undefined : setTimeout(() => settle(edgeError('request_timeout', `request body not received within ${budget.deadlineMs} ms`)), budget.deadlineMs);
     req.on('data', onData);
     req.on('end', onEnd);
     req.on('error', onError);

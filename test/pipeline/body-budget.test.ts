@@ -1,0 +1,108 @@
+/**
+ * Bodies in flight (docs/limits.md, "Bodies in flight"), through real h2 streams: a tenant's heads
+ * in flight are capped at its request burst, buffered bodies take their bytes from the tenant's
+ * and the process's budgets before they are read, and a body that does not arrive within the body
+ * deadline is refused with 408. Each push here announces its body and holds it back.
+ */
+import http2 from 'node:http2';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
+import { call, h2Session, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness } from '../helpers/edge.js';
+
+const KiB = 1024;
+const DEADLINE_MS = 1500;
+
+let broker: BrokerDouble;
+let edge: EdgeHarness;
+let session: http2.ClientHttp2Session;
+const tokens: Record<string, string> = {};
+
+beforeAll(async () => {
+  broker = await startBrokerDouble();
+  const tenant = (plan: string) => ({ plan, hosts: [`${plan}.localhost`], brokers: [broker.url] });
+  edge = await startEdge(
+    testConfig([broker.url], {
+      server: { bodyBudget: { perTenantBytes: 64 * KiB, perProcessBytes: 96 * KiB, deadlineMs: DEADLINE_MS } },
+      plans: {
+        test: TEST_PLAN,
+        narrow: { ...TEST_PLAN, limits: { ...TEST_PLAN.limits, requestBurst: 3 } },
+        wide: TEST_PLAN,
+        other: TEST_PLAN,
+      },
+      tenants: { narrow: tenant('narrow'), wide: tenant('wide'), other: tenant('other') },
+    }),
+  );
+  for (const t of ['narrow', 'wide', 'other']) {
+    tokens[t] = await token({ roles: ['read-write'], tenant: t });
+    // Verified once, so every later head is decided synchronously, in the order its stream came.
+    expect((await call(edge, 'GET', '/api/v1/resources/queues', { token: tokens[t], host: `${t}.localhost` })).status).toBe(200);
+  }
+  session = await h2Session(edge.url);
+});
+afterAll(async () => {
+  session?.destroy();
+  await edge?.close();
+  await broker?.close();
+});
+
+/** A push of `length` bytes announced and held back; resolves with its status and code once answered. */
+function heldPush(tenant: string, length: number): Promise<{ status: number; code: string | null }> {
+  const stream = session.request(
+    { ':method': 'POST', ':path': '/api/v1/push', ':authority': `${tenant}.localhost`, authorization: `Bearer ${tokens[tenant]}`, 'content-type': 'application/json', 'content-length': String(length) },
+    { endStream: false },
+  );
+  stream.on('error', () => {});
+  return new Promise((resolve) => {
+    let status = 0;
+    let text = '';
+    stream.once('response', (h) => {
+      status = Number(h[':status']);
+    });
+    stream.on('data', (d: Buffer) => {
+      text += d.toString();
+    });
+    stream.once('close', () => resolve({ status, code: text === '' ? null : ((JSON.parse(text) as { code: string }).code ?? null) }));
+  });
+}
+
+describe('bodies in flight', () => {
+  it('a tenant has no more heads in flight than its burst; the bodies let in that never come get 408 at the deadline', async () => {
+    const answers = await Promise.all(Array.from({ length: 5 }, () => heldPush('narrow', 100)));
+    const refused = answers.filter((a) => a.status === 429);
+    expect(refused).toEqual(Array(2).fill({ status: 429, code: 'rate_limited' }));
+    expect(answers.filter((a) => a.status !== 429)).toEqual(Array(3).fill({ status: 408, code: 'request_timeout' }));
+  });
+
+  it("a body over what is left of its tenant's budget gets 429, over the process's budget 503; the others are read", async () => {
+    const held = heldPush('wide', 60 * KiB);
+    // The tenant holds 60 of its 64 KiB: 8 more do not fit.
+    const overTenant = heldPush('wide', 8 * KiB);
+    // The process holds 60 of its 96 KiB: another tenant's 40 do not fit, its 30 do.
+    const overProcess = heldPush('other', 40 * KiB);
+    const fits = heldPush('other', 30 * KiB);
+    expect(await overTenant).toEqual({ status: 429, code: 'rate_limited' });
+    expect(await overProcess).toEqual({ status: 503, code: 'edge_overloaded' });
+    expect(await held).toEqual({ status: 408, code: 'request_timeout' });
+    expect(await fits).toEqual({ status: 408, code: 'request_timeout' });
+    // Given back when they ended: the whole tenant budget can be taken again.
+    const whole = await call(edge, 'POST', '/api/v1/push', { token: tokens.wide, host: 'wide.localhost', body: { items: [{ queue: 'q', payload: 'x'.repeat(60 * KiB) }] } });
+    expect(whole.status).toBe(201);
+  });
+
+  it('a body of unknown length takes its chunks as they come: over what is left of its budget, 429 part way', async () => {
+    const held = heldPush('wide', 40 * KiB);
+    // No content-length: nothing is taken up front; the second 16 KiB chunk passes the 24 KiB left.
+    const stream = session.request(
+      { ':method': 'POST', ':path': '/api/v1/push', ':authority': 'wide.localhost', authorization: `Bearer ${tokens.wide}`, 'content-type': 'application/json' },
+      { endStream: false },
+    );
+    stream.on('error', () => {});
+    const answered = new Promise<number>((resolve) => stream.once('response', (h) => resolve(Number(h[':status']))));
+    stream.write(Buffer.alloc(16 * KiB, 0x20));
+    stream.write(Buffer.alloc(16 * KiB, 0x20));
+    expect(await answered).toBe(429);
+    stream.resume();
+    await new Promise((resolve) => stream.once('close', resolve));
+    expect(await held).toEqual({ status: 408, code: 'request_timeout' });
+  });
+});
