@@ -19,7 +19,8 @@ const tokens: Record<string, string> = {};
 
 beforeAll(async () => {
   broker = await startBrokerDouble();
-  const tenant = (plan: string) => ({ plan, hosts: [`${plan}.localhost`], brokers: [broker.url] });
+  // One broker double for every tenant, declared tenancy-aware (shared with the file's acme).
+  const tenant = (plan: string) => ({ plan, hosts: [`${plan}.localhost`], brokers: [broker.url], tenancyAwareBrokers: true });
   edge = await startEdge(
     testConfig([broker.url], {
       server: { bodyBudget: { perTenantBytes: 64 * KiB, perProcessBytes: 96 * KiB, deadlineMs: DEADLINE_MS } },
@@ -29,7 +30,7 @@ beforeAll(async () => {
         wide: TEST_PLAN,
         other: TEST_PLAN,
       },
-      tenants: { narrow: tenant('narrow'), wide: tenant('wide'), other: tenant('other') },
+      tenants: { acme: { tenancyAwareBrokers: true }, narrow: tenant('narrow'), wide: tenant('wide'), other: tenant('other') },
     }),
   );
   for (const t of ['narrow', 'wide', 'other']) {
