@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { PassThrough, type Readable } from 'node:stream';
 import { constants as http2Constants } from 'node:http2';
-import { isAllowed } from './auth/access.js';
+import { isAllowed, roleRefusal } from './auth/access.js';
 import { extractToken, type Identity, type TokenVerifier } from './auth/jwt.js';
 import { unverifiedTenantClaim, type TenantVerifiers } from './auth/verifiers.js';
 import type { UpstreamMinter } from './auth/mint.js';
@@ -179,7 +179,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       tenant = candidate;
       ctx.tenant = tenant; // refusals from here on are metered for the tenant
       // 7. Authorize: role set against access set.
-      if (!isAllowed(verified.roles, route.access)) return refuse(res, ctx, edgeError('forbidden', 'role not allowed on this route'));
+      if (!isAllowed(verified.roles, route.access)) return refuse(res, ctx, roleRefusal(verified));
       // 8. Tenant gates.
       if (tenant.status === 'suspended') return refuse(res, ctx, edgeError('cluster_suspended'));
       if (route.feature !== null && !tenant.plan.features.has(route.feature)) {

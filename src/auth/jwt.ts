@@ -71,6 +71,8 @@ export interface Identity {
   readonly tenant: string | null;
   readonly expMs: number | null;
   readonly claims: Readonly<Record<string, unknown>>;
+  /** Where `roles` came from, for the 403 that refuses them: `roles read from claim "roles"`, or the claims looked for. */
+  readonly rolesRead?: string;
 }
 
 /** Pulls the token from the Authorization header: `Bearer <t>` or the bare token; undefined when absent. */
@@ -307,37 +309,47 @@ function lifetimeOptions(cfg: AuthConfig): Pick<JWTVerifyOptions, 'requiredClaim
 
 /**
  * Reads sub, roles and tenant, refusing claims of the wrong type rather than guessing. Roles come
- * from the one configured claim only (a string only when that claim is `role`): reading a second claim
- * too would let `role: "admin"` widen `roles: ["read-only"]`.
+ * from one claim only, as Queen's broker names them: the list claim (`rolesClaim`, an array; a
+ * string too when it is named `role`) when present, else the single-role claim (`roleClaim`, a
+ * string). Never both: `role: "admin"` must not widen `roles: ["read-only"]`.
  */
 function identityFrom(token: string, payload: JWTPayload, cfg: AuthConfig, now: number): Identity | EdgeError {
   const { sub, exp, iat } = payload;
   if (sub !== undefined && typeof sub !== 'string') return deny('invalid sub claim');
   // jose checks iat only against maxTokenAge; a token dated in the future is refused regardless.
   if (iat !== undefined && iat * 1000 > now + cfg.clockToleranceSec * 1000) return deny('token issued in the future');
-  const roles = new Set<string>();
-  const listed = payload[cfg.rolesClaim];
-  if (listed !== undefined && !collectRoles(listed, roles, cfg.rolesClaim === SINGLE_ROLE_CLAIM)) return deny('invalid roles claim');
+  const read = readRoles(payload, cfg.rolesClaim, cfg.roleClaim);
+  if (read instanceof EdgeError) return read;
   const tenant = payload[cfg.tenantClaim];
   if (tenant !== undefined && (typeof tenant !== 'string' || tenant === '')) return deny('invalid tenant claim');
   return Object.freeze({
     token,
     sub: sub ?? null,
-    roles,
+    roles: read.roles,
     tenant: typeof tenant === 'string' ? tenant : null,
     expMs: exp === undefined ? null : exp * 1000,
     claims: Object.freeze(payload),
+    rolesRead: read.from,
   });
 }
 
-function collectRoles(value: unknown, roles: Set<string>, stringAllowed: boolean): boolean {
-  if (stringAllowed && typeof value === 'string') {
-    roles.add(value);
-    return true;
+/** The roles of a verified payload and where they were read (see identityFrom). */
+export function readRoles(payload: JWTPayload, listClaim: string, singleClaim: string | null): { roles: Set<string>; from: string } | EdgeError {
+  const roles = new Set<string>();
+  const listed = payload[listClaim];
+  if (listed !== undefined) {
+    const stringAllowed = listClaim === SINGLE_ROLE_CLAIM;
+    if (stringAllowed && typeof listed === 'string') roles.add(listed);
+    else if (Array.isArray(listed) && listed.every((r) => typeof r === 'string')) for (const r of listed as string[]) roles.add(r);
+    else return deny('invalid roles claim');
+    return { roles, from: `roles read from claim "${listClaim}"` };
   }
-  if (!Array.isArray(value) || !value.every((r) => typeof r === 'string')) return false;
-  for (const r of value as string[]) roles.add(r);
-  return true;
+  if (singleClaim === null || singleClaim === listClaim) return { roles, from: `no "${listClaim}" claim in the token` };
+  const single = payload[singleClaim];
+  if (single === undefined) return { roles, from: `no "${listClaim}" or "${singleClaim}" claim in the token` };
+  if (typeof single !== 'string') return deny(`invalid ${singleClaim} claim`);
+  roles.add(single);
+  return { roles, from: `roles read from claim "${singleClaim}" ("${listClaim}" absent)` };
 }
 
 type JwksLookup = (header: ProtectedHeaderParameters) => Promise<CryptoKey>;

@@ -45,6 +45,7 @@ export function tenantAuthConfig(global: AuthConfig, own: Readonly<RawTenantAuth
     ...global,
     algorithms: own.algorithms ?? global.algorithms,
     rolesClaim: own.rolesClaim ?? global.rolesClaim,
+    roleClaim: own.roleClaim === undefined ? global.roleClaim : own.roleClaim,
     secret: own.secret,
     publicKey: own.publicKey,
     jwksUrl: own.jwksUrl,

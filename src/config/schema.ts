@@ -67,6 +67,8 @@ export const tenantAuthSchema = z
     issuer: claimValue.default(null),
     audience: claimValue.default(null),
     rolesClaim: z.string().min(1).optional(),
+    /** added: this tenant's single-role claim (see auth.roleClaim); absent = the global one. */
+    roleClaim: z.string().min(1).nullable().optional(),
   })
   .refine((a) => a.secret !== null || a.publicKey !== null || a.jwksUrl !== null, { message: 'needs secret, publicKey or jwksUrl' });
 
@@ -162,6 +164,8 @@ export const configSchema = z.strictObject({
     audience: claimValue.default(null),
     clockToleranceSec: z.number().int().min(0).default(30),
     rolesClaim: z.string().min(1).default('roles'),
+    /** added: the single-role string claim read when the rolesClaim is absent (Queen's own tokens carry `role`); null = never read. */
+    roleClaim: z.string().min(1).nullable().default('role'),
     tenantClaim: z.string().min(1).default('tenant'),
     defaultTenant: z.string().min(1).nullable().default(null),
     /** added: verified tokens kept in the cache. */

@@ -213,8 +213,8 @@ describe('HS256 with a shared secret', () => {
       expect([...id.roles]).toEqual(['read-only']);
     });
 
-    it('a lone role string in another claim grants nothing', async () => {
-      const id = expectIdentity(await verifier.verify(await hs({ role: 'read-write' })));
+    it('a lone role string in a claim other than the single-role claim grants nothing', async () => {
+      const id = expectIdentity(await verifier.verify(await hs({ grant: 'read-write' })));
       expect([...id.roles]).toEqual([]);
     });
 
@@ -224,9 +224,13 @@ describe('HS256 with a shared secret', () => {
       expectDenied(await verifier.verify(await hs({ roles: null })), 'invalid roles claim');
     });
 
-    it('ignores a `role` claim of any type when the roles claim is `roles`', async () => {
-      expect([...expectIdentity(await verifier.verify(await hs({ role: ['admin'] }))).roles]).toEqual([]);
-      expect([...expectIdentity(await verifier.verify(await hs({ role: 3 }))).roles]).toEqual([]);
+    it('reads a `role` string only when the roles claim is absent, and refuses one of another type', async () => {
+      expect([...expectIdentity(await verifier.verify(await hs({ role: 'read-write' }))).roles]).toEqual(['read-write']);
+      expect([...expectIdentity(await verifier.verify(await hs({ roles: ['read-only'], role: 'admin' }))).roles]).toEqual(['read-only']);
+      expectDenied(await verifier.verify(await hs({ role: ['admin'] })), 'invalid role claim');
+      expectDenied(await verifier.verify(await hs({ role: 3 })), 'invalid role claim');
+      const off = make({ roleClaim: null });
+      expect([...expectIdentity(await off.verify(await hs({ role: 'admin' }))).roles]).toEqual([]);
     });
 
     it('reads a configured roles claim name', async () => {

@@ -158,6 +158,7 @@ describe('createMinter with a private key', () => {
         audience: null,
         clockToleranceSec: 0,
         rolesClaim: 'roles',
+        roleClaim: 'role',
         tenantClaim: 'tenant',
         defaultTenant: null,
         cacheSize: 10,
