@@ -19,11 +19,11 @@
  *   keys the IdP removed stop verifying without a restart.
  * All of these use the injected clock.
  *
- * Cache: verified tokens by exact string, bounded LRU, valid until exp + clockTolerance (tokens
- * without exp, where `auth.requireExp: false` lets them in: NO_EXP_CACHE_MS; with maxTokenAgeSec:
- * never past iat + maxTokenAgeSec). Failures are not cached: a bad token costs a header decode and at
- * most one signature check, bounded by MAX_TOKEN_LENGTH, and caching garbage would only let an
- * attacker evict good entries.
+ * Cache: verified tokens by exact string, bounded LRU in entries and bytes, valid until exp +
+ * clockTolerance (tokens without exp, where `auth.requireExp: false` lets them in: NO_EXP_CACHE_MS;
+ * with maxTokenAgeSec: never past iat + maxTokenAgeSec). Failures are not cached: a bad token costs a
+ * header decode and at most one signature check, bounded by `auth.maxTokenBytes`, and caching
+ * garbage would only let an attacker evict good entries.
  */
 import { createPublicKey, type KeyObject } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
@@ -43,8 +43,14 @@ import type { AuthConfig } from '../config/schema.js';
 import { edgeError, EdgeError } from '../errors.js';
 import type { Logger } from '../observability/log.js';
 
-/** Tokens longer than this are refused before any parsing. */
-const MAX_TOKEN_LENGTH = 16 * 1024;
+/**
+ * What one cached token costs against its share's byte bound: the token string once (the key and
+ * Identity.token are the same string), its decoded claims and the entry's objects. Measured heap
+ * per entry: 1.8 to 2.05 bytes per token character for 5-7 KB tokens, 550 bytes for a 157-byte
+ * one (docs/limits.md); the estimate stays above both.
+ */
+const ENTRY_FIXED_BYTES = 512;
+const ENTRY_BYTES_PER_TOKEN_CHAR = 2.2;
 /** How long a verified token without `exp` stays cached. */
 const NO_EXP_CACHE_MS = 5 * 60_000;
 /** After a refetch that did not know the requested kid, unknown kids fetch nothing this long. */
@@ -99,18 +105,25 @@ export interface TokenVerifier {
   start(): Promise<void>;
   /** Aborts a JWKS fetch in flight; no further fetches start. */
   close(): void;
+  /** What its share of the token cache holds, by the ENTRY_* estimates. */
+  readonly cacheBytes: number;
 }
 
 /**
- * What verifiers of several tenants share (see verifiers.ts): one token cache, whose entries are
- * keyed by `scope` so a token verified under one tenant's keys is never a hit for another, and
- * one JWKS set per URL.
+ * What a verifier is given by its owner (see verifiers.ts): its own share of the token cache, so
+ * a token verified under one tenant's keys is never a hit for another and one tenant's tokens
+ * never evict another's, and the JWKS sets, one per URL.
  */
 export interface KeyContext {
   readonly cache: ExpiringMap<string, Identity>;
-  /** '' for the global settings; unique per tenant verifier otherwise. */
-  readonly scope: string;
   jwks(url: string): JwksKeys;
+  /** Called for every signature check (a cache miss that reached a key). */
+  checked?(): void;
+}
+
+/** A share of the verified-token cache: `entries` tokens and `bytes` of them (ENTRY_* estimates) at most. */
+export function tokenCache(entries: number, bytes: number): ExpiringMap<string, Identity> {
+  return new ExpiringMap<string, Identity>(entries, { touchOnGet: true, maxBytes: bytes, sizeOf: (token) => ENTRY_FIXED_BYTES + Math.ceil(token.length * ENTRY_BYTES_PER_TOKEN_CHAR) });
 }
 
 /** Builds the verifier for the `auth:` section; alone (own cache and JWKS) unless given a KeyContext. */
@@ -119,8 +132,7 @@ export function createTokenVerifier(cfg: AuthConfig, deps: { log: Logger; clock?
   if (deps.keys) return new Verifier(cfg, deps.log, clock, deps.keys, false);
   const own = new Map<string, JwksKeys>();
   const keys: KeyContext = {
-    cache: new ExpiringMap<string, Identity>(cfg.cacheSize, { touchOnGet: true }),
-    scope: '',
+    cache: tokenCache(cfg.cacheSize, cfg.cacheBytes),
     jwks: (url) => own.get(url) ?? own.set(url, new JwksKeys(url, deps.log, clock)).get(url)!,
   };
   return new Verifier(cfg, deps.log, clock, keys, true);
@@ -142,7 +154,7 @@ class Verifier implements TokenVerifier {
   readonly #pemPath: string | null;
   readonly #jwks: JwksKeys | null;
   readonly #ownsJwks: boolean;
-  readonly #scope: string;
+  readonly #checked: (() => void) | undefined;
   readonly #anyKey: boolean;
   #pem: Promise<KeyObject> | null = null;
 
@@ -151,8 +163,8 @@ class Verifier implements TokenVerifier {
     this.#log = log;
     this.#clock = clock;
     this.#cache = keys.cache;
-    this.#scope = keys.scope;
     this.#ownsJwks = ownsJwks;
+    this.#checked = keys.checked;
     this.#algorithms = new Set(cfg.algorithms);
     this.#toleranceMs = cfg.clockToleranceSec * 1000;
     this.#secret = cfg.secret ? new TextEncoder().encode(cfg.secret) : null;
@@ -162,16 +174,12 @@ class Verifier implements TokenVerifier {
   }
 
   cached(token: string): Identity | undefined {
-    return this.#cache.get(this.#scoped(token), this.#clock());
-  }
-
-  /** The cache key: a space never occurs in a token (B64TOKEN), so scopes cannot collide. */
-  #scoped(token: string): string {
-    return this.#scope === '' ? token : `${this.#scope} ${token}`;
+    return this.#cache.get(token, this.#clock());
   }
 
   async verify(token: string): Promise<Identity | EdgeError> {
-    if (token.length > MAX_TOKEN_LENGTH) return deny('token too large');
+    // Before any parsing: a large token costs its decode, its signature hash and, once verified, cache space.
+    if (token.length > this.#cfg.maxTokenBytes) return deny(`token too large (${token.length} bytes; the limit is ${this.#cfg.maxTokenBytes})`);
     const hit = this.cached(token);
     if (hit) return hit;
     if (!this.#anyKey) return deny('no verification key configured');
@@ -191,6 +199,10 @@ class Verifier implements TokenVerifier {
 
   close(): void {
     if (this.#ownsJwks) this.#jwks?.close();
+  }
+
+  get cacheBytes(): number {
+    return this.#cache.bytes;
   }
 
   async #verifyUncached(token: string): Promise<Identity | EdgeError> {
@@ -213,6 +225,7 @@ class Verifier implements TokenVerifier {
     if (this.#cfg.audience !== null) options.audience = this.#cfg.audience;
     Object.assign(options, lifetimeOptions(this.#cfg));
     let payload: JWTPayload;
+    this.#checked?.();
     try {
       ({ payload } = await jwtVerify(token, key, options));
     } catch (err) {
@@ -224,7 +237,7 @@ class Verifier implements TokenVerifier {
       identity.expMs === null ? this.#clock() + NO_EXP_CACHE_MS : identity.expMs + this.#toleranceMs,
       this.#cfg.maxTokenAgeSec === null ? Infinity : ((payload.iat as number) + this.#cfg.maxTokenAgeSec) * 1000 + this.#toleranceMs,
     );
-    this.#cache.set(this.#scoped(token), identity, validUntil, this.#clock());
+    this.#cache.set(token, identity, validUntil, this.#clock());
     return identity;
   }
 

@@ -3,16 +3,18 @@
  * its own identity provider (`tenants.<id>.auth`, docs/tenancy.md). A tenant verifier knows only
  * that tenant's key, issuer and audience, so one tenant's keys never verify a token for another.
  *
- * Shared: one bounded token cache (entries scoped per verifier, see KeyContext) and one JWKS set
+ * Not shared: the token cache. Each verifier has its own share, bounded in entries and bytes
+ * (`auth.cacheSize`, and `auth.cacheBytes` for the global settings, `auth.tenantCacheBytes` for each
+ * tenant's), so a tenant whose IdP mints many large tokens only evicts its own. Shared: one JWKS set
  * per distinct URL, with jwt.ts's single-flight and stale-on-error policy. sync() drops the
  * verifiers and JWKS sets that no current tenant (nor the global settings) uses, so their number
  * is bounded by the directory.
  */
 import { decodeJwt } from 'jose';
+import { Counter, Gauge, type Registry } from 'prom-client';
 import type { AuthConfig, RawTenantAuth } from '../config/schema.js';
 import type { Logger } from '../observability/log.js';
-import { ExpiringMap } from '../cache/expiring-map.js';
-import { createTokenVerifier, JwksKeys, type Identity, type KeyContext, type TokenVerifier } from './jwt.js';
+import { createTokenVerifier, JwksKeys, tokenCache, type KeyContext, type TokenVerifier } from './jwt.js';
 
 /** The part of a tenant the verifiers read. */
 export interface AuthScope {
@@ -32,6 +34,11 @@ export interface TenantVerifiers {
   sync(tenants: Iterable<AuthScope>): void;
   /** Starts the global verifier (tenant verifiers load their keys on first use). */
   start(): Promise<void>;
+  /**
+   * Signature checks and token-cache bytes, by trust domain (`tenant` label: the tenant's id, or
+   * "" for the global settings), read at scrape time.
+   */
+  registerMetrics(registry: Registry): void;
   close(): void;
 }
 
@@ -78,18 +85,16 @@ class Verifiers implements TenantVerifiers {
   readonly #cfg: AuthConfig;
   readonly #log: Logger;
   readonly #clock: () => number;
-  readonly #cache: ExpiringMap<string, Identity>;
   readonly #jwks = new Map<string, JwksKeys>();
   readonly #own = new Map<string, Own>();
-  /** Makes every tenant verifier's cache scope unique, so changed settings never reuse old entries. */
-  #seq = 0;
+  /** Signature checks by trust domain ('' = global), kept across a tenant's re-keying; bounded by the directory. */
+  readonly #checks = new Map<string, number>();
 
   constructor(cfg: AuthConfig, log: Logger, clock: () => number) {
     this.#cfg = cfg;
     this.#log = log;
     this.#clock = clock;
-    this.#cache = new ExpiringMap<string, Identity>(cfg.cacheSize, { touchOnGet: true });
-    this.global = createTokenVerifier(cfg, { log, clock, keys: this.#context('') });
+    this.global = createTokenVerifier(cfg, { log, clock, keys: this.#context('', cfg.cacheBytes) });
   }
 
   forTenant(tenant: AuthScope): TokenVerifier {
@@ -104,7 +109,7 @@ class Verifiers implements TenantVerifiers {
         return known.verifier;
       }
     }
-    const verifier = createTokenVerifier(tenantAuthConfig(this.#cfg, auth), { log: this.#log, clock: this.#clock, keys: this.#context(`${tenant.id}#${++this.#seq}`) });
+    const verifier = createTokenVerifier(tenantAuthConfig(this.#cfg, auth), { log: this.#log, clock: this.#clock, keys: this.#context(tenant.id, this.#cfg.tenantCacheBytes) });
     this.#own.set(tenant.id, { sig: JSON.stringify(auth), auth, verifier });
     return verifier;
   }
@@ -119,6 +124,7 @@ class Verifiers implements TenantVerifiers {
       if (t.auth.jwksUrl) urls.add(t.auth.jwksUrl);
     }
     for (const [id, own] of this.#own) if (live.get(id) !== own.sig) this.#own.delete(id);
+    for (const id of this.#checks.keys()) if (id !== '' && !live.has(id)) this.#checks.delete(id);
     for (const [url, keys] of this.#jwks) {
       if (urls.has(url)) continue;
       keys.close();
@@ -137,8 +143,38 @@ class Verifiers implements TenantVerifiers {
     this.#own.clear();
   }
 
-  #context(scope: string): KeyContext {
-    return { cache: this.#cache, scope, jwks: (url) => this.#jwksFor(url) };
+  /** A new verifier's keys: a fresh cache share (changed settings never reuse old entries) and the shared JWKS sets. */
+  #context(domain: string, cacheBytes: number): KeyContext {
+    return {
+      cache: tokenCache(this.#cfg.cacheSize, cacheBytes),
+      jwks: (url) => this.#jwksFor(url),
+      checked: () => this.#checks.set(domain, (this.#checks.get(domain) ?? 0) + 1),
+    };
+  }
+
+  registerMetrics(registry: Registry): void {
+    const checks = this.#checks;
+    const shares = (): Iterable<[string, TokenVerifier]> => [['', this.global], ...[...this.#own].map(([id, o]): [string, TokenVerifier] => [id, o.verifier])];
+    new Counter({
+      name: 'queen_edge_token_verifications_total',
+      help: 'Token signature checks (verified-token cache misses that reached a key), by tenant with its own auth ("" = the global settings).',
+      labelNames: ['tenant'] as const,
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const [tenant, n] of checks) this.inc({ tenant }, n);
+      },
+    });
+    new Gauge({
+      name: 'queen_edge_token_cache_bytes',
+      help: 'Estimated bytes held by each share of the verified-token cache, by tenant with its own auth ("" = the global settings).',
+      labelNames: ['tenant'] as const,
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const [tenant, v] of shares()) this.set({ tenant }, v.cacheBytes);
+      },
+    });
   }
 
   #jwksFor(url: string): JwksKeys {

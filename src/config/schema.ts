@@ -168,8 +168,14 @@ export const configSchema = z.strictObject({
     roleClaim: z.string().min(1).nullable().default('role'),
     tenantClaim: z.string().min(1).default('tenant'),
     defaultTenant: z.string().min(1).nullable().default(null),
-    /** added: verified tokens kept in the cache. */
+    /** added: verified tokens kept in each share of the cache (the global settings' share, and each tenant's with its own `auth`). */
     cacheSize: z.number().int().min(0).default(10000),
+    /** added: bytes of verified tokens the global settings' share of the cache holds. */
+    cacheBytes: z.number().int().min(0).default(32 * 1024 * 1024),
+    /** added: bytes of verified tokens each tenant with its own `auth` may hold in the cache (its share; one IdP cannot evict another's tokens). */
+    tenantCacheBytes: z.number().int().min(0).default(4 * 1024 * 1024),
+    /** added: longer bearer tokens are refused (401) before any parsing or signature check. */
+    maxTokenBytes: z.number().int().min(64).max(64 * 1024).default(8 * 1024),
     /** added: refuse tokens without `exp` (they would never expire). */
     requireExp: z.boolean().default(true),
     /** added: refuse tokens whose `iat` is older than this (and tokens without `iat`); null = no age limit. */

@@ -174,10 +174,11 @@ describe('HS256 with a shared secret', () => {
     expectDenied(await verifier.verify(`${input}.${createHmac('sha256', SECRET).update(input).digest('base64url')}`), 'malformed token');
   });
 
-  it('refuses a token over 16 KiB before parsing, even a correctly signed one', async () => {
-    const huge = await hs({ padding: 'x'.repeat(17 * 1024) });
-    expectDenied(await verifier.verify(huge), 'token too large');
-    expectDenied(await verifier.verify('a'.repeat(16 * 1024 + 1)), 'token too large');
+  it('refuses a token over auth.maxTokenBytes (8 KiB) before parsing, even a correctly signed one', async () => {
+    const huge = await hs({ padding: 'x'.repeat(8 * 1024) });
+    expectDenied(await verifier.verify(huge), `token too large (${huge.length} bytes; the limit is 8192)`);
+    expectDenied(await verifier.verify('a'.repeat(8 * 1024 + 1)), 'token too large (8193 bytes; the limit is 8192)');
+    expect(await verifier.verify(await hs({ padding: 'x'.repeat(5 * 1024) }))).not.toBeInstanceOf(EdgeError);
   });
 
   it('refuses a token without exp by default, accepts it with requireExp: false', async () => {
@@ -541,6 +542,18 @@ describe('verified-token cache', () => {
     const first = expectIdentity(await v.verify(token));
     expect(v.cached(token)).toBeUndefined();
     expect(await v.verify(token)).not.toBe(first);
+  });
+
+  it('holds at most cacheBytes of tokens, evicting the least recently used, and no token that alone exceeds it', async () => {
+    const v = createTokenVerifier(authConfig({ secret: SECRET, algorithms: ['HS256'], cacheBytes: 25_000, maxTokenBytes: 16_384, requireExp: false }), { log: capturingLogger().log, clock: clock.now });
+    const tokens = await Promise.all(['a', 'b', 'c', 'd'].map((sub) => hs({ sub, exp: now() + 600, pad: 'x'.repeat(3000) })));
+    for (const t of tokens) expectIdentity(await v.verify(t));
+    // Each costs about 512 + 2.2 x 4.15 KB: two fit in 25,000 bytes, the oldest two were evicted.
+    expect(tokens.map((t) => v.cached(t) !== undefined)).toEqual([false, false, true, true]);
+    const tooBig = await hs({ sub: 'e', exp: now() + 600, pad: 'x'.repeat(9000) });
+    expectIdentity(await v.verify(tooBig));
+    expect(v.cached(tooBig)).toBeUndefined();
+    expect(v.cached(tokens[3]!)).toBeDefined();
   });
 
   it('does not cache failures', async () => {
