@@ -15,6 +15,7 @@ import type { RawConfig } from './config/schema.js';
 import { actualResponseHeaders, preflightVerdict } from './cors/policy.js';
 import { edgeError, isEdgeError, renderError, type EdgeError, type ErrorCode } from './errors.js';
 import { clientKey, type ClientLimits } from './limits/client-limits.js';
+import { createClientAddresses } from './net/client-address.js';
 import type { Admission, Limiter } from './limits/limiter.js';
 import { duplicatedSingleton } from './listen/raw-headers.js';
 import type { EdgeRequest, EdgeResponse, RequestHandler } from './listen/servers.js';
@@ -106,6 +107,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
   const writeAccess = config.log.accessLog ? accessLogWriter(log) : null;
   const defaultTenantId = config.auth.defaultTenant;
   const tenantClaimName = config.auth.tenantClaim;
+  const clientAddresses = createClientAddresses(config.server.trustedProxies);
   const tenantById = (id: string): Tenant | undefined => d.tenants.byId(id);
 
   return (req, res) => {
@@ -275,7 +277,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
           proto: isTls(req) ? 'https' : 'http',
           host: hostTenant ? host : null,
           requestId: ctx.id,
-          trustProxy: config.server.trustProxy,
+          trustProxy: clientAddresses.trusts(req.socket?.remoteAddress),
           authorization,
           tenantHeader: config.upstreamIdentity.tenantHeader ? tenant.id : null,
           contentLength: body || streamed ? bodyLength : null,
@@ -303,20 +305,16 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
   }
 
   /**
-   * Signature checks behind a per-client-IP limit on failures: an address that keeps sending bad
-   * tokens gets 429 without costing a verification. A cache hit never gets here.
+   * Signature checks behind the per-client gate (src/limits/client-limits.ts): 429 before the
+   * check for an identity that failed too often from this address, or an address over its checks
+   * per second. A cache hit never gets here.
    */
-  async function verifyThrottled(req: EdgeRequest, verifier: TokenVerifier, token: string): Promise<Identity | EdgeError> {
-    const client = clientOf(req);
-    const blocked = await d.clientLimits.authBlocked(client);
-    if (blocked) return blocked;
-    const verified = await verifier.verify(token);
-    if (isEdgeError(verified)) d.clientLimits.authFailed(client);
-    return verified;
+  function verifyThrottled(req: EdgeRequest, verifier: TokenVerifier, token: string): Promise<Identity | EdgeError> {
+    return verifier.verify(token, d.clientLimits.signatureGate(clientOf(req), token));
   }
 
   function clientOf(req: EdgeRequest): string {
-    return clientKey(req.socket?.remoteAddress, req.headers['x-forwarded-for'], config.server.trustProxy);
+    return clientKey(clientAddresses.of(req.socket?.remoteAddress, req.headers['x-forwarded-for']));
   }
 
   /**

@@ -29,6 +29,7 @@ import { createPublicKey, type KeyObject } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import {
   createLocalJWKSet,
+  decodeJwt,
   decodeProtectedHeader,
   errors,
   jwtVerify,
@@ -95,12 +96,23 @@ export function extractToken(header: string | string[] | undefined): string | un
   return B64TOKEN.test(token) ? token : deny('malformed authorization header');
 }
 
+/**
+ * Asked right before a signature check, after every cheaper refusal (size, header, alg, key,
+ * unverified exp/nbf/iss), and told the check's outcome: the per-client throttle
+ * (src/limits/client-limits.ts).
+ */
+export interface SignatureGate {
+  /** A refusal (429) when this check must not run now; null to go ahead. */
+  admit(): Promise<EdgeError | null>;
+  settled(ok: boolean): void;
+}
+
 /** Verifies bearer tokens and remembers the ones that passed. */
 export interface TokenVerifier {
   /** Sync cache hit for a token verified before and not yet expired (now = clock()); undefined otherwise. */
   cached(token: string): Identity | undefined;
-  /** Full verification; resolves an Identity or EdgeError('unauthorized', <reason>), never rejects. */
-  verify(token: string): Promise<Identity | EdgeError>;
+  /** Full verification; resolves an Identity or EdgeError('unauthorized', <reason>, or the gate's refusal), never rejects. */
+  verify(token: string, gate?: SignatureGate): Promise<Identity | EdgeError>;
   /** Loads the PEM key (throws if it is unusable) and pre-warms the JWKS (logs if the IdP is down). */
   start(): Promise<void>;
   /** Aborts a JWKS fetch in flight; no further fetches start. */
@@ -177,14 +189,14 @@ class Verifier implements TokenVerifier {
     return this.#cache.get(token, this.#clock());
   }
 
-  async verify(token: string): Promise<Identity | EdgeError> {
+  async verify(token: string, gate?: SignatureGate): Promise<Identity | EdgeError> {
     // Before any parsing: a large token costs its decode, its signature hash and, once verified, cache space.
     if (token.length > this.#cfg.maxTokenBytes) return deny(`token too large (${token.length} bytes; the limit is ${this.#cfg.maxTokenBytes})`);
     const hit = this.cached(token);
     if (hit) return hit;
     if (!this.#anyKey) return deny('no verification key configured');
     try {
-      return await this.#verifyUncached(token);
+      return await this.#verifyUncached(token, gate);
     } catch (err) {
       // Every expected failure is mapped below; reaching here is a bug, so log it but stay a 401.
       this.#log.error({ err }, 'token verification failed unexpectedly');
@@ -205,7 +217,7 @@ class Verifier implements TokenVerifier {
     return this.#cache.bytes;
   }
 
-  async #verifyUncached(token: string): Promise<Identity | EdgeError> {
+  async #verifyUncached(token: string, gate: SignatureGate | undefined): Promise<Identity | EdgeError> {
     let header: ProtectedHeaderParameters;
     try {
       header = decodeProtectedHeader(token);
@@ -224,14 +236,20 @@ class Verifier implements TokenVerifier {
     if (this.#cfg.issuer !== null) options.issuer = this.#cfg.issuer;
     if (this.#cfg.audience !== null) options.audience = this.#cfg.audience;
     Object.assign(options, lifetimeOptions(this.#cfg));
+    const early = unverifiedRefusal(token, this.#cfg, this.#clock());
+    if (early !== null) return early;
+    const stop = gate === undefined ? null : await gate.admit();
+    if (stop !== null) return stop;
     let payload: JWTPayload;
     this.#checked?.();
     try {
       ({ payload } = await jwtVerify(token, key, options));
     } catch (err) {
+      gate?.settled(false);
       return deny(reasonFor(err));
     }
     const identity = identityFrom(token, payload, this.#cfg, this.#clock());
+    gate?.settled(!(identity instanceof EdgeError));
     if (identity instanceof EdgeError) return identity;
     const validUntil = Math.min(
       identity.expMs === null ? this.#clock() + NO_EXP_CACHE_MS : identity.expMs + this.#toleranceMs,
@@ -289,6 +307,24 @@ function pemSuits(key: KeyObject, alg: string): boolean {
     default:
       return false;
   }
+}
+
+/**
+ * What the unverified claims already refuse (expired, not yet valid, another issuer), so such a
+ * token costs no signature check. Only ever refuses: the verified claims are checked again.
+ */
+function unverifiedRefusal(token: string, cfg: AuthConfig, now: number): EdgeError | null {
+  let claims: JWTPayload;
+  try {
+    claims = decodeJwt(token);
+  } catch {
+    return deny('malformed token');
+  }
+  const tolerance = cfg.clockToleranceSec * 1000;
+  if (typeof claims.exp === 'number' && claims.exp * 1000 <= now - tolerance) return deny('token expired');
+  if (typeof claims.nbf === 'number' && claims.nbf * 1000 > now + tolerance) return deny('token not yet valid');
+  if (cfg.issuer !== null && (typeof claims.iss !== 'string' || !(Array.isArray(cfg.issuer) ? cfg.issuer : [cfg.issuer]).includes(claims.iss))) return deny('wrong issuer');
+  return null;
 }
 
 /** A short, client-safe reason for a jose failure. */

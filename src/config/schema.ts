@@ -3,6 +3,7 @@
  * additions are marked "added". Strict objects, so a typo is reported instead of ignored.
  */
 import { z } from 'zod';
+import { invalidProxyRanges } from '../net/client-address.js';
 
 const port = z.number().int().min(0).max(65535);
 const host = z.string().min(1);
@@ -114,7 +115,10 @@ export const configSchema = z.strictObject({
       maxTimeoutMs: z.number().int().positive().default(60000),
       slackMs: z.number().int().min(0).default(5000),
     }).prefault({}),
+    /** Deprecated by trustedProxies: `true` alone is refused (any client could then choose the address it is limited by). */
     trustProxy: z.boolean().default(false),
+    /** added: proxies (addresses or CIDR ranges) whose X-Forwarded-For is read: the client is the right-most entry not in these ranges. */
+    trustedProxies: z.array(z.string().min(1)).default([]),
     /** added: time allowed to receive request headers (slowloris guard). */
     headersTimeoutMs: z.number().int().positive().default(20000),
     /** added: time to receive a whole request, body included (h1 and h2); never below the longest long poll or headersTimeoutMs. */
@@ -180,10 +184,12 @@ export const configSchema = z.strictObject({
     requireExp: z.boolean().default(true),
     /** added: refuse tokens whose `iat` is older than this (and tokens without `iat`); null = no age limit. */
     maxTokenAgeSec: z.number().int().positive().nullable().default(null),
-    /** added: failed authentications per client IP per window, per process, before 429; 0 = unlimited. */
+    /** added: failed signature checks per (client address, token issuer + subject) per window, per process, before 429; 0 = unlimited. */
     failedAuth: z.strictObject({
       attempts: z.number().int().min(0).default(60),
       windowSec: z.number().int().positive().default(60),
+      /** added: signature checks per client address per second, per process (identities that verified lately get as many again); 0 = unlimited. */
+      signaturesPerSec: z.number().int().min(0).default(100),
     }).prefault({}),
   }).prefault({}),
   upstreamIdentity: z.strictObject({
@@ -229,6 +235,17 @@ export const configSchema = z.strictObject({
   if (cfg.server.workers > 1 && cfg.redis.url === null && cfg.redis.cluster.length === 0) {
     // Limits, parked-poll slots and admin writes live in memory per process without Redis: workers would disagree.
     ctx.addIssue({ code: 'custom', path: ['server', 'workers'], message: 'more than one worker needs shared state: set redis.url or redis.cluster' });
+  }
+  const badRanges = invalidProxyRanges(cfg.server.trustedProxies);
+  if (badRanges.length > 0) {
+    ctx.addIssue({ code: 'custom', path: ['server', 'trustedProxies'], message: `not an address or CIDR range: ${badRanges.join(', ')}` });
+  }
+  if (cfg.server.trustProxy && cfg.server.trustedProxies.length === 0) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['server', 'trustProxy'],
+      message: 'trustProxy: true is replaced by server.trustedProxies: list your proxies\' addresses or CIDR ranges (X-Forwarded-For is then read only from them) and remove trustProxy',
+    });
   }
   if (cfg.server.longPoll.defaultTimeoutMs > cfg.server.longPoll.maxTimeoutMs) {
     ctx.addIssue({ code: 'custom', path: ['server', 'longPoll', 'defaultTimeoutMs'], message: 'must not exceed maxTimeoutMs' });

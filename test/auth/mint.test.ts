@@ -167,7 +167,7 @@ describe('createMinter with a private key', () => {
         maxTokenBytes: 8192,
         requireExp: true,
         maxTokenAgeSec: null,
-        failedAuth: { attempts: 60, windowSec: 60 },
+        failedAuth: { attempts: 60, windowSec: 60, signaturesPerSec: 100 },
       },
       { log: silentLogger(), clock: clock.now },
     );
