@@ -40,6 +40,7 @@ import {
   type ProtectedHeaderParameters,
 } from 'jose';
 import { ExpiringMap } from '../cache/expiring-map.js';
+import { jwkThumbprint } from './key-trust.js';
 import type { AuthConfig } from '../config/schema.js';
 import { edgeError, EdgeError } from '../errors.js';
 import type { Logger } from '../observability/log.js';
@@ -129,6 +130,8 @@ export interface TokenVerifier {
 export interface KeyContext {
   readonly cache: ExpiringMap<string, Identity>;
   jwks(url: string): JwksKeys;
+  /** Thumbprints of JWKS members this verifier must not use (another trust domain holds them). */
+  refusedKeys?(): ReadonlySet<string>;
   /** Called for every signature check (a cache miss that reached a key). */
   checked?(): void;
 }
@@ -167,6 +170,7 @@ class Verifier implements TokenVerifier {
   readonly #jwks: JwksKeys | null;
   readonly #ownsJwks: boolean;
   readonly #checked: (() => void) | undefined;
+  readonly #refusedKeys: () => ReadonlySet<string>;
   readonly #anyKey: boolean;
   #pem: Promise<KeyObject> | null = null;
 
@@ -177,6 +181,7 @@ class Verifier implements TokenVerifier {
     this.#cache = keys.cache;
     this.#ownsJwks = ownsJwks;
     this.#checked = keys.checked;
+    this.#refusedKeys = keys.refusedKeys ?? (() => NO_KEYS);
     this.#algorithms = new Set(cfg.algorithms);
     this.#toleranceMs = cfg.clockToleranceSec * 1000;
     this.#secret = cfg.secret ? new TextEncoder().encode(cfg.secret) : null;
@@ -274,7 +279,7 @@ class Verifier implements TokenVerifier {
       }
       if (pemSuits(pem, alg)) return pem;
     }
-    return this.#jwks ? this.#jwks.keyFor(header) : deny('no key for this algorithm');
+    return this.#jwks ? this.#jwks.keyFor(header, this.#refusedKeys) : deny('no key for this algorithm');
   }
 
   /** Read once, by start() or by the first verification that needs it. */
@@ -403,6 +408,14 @@ export function readRoles(payload: JWTPayload, listClaim: string, singleClaim: s
 
 type JwksLookup = (header: ProtectedHeaderParameters) => Promise<CryptoKey>;
 
+/** One signing key of a JWKS and its RFC 7638 thumbprint (null: a key type without one). */
+export interface JwksMember {
+  readonly jwk: JWK;
+  readonly thumbprint: string | null;
+}
+
+const NO_KEYS: ReadonlySet<string> = new Set();
+
 /** The JWKS as last fetched, with the refetch policy described at the top of this file. */
 export class JwksKeys {
   readonly #url: string;
@@ -410,16 +423,27 @@ export class JwksKeys {
   readonly #clock: () => number;
   readonly #abort = new AbortController();
   #lookup: JwksLookup | null = null;
+  #members: readonly JwksMember[] = [];
+  /** Lookups over the members minus a refused set, by that set (few: one per conflicting trust domain). */
+  #screened = new Map<string, JwksLookup>();
+  readonly #onLoad: ((members: readonly JwksMember[]) => void) | undefined;
   /** Bumped on every successful load, so a waiter can tell whether the set changed under it. */
   #generation = 0;
   #loadedAt = 0;
   #nextFetchAt = 0;
   #inflight: Promise<boolean> | null = null;
 
-  constructor(url: string, log: Logger, clock: () => number) {
+  /** `onLoad` sees every newly loaded set before any token is verified with it. */
+  constructor(url: string, log: Logger, clock: () => number, onLoad?: (members: readonly JwksMember[]) => void) {
     this.#url = url;
     this.#log = log;
     this.#clock = clock;
+    this.#onLoad = onLoad;
+  }
+
+  /** The signing keys last loaded. */
+  get members(): readonly JwksMember[] {
+    return this.#members;
   }
 
   /** Fetches now unless a fetch is in flight (joined) or backoff/cooldown holds; true when keys were loaded. */
@@ -432,7 +456,8 @@ export class JwksKeys {
     return this.#inflight;
   }
 
-  async keyFor(header: ProtectedHeaderParameters): Promise<CryptoKey | EdgeError> {
+  /** The key for `header`, never one whose thumbprint is in `refused()` (read after any refetch: a load may change it). */
+  async keyFor(header: ProtectedHeaderParameters, refused: () => ReadonlySet<string> = () => NO_KEYS): Promise<CryptoKey | EdgeError> {
     if (this.#lookup === null) {
       await this.refresh();
       if (this.#lookup === null) return deny('verification keys unavailable');
@@ -441,11 +466,11 @@ export class JwksKeys {
       void this.refresh();
     }
     const generation = this.#generation;
-    const first = await this.#find(header);
+    const first = await this.#find(header, refused());
     if (first !== undefined) return first;
     // Someone else's refetch may have landed while we looked; only fetch if the set is unchanged.
     if (this.#generation === generation && !(await this.refresh())) return deny('unknown key');
-    const second = await this.#find(header);
+    const second = await this.#find(header, refused());
     if (second !== undefined) return second;
     this.#nextFetchAt = Math.max(this.#nextFetchAt, this.#clock() + JWKS_COOLDOWN_MS);
     return deny('unknown key');
@@ -456,15 +481,31 @@ export class JwksKeys {
   }
 
   /** The key for the header; undefined when no member matches; EdgeError when the match is unusable. */
-  async #find(header: ProtectedHeaderParameters): Promise<CryptoKey | EdgeError | undefined> {
-    if (this.#lookup === null) return undefined;
+  async #find(header: ProtectedHeaderParameters, refused: ReadonlySet<string>): Promise<CryptoKey | EdgeError | undefined> {
+    // A refused key is known, not missing: no refetch, and a reason the client can act on.
+    if (refused.size > 0 && header.kid !== undefined && this.#members.some((m) => m.jwk.kid === header.kid && m.thumbprint !== null && refused.has(m.thumbprint))) {
+      return deny('key not trusted for this tenant');
+    }
+    const lookup = this.#lookupWithout(refused);
+    if (lookup === null) return undefined;
     try {
-      return await this.#lookup(header);
+      return await lookup(header);
     } catch (err) {
       if (err instanceof errors.JWKSNoMatchingKey) return undefined;
       if (err instanceof errors.JWKSMultipleMatchingKeys) return deny('ambiguous key: token needs a kid');
       return deny('unknown key');
     }
+  }
+
+  #lookupWithout(refused: ReadonlySet<string>): JwksLookup | null {
+    if (this.#lookup === null || refused.size === 0) return this.#lookup;
+    const key = [...refused].sort().join(' ');
+    let lookup = this.#screened.get(key);
+    if (lookup === undefined) {
+      lookup = createLocalJWKSet({ keys: this.#members.filter((m) => m.thumbprint === null || !refused.has(m.thumbprint)).map((m) => m.jwk) });
+      this.#screened.set(key, lookup);
+    }
+    return lookup;
   }
 
   async #fetch(): Promise<boolean> {
@@ -484,6 +525,9 @@ export class JwksKeys {
     }
     const keys = signingKeys(doc);
     if (keys === null) return this.#failed('not a JSON Web Key Set');
+    this.#members = keys.map((jwk) => ({ jwk, thumbprint: jwkThumbprint(jwk) }));
+    this.#screened = new Map();
+    this.#onLoad?.(this.#members);
     this.#lookup = createLocalJWKSet({ keys });
     this.#generation++;
     this.#loadedAt = this.#clock();

@@ -6,7 +6,8 @@
  * Not shared: the token cache. Each verifier has its own share, bounded in entries and bytes
  * (`auth.cacheSize`, and `auth.cacheBytes` for the global settings, `auth.tenantCacheBytes` for each
  * tenant's), so a tenant whose IdP mints many large tokens only evicts its own. Shared: one JWKS set
- * per distinct URL, with jwt.ts's single-flight and stale-on-error policy. sync() drops the
+ * per distinct URL, with jwt.ts's single-flight and stale-on-error policy; every set loaded is
+ * screened for keys another trust domain holds (key-claims.ts). sync() drops the
  * verifiers and JWKS sets that no current tenant (nor the global settings) uses, so their number
  * is bounded by the directory.
  */
@@ -15,6 +16,7 @@ import { Counter, Gauge, type Registry } from 'prom-client';
 import type { AuthConfig, RawTenantAuth } from '../config/schema.js';
 import type { Logger } from '../observability/log.js';
 import { createTokenVerifier, JwksKeys, tokenCache, type KeyContext, type TokenVerifier } from './jwt.js';
+import { KeyClaims } from './key-claims.js';
 
 /** The part of a tenant the verifiers read. */
 export interface AuthScope {
@@ -89,11 +91,14 @@ class Verifiers implements TenantVerifiers {
   readonly #own = new Map<string, Own>();
   /** Signature checks by trust domain ('' = global), kept across a tenant's re-keying; bounded by the directory. */
   readonly #checks = new Map<string, number>();
+  readonly #claims: KeyClaims;
 
   constructor(cfg: AuthConfig, log: Logger, clock: () => number) {
     this.#cfg = cfg;
     this.#log = log;
     this.#clock = clock;
+    this.#claims = new KeyClaims(log);
+    this.#claims.set('', cfg);
     this.global = createTokenVerifier(cfg, { log, clock, keys: this.#context('', cfg.cacheBytes) });
   }
 
@@ -109,6 +114,10 @@ class Verifiers implements TenantVerifiers {
         return known.verifier;
       }
     }
+    // A tenant not yet synced: its JWKS set may already be loaded for another domain.
+    this.#claims.set(tenant.id, auth);
+    const loaded = auth.jwksUrl === null ? undefined : this.#jwks.get(auth.jwksUrl);
+    if (loaded !== undefined) this.#claims.screen(auth.jwksUrl!, loaded.members, tenant.id);
     const verifier = createTokenVerifier(tenantAuthConfig(this.#cfg, auth), { log: this.#log, clock: this.#clock, keys: this.#context(tenant.id, this.#cfg.tenantCacheBytes) });
     this.#own.set(tenant.id, { sig: JSON.stringify(auth), auth, verifier });
     return verifier;
@@ -121,15 +130,19 @@ class Verifiers implements TenantVerifiers {
     for (const t of tenants) {
       if (t.auth === null) continue;
       live.set(t.id, JSON.stringify(t.auth));
+      this.#claims.set(t.id, t.auth);
       if (t.auth.jwksUrl) urls.add(t.auth.jwksUrl);
     }
     for (const [id, own] of this.#own) if (live.get(id) !== own.sig) this.#own.delete(id);
+    this.#claims.retain(new Set(live.keys()));
     for (const id of this.#checks.keys()) if (id !== '' && !live.has(id)) this.#checks.delete(id);
     for (const [url, keys] of this.#jwks) {
       if (urls.has(url)) continue;
       keys.close();
       this.#jwks.delete(url);
     }
+    // Sets already loaded are screened again for the domains as they now are.
+    for (const [url, keys] of this.#jwks) this.#claims.screen(url, keys.members);
     for (const url of urls) if (!this.#jwks.has(url)) void this.#jwksFor(url).refresh();
   }
 
@@ -149,6 +162,7 @@ class Verifiers implements TenantVerifiers {
       cache: tokenCache(this.#cfg.cacheSize, cacheBytes),
       jwks: (url) => this.#jwksFor(url),
       checked: () => this.#checks.set(domain, (this.#checks.get(domain) ?? 0) + 1),
+      refusedKeys: () => this.#claims.refused(domain),
     };
   }
 
@@ -180,7 +194,7 @@ class Verifiers implements TenantVerifiers {
   #jwksFor(url: string): JwksKeys {
     let keys = this.#jwks.get(url);
     if (keys === undefined) {
-      keys = new JwksKeys(url, this.#log, this.#clock);
+      keys = new JwksKeys(url, this.#log, this.#clock, (members) => this.#claims.screen(url, members));
       this.#jwks.set(url, keys);
     }
     return keys;
