@@ -486,6 +486,52 @@ describe('JWKS', () => {
   });
 });
 
+describe('signature gate', () => {
+  const clock = manualClock();
+  const now = (): number => epochSec(clock.now());
+  const v = createTokenVerifier(authConfig({ secret: SECRET, algorithms: ['HS256'], issuer: 'https://idp.example' }), { log: capturingLogger().log, clock: clock.now });
+  const hs = (claims: JWTPayload) => signToken({ iss: 'https://idp.example', exp: now() + 60, ...claims }, SECRET, { alg: 'HS256' });
+  const recording = (refusal: EdgeError | null = null) => {
+    const calls: string[] = [];
+    const gate = {
+      admit: () => {
+        calls.push('admit');
+        return Promise.resolve(refusal);
+      },
+      settled: (ok: boolean) => calls.push(ok ? 'ok' : 'failed'),
+    };
+    return { calls, gate };
+  };
+
+  it('cheap refusals (size, header, alg, unverified exp, nbf, iss) never reach the gate, even with a bad signature', async () => {
+    const cheap: [string, string][] = [
+      ['x'.repeat(9000), 'token too large (9000 bytes; the limit is 8192)'],
+      ['a.b.c', 'malformed token'],
+      [craftToken({ alg: 'none' }, { sub: 'a' }), 'algorithm not allowed'],
+      [tamperSignature(await hs({ exp: now() - 3600 })), 'token expired'],
+      [tamperSignature(await hs({ nbf: now() + 3600 })), 'token not yet valid'],
+      [tamperSignature(await hs({ iss: 'https://other.example' })), 'wrong issuer'],
+    ];
+    for (const [token, reason] of cheap) {
+      const { calls, gate } = recording();
+      expectDenied(await v.verify(token, gate), reason);
+      expect(calls).toEqual([]);
+    }
+  });
+
+  it('asks the gate right before the signature check, returns its refusal, and reports the outcome', async () => {
+    const refused = recording(new EdgeError('rate_limited', 'slow down'));
+    expect(await v.verify(await hs({ sub: 'a' }), refused.gate)).toMatchObject({ code: 'rate_limited' });
+    expect(refused.calls).toEqual(['admit']);
+    const bad = recording();
+    expectDenied(await v.verify(tamperSignature(await hs({ sub: 'b' })), bad.gate), 'bad signature');
+    expect(bad.calls).toEqual(['admit', 'failed']);
+    const good = recording();
+    expectIdentity(await v.verify(await hs({ sub: 'c' }), good.gate));
+    expect(good.calls).toEqual(['admit', 'ok']);
+  });
+});
+
 describe('verified-token cache', () => {
   const clock = manualClock();
   const now = (): number => epochSec(clock.now());
