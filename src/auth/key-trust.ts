@@ -85,12 +85,20 @@ function pemKey(path: string): string {
   return known.thumbprint === null ? `file:${path}` : `jwk:${known.thumbprint}`;
 }
 
+/** Key sets by settings object, briefly: one directory build compares every pair of tenants, and should stat each PEM file once. */
+const recent = new WeakMap<TrustSettings, { readonly at: number; readonly keys: ReadonlySet<string> }>();
+const RECENT_MS = 1000;
+
 /** The key material `s` trusts: `hmac:<hash>`, `jwk:<thumbprint>` (PEM) and `jwks:<canonical URL>`. */
-export function trustedKeys(s: TrustSettings): Set<string> {
+export function trustedKeys(s: TrustSettings): ReadonlySet<string> {
+  const now = Date.now();
+  const known = recent.get(s);
+  if (known !== undefined && now - known.at < RECENT_MS) return known.keys;
   const keys = new Set<string>();
   if (s.secret !== null) keys.add(`hmac:${createHash('sha256').update(new TextEncoder().encode(s.secret)).digest('base64url')}`);
   if (s.publicKey !== null) keys.add(pemKey(s.publicKey));
   if (s.jwksUrl !== null) keys.add(`jwks:${canonicalJwksUrl(s.jwksUrl)}`);
+  recent.set(s, { at: now, keys });
   return keys;
 }
 
