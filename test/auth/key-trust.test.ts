@@ -11,6 +11,8 @@ import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.j
 import { call, forwarded, startEdge, testConfig, type EdgeHarness } from '../helpers/edge.js';
 import { startJwksServer, type JwksServer } from '../helpers/jwks-server.js';
 import { capturingLogger, type LogLine } from '../helpers/logs.js';
+import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix } from '../helpers/redis.js';
+import { admin } from '../admin/admin-call.js';
 import { epochSec, keyPair, signWith, tempDir, type TempDir, type TestKeyPair } from '../helpers/tokens.js';
 
 const trust = (over: Partial<TrustSettings>): TrustSettings => ({ secret: null, publicKey: null, jwksUrl: null, issuer: null, audience: null, ...over });
@@ -130,3 +132,39 @@ describe('through the edge', () => {
     expect((await pop(await signWith(ec, claimless()), 'victim.localhost')).status).toBe(204);
   });
 });
+
+describe('admin writes', () => {
+  it('a PUT naming the global JWKS under another spelling, or a file tenant\'s PEM under another path, is 409 conflict', async () => {
+    const prefix = uniquePrefix();
+    const [broker, idp] = await Promise.all([startBrokerDouble(), startJwksServer([rsa.publicJwk])]);
+    const redis = await connectTest(SHARED_REDIS_URL);
+    const pem = await dir.write('owner.pem', ed.spkiPem);
+    const copy = await dir.write('owner-copy.pem', ed.spkiPem);
+    const brokers = [broker.url];
+    const edge = await startEdge(
+      testConfig(brokers, {
+        redis: { url: SHARED_REDIS_URL, keyPrefix: prefix, timeoutMs: 1000 },
+        server: { admin: { token: 'admin-token-for-tests-0123456789' } },
+        auth: { jwksUrl: idp.url },
+        tenants: { owner: { plan: 'test', hosts: ['owner.localhost'], brokers, auth: { publicKey: pem } } },
+      }),
+    );
+    try {
+      const put = (auth: Record<string, unknown>) => admin(edge, 'PUT', '/admin/v1/tenants/intruder', { body: { plan: 'test', hosts: ['intruder.localhost'], brokers, auth } });
+      const respelled = await put({ jwksUrl: `${idp.url.replace('127.0.0.1', 'localhost')}?x` });
+      expect(respelled.status).toBe(409);
+      expect(respelled.json.problems).toEqual(['auth: trusts the same tokens as the global auth settings (same key, no distinct issuer or audience)']);
+      const copied = await put({ publicKey: copy });
+      expect(copied.status).toBe(409);
+      expect(copied.json.problems).toEqual(['auth: trusts the same tokens as tenant "owner" (same key, no distinct issuer or audience)']);
+      // An issuer on one side only tells no tokens apart: the owner's accept any issuer.
+      expect((await put({ publicKey: copy, issuer: 'https://intruder.example' })).status).toBe(409);
+    } finally {
+      await edge.close();
+      await Promise.all([broker.close(), idp.close()]);
+      await flushPrefix(redis, prefix);
+      redis.disconnect();
+    }
+  });
+});
+
