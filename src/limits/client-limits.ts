@@ -3,7 +3,7 @@
  * (a token that is not yet cached costs one; RS256 and ES256 especially) and anonymous public
  * routes. rate-limiter-flexible's memory limiter, one per process, keyed by client address (an
  * IPv6 client by its /64, which one host usually owns whole). Design and bounds:
- * docs/decisions/0012-signature-check-throttle.md (why memory and not Redis: 0007).
+ * docs/decisions/0014-signature-check-throttle.md (why memory and not Redis: 0007).
  *
  * Signature checks are gated, not failures in general: a token refused without one (malformed,
  * too large, wrong alg, unknown kid, expired, wrong issuer) costs a header decode and is not

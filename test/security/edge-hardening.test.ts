@@ -139,7 +139,7 @@ describe('per-client-IP limits', () => {
     expect(r.json).toMatchObject({ code: 'rate_limited' });
     expect(Number(r.headers['retry-after'])).toBeGreaterThan(0);
     // A new token of the failed identity (sub user-1) is refused before verification too; another
-    // identity's from the same address, and a cached one, are not (docs/decisions/0012).
+    // identity's from the same address, and a cached one, are not (docs/decisions/0014-signature-check-throttle.md).
     const sameIdentity = await token({ roles: ['read-write'], tenant: 'acme' });
     expect((await call(limited, 'GET', '/api/v1/pop/queue/q', { token: sameIdentity })).status).toBe(429);
     const fresh = await token({ roles: ['read-write'], tenant: 'acme', sub: 'fresh' });
