@@ -59,8 +59,14 @@ describe('key material', () => {
   });
 });
 
+/** A broker URL nothing is forwarded to: tenants may not share a broker that does not scope data by tenant. */
+let port = 9;
+const unusedBroker = (): string[] => [`http://127.0.0.1:${port++}`];
+
 describe('through the edge', () => {
   let broker: BrokerDouble;
+  let victimBroker: BrokerDouble;
+  let lateBroker: BrokerDouble;
   let globalIdp: JwksServer;
   let lateIdp: JwksServer;
   let edge: EdgeHarness;
@@ -70,7 +76,7 @@ describe('through the edge', () => {
   const logs = capturingLogger('warn');
 
   beforeAll(async () => {
-    [broker, lateKey] = await Promise.all([startBrokerDouble(), keyPair('ES256')]);
+    [broker, victimBroker, lateBroker, lateKey] = await Promise.all([startBrokerDouble(), startBrokerDouble(), startBrokerDouble(), keyPair('ES256')]);
     [globalIdp, lateIdp] = await Promise.all([startJwksServer([rsa.publicJwk]), startJwksServer([lateKey.publicJwk])]);
     pem = await dir.write('victim.pem', ec.spkiPem);
     brokers = [broker.url];
@@ -78,8 +84,8 @@ describe('through the edge', () => {
       testConfig(brokers, {
         auth: { jwksUrl: globalIdp.url },
         tenants: {
-          victim: { plan: 'test', hosts: ['victim.localhost'], brokers, auth: { publicKey: pem } },
-          late: { plan: 'test', hosts: ['late.localhost'], brokers, auth: { jwksUrl: lateIdp.url } },
+          victim: { plan: 'test', hosts: ['victim.localhost'], brokers: [victimBroker.url], auth: { publicKey: pem } },
+          late: { plan: 'test', hosts: ['late.localhost'], brokers: [lateBroker.url], auth: { jwksUrl: lateIdp.url } },
         },
       }),
       { log: logs.log },
@@ -88,14 +94,14 @@ describe('through the edge', () => {
 
   afterAll(async () => {
     await edge.close();
-    await Promise.all([broker.close(), globalIdp.close(), lateIdp.close()]);
+    await Promise.all([broker.close(), victimBroker.close(), lateBroker.close(), globalIdp.close(), lateIdp.close()]);
   });
 
   const pop = (token: string, host: string) => call(edge, 'GET', '/api/v1/pop/queue/q', { token, host });
 
   it("a tenant naming the global JWKS under another spelling is left out of the directory; the shared issuer's claimless token does not act for it", async () => {
     const spelled = globalIdp.url.replace('127.0.0.1', 'LOCALHOST') + '?x#y';
-    const other = await startEdge(testConfig(brokers, { auth: { jwksUrl: globalIdp.url }, tenants: { respelled: { plan: 'test', hosts: ['respelled.localhost'], brokers, auth: { jwksUrl: spelled } } } }), { log: logs.log });
+    const other = await startEdge(testConfig(brokers, { auth: { jwksUrl: globalIdp.url }, tenants: { respelled: { plan: 'test', hosts: ['respelled.localhost'], brokers: unusedBroker(), auth: { jwksUrl: spelled } } } }), { log: logs.log });
     try {
       const before = forwarded(broker).length;
       const r = await call(other, 'GET', '/api/v1/pop/queue/q', { token: await signWith(rsa, claimless()), host: 'respelled.localhost' });
@@ -110,7 +116,7 @@ describe('through the edge', () => {
   it("a tenant naming another tenant's PEM key under another path is refused at start, unless the issuer tells them apart", async () => {
     const copy = await dir.write('victim-copy.pem', ec.spkiPem);
     const withIntruder = (issuer: string | null) =>
-      testConfig(brokers, { tenants: { victim: { plan: 'test', brokers, auth: { publicKey: pem, issuer: issuer && 'https://victim.example' } }, intruder: { plan: 'test', brokers, auth: { publicKey: copy, issuer } } } });
+      testConfig(brokers, { tenants: { victim: { plan: 'test', brokers: unusedBroker(), auth: { publicKey: pem, issuer: issuer && 'https://victim.example' } }, intruder: { plan: 'test', brokers: unusedBroker(), auth: { publicKey: copy, issuer } } } });
     await expect(startEdge(withIntruder(null), { log: logs.log })).rejects.toThrow(/tenants.intruder.auth: trusts the same tokens as tenant "victim"/);
     const apart = await startEdge(withIntruder('https://intruder.example'), { log: logs.log });
     await apart.close();
@@ -119,12 +125,12 @@ describe('through the edge', () => {
   it("a JWKS that later serves another tenant's key has that key refused when fetched, logged as an error", async () => {
     expect((await pop(await signWith(lateKey, claimless()), 'late.localhost')).status).toBe(204);
     lateIdp.setKeys([lateKey.publicJwk, ec.publicJwk]);
-    const before = forwarded(broker).length;
+    const before = forwarded(lateBroker).length;
     // The unknown kid makes the edge fetch the set again; the victim's key in it is refused for "late".
     const r = await pop(await signWith(ec, claimless()), 'late.localhost');
     expect(r.status).toBe(401);
     expect(r.json).toMatchObject({ code: 'unauthorized', error: 'key not trusted for this tenant' });
-    expect(forwarded(broker).length).toBe(before);
+    expect(forwarded(lateBroker).length).toBe(before);
     const refusal = logs.lines.find((l: LogLine) => l.msg.startsWith('JWKS serves a key another trust domain already trusts'));
     expect(refusal).toMatchObject({ level: 50, tenant: 'late', trustedBy: 'tenant "victim"', kid: ec.kid });
     // Its own key still works; the victim's tokens still work on the victim's host.
@@ -146,11 +152,11 @@ describe('admin writes', () => {
         redis: { url: SHARED_REDIS_URL, keyPrefix: prefix, timeoutMs: 1000 },
         server: { admin: { token: 'admin-token-for-tests-0123456789' } },
         auth: { jwksUrl: idp.url },
-        tenants: { owner: { plan: 'test', hosts: ['owner.localhost'], brokers, auth: { publicKey: pem } } },
+        tenants: { owner: { plan: 'test', hosts: ['owner.localhost'], brokers: unusedBroker(), auth: { publicKey: pem } } },
       }),
     );
     try {
-      const put = (auth: Record<string, unknown>) => admin(edge, 'PUT', '/admin/v1/tenants/intruder', { body: { plan: 'test', hosts: ['intruder.localhost'], brokers, auth } });
+      const put = (auth: Record<string, unknown>) => admin(edge, 'PUT', '/admin/v1/tenants/intruder', { body: { plan: 'test', hosts: ['intruder.localhost'], brokers: unusedBroker(), auth } });
       const respelled = await put({ jwksUrl: `${idp.url.replace('127.0.0.1', 'localhost')}?x` });
       expect(respelled.status).toBe(409);
       expect(respelled.json.problems).toEqual(['auth: trusts the same tokens as the global auth settings (same key, no distinct issuer or audience)']);

@@ -15,19 +15,20 @@ const SECRET_A = 'tenant-a-own-secret-0123456789abcdef';
 const SECRET_B = 'tenant-b-own-secret-0123456789abcdef';
 const SHARE_BYTES = 256 * 1024;
 
-let broker: BrokerDouble;
+/** One broker double per tenant: tenants may not share a broker that does not scope data by tenant. */
+let brokers: BrokerDouble[];
 let edge: EdgeHarness;
 
 beforeAll(async () => {
-  broker = await startBrokerDouble();
-  const brokers = [broker.url];
+  brokers = await Promise.all([startBrokerDouble(), startBrokerDouble(), startBrokerDouble()]);
+  const [acme, a, b] = brokers.map((d) => [d.url]);
   edge = await startEdge(
-    testConfig(brokers, {
+    testConfig(acme!, {
       // 50 entries: before shares, the flood's first 50 tokens already evicted every other token.
       auth: { cacheSize: 50, tenantCacheBytes: SHARE_BYTES },
       tenants: {
-        ta: { plan: 'test', hosts: ['a.localhost'], brokers, auth: { secret: SECRET_A } },
-        tb: { plan: 'test', hosts: ['b.localhost'], brokers, auth: { secret: SECRET_B } },
+        ta: { plan: 'test', hosts: ['a.localhost'], brokers: a, auth: { secret: SECRET_A } },
+        tb: { plan: 'test', hosts: ['b.localhost'], brokers: b, auth: { secret: SECRET_B } },
       },
     }),
   );
@@ -35,7 +36,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await edge.close();
-  await broker.close();
+  await Promise.all(brokers.map((d) => d.close()));
 });
 
 async function metric(name: string, tenant: string): Promise<number> {
