@@ -93,6 +93,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     flush: () => meter.stats(),
   });
   redis?.on('error', () => metrics.redisError('main'));
+  verifiers.registerMetrics(metrics.registry);
   let draining = false;
 
   if (!config.auth.secret && !config.auth.publicKey && !config.auth.jwksUrl) {

@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { PassThrough, type Readable } from 'node:stream';
 import { constants as http2Constants } from 'node:http2';
-import { isAllowed } from './auth/access.js';
+import { isAllowed, roleRefusal } from './auth/access.js';
 import { extractToken, type Identity, type TokenVerifier } from './auth/jwt.js';
 import { unverifiedTenantClaim, type TenantVerifiers } from './auth/verifiers.js';
 import type { UpstreamMinter } from './auth/mint.js';
@@ -17,6 +17,7 @@ import { actualResponseHeaders, preflightVerdict, withoutActualResponseHeaders }
 import { edgeError, isEdgeError, renderError, type EdgeError, type ErrorCode } from './errors.js';
 import { clientKey, type ClientLimits } from './limits/client-limits.js';
 import { HeadsInFlight } from './limits/heads-in-flight.js';
+import { createClientAddresses } from './net/client-address.js';
 import type { Admission, Limiter } from './limits/limiter.js';
 import { lingerOnClose, type LingerBounds } from './listen/lingering.js';
 import { duplicatedSingleton } from './listen/raw-headers.js';
@@ -114,6 +115,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
   const writeAccess = config.log.accessLog ? accessLogWriter(log) : null;
   const defaultTenantId = config.auth.defaultTenant;
   const tenantClaimName = config.auth.tenantClaim;
+  const clientAddresses = createClientAddresses(config.server.trustedProxies);
   const tenantById = (id: string): Tenant | undefined => d.tenants.byId(id);
   const paramsOf = (route: RouteSpec) => declaredParams(route.name, config.queryAllow[route.name]);
   const budgetCfg = config.server.bodyBudget;
@@ -202,7 +204,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         return refuse(res, ctx, edgeError('forbidden', 'origin not allowed'));
       }
       // 7. Authorize: role set against access set.
-      if (!isAllowed(verified.roles, route.access)) return refuse(res, ctx, edgeError('forbidden', 'role not allowed on this route'));
+      if (!isAllowed(verified.roles, route.access)) return refuse(res, ctx, roleRefusal(verified));
       // 8. Tenant gates.
       if (tenant.status === 'suspended') return refuse(res, ctx, edgeError('cluster_suspended'));
       if (route.feature !== null && !tenant.plan.features.has(route.feature)) {
@@ -324,7 +326,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
           proto: isTls(req) ? 'https' : 'http',
           host: hostTenant ? host : null,
           requestId: ctx.id,
-          trustProxy: config.server.trustProxy,
+          trustProxy: clientAddresses.trusts(req.socket?.remoteAddress),
           authorization,
           tenantHeader: config.upstreamIdentity.tenantHeader || tenant.tenancyAwareBrokers ? tenant.id : null,
           contentLength: body || streamed ? bodyLength : null,
@@ -352,20 +354,16 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
   }
 
   /**
-   * Signature checks behind a per-client-IP limit on failures: an address that keeps sending bad
-   * tokens gets 429 without costing a verification. A cache hit never gets here.
+   * Signature checks behind the per-client gate (src/limits/client-limits.ts): 429 before the
+   * check for an identity that failed too often from this address, or an address over its checks
+   * per second. A cache hit never gets here.
    */
-  async function verifyThrottled(req: EdgeRequest, verifier: TokenVerifier, token: string): Promise<Identity | EdgeError> {
-    const client = clientOf(req);
-    const blocked = await d.clientLimits.authBlocked(client);
-    if (blocked) return blocked;
-    const verified = await verifier.verify(token);
-    if (isEdgeError(verified)) d.clientLimits.authFailed(client);
-    return verified;
+  function verifyThrottled(req: EdgeRequest, verifier: TokenVerifier, token: string): Promise<Identity | EdgeError> {
+    return verifier.verify(token, d.clientLimits.signatureGate(clientOf(req), token));
   }
 
   function clientOf(req: EdgeRequest): string {
-    return clientKey(req.socket?.remoteAddress, req.headers['x-forwarded-for'], config.server.trustProxy);
+    return clientKey(clientAddresses.of(req.socket?.remoteAddress, req.headers['x-forwarded-for']));
   }
 
   /**

@@ -19,16 +19,17 @@
  *   keys the IdP removed stop verifying without a restart.
  * All of these use the injected clock.
  *
- * Cache: verified tokens by exact string, bounded LRU, valid until exp + clockTolerance (tokens
- * without exp, where `auth.requireExp: false` lets them in: NO_EXP_CACHE_MS; with maxTokenAgeSec:
- * never past iat + maxTokenAgeSec). Failures are not cached: a bad token costs a header decode and at
- * most one signature check, bounded by MAX_TOKEN_LENGTH, and caching garbage would only let an
- * attacker evict good entries.
+ * Cache: verified tokens by exact string, bounded LRU in entries and bytes, valid until exp +
+ * clockTolerance (tokens without exp, where `auth.requireExp: false` lets them in: NO_EXP_CACHE_MS;
+ * with maxTokenAgeSec: never past iat + maxTokenAgeSec). Failures are not cached: a bad token costs a
+ * header decode and at most one signature check, bounded by `auth.maxTokenBytes`, and caching
+ * garbage would only let an attacker evict good entries.
  */
 import { createPublicKey, type KeyObject } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import {
   createLocalJWKSet,
+  decodeJwt,
   decodeProtectedHeader,
   errors,
   jwtVerify,
@@ -39,12 +40,19 @@ import {
   type ProtectedHeaderParameters,
 } from 'jose';
 import { ExpiringMap } from '../cache/expiring-map.js';
+import { jwkThumbprint } from './key-trust.js';
 import type { AuthConfig } from '../config/schema.js';
 import { edgeError, EdgeError } from '../errors.js';
 import type { Logger } from '../observability/log.js';
 
-/** Tokens longer than this are refused before any parsing. */
-const MAX_TOKEN_LENGTH = 16 * 1024;
+/**
+ * What one cached token costs against its share's byte bound: the token string once (the key and
+ * Identity.token are the same string), its decoded claims and the entry's objects. Measured heap
+ * per entry: 1.8 to 2.05 bytes per token character for 5-7 KB tokens, 550 bytes for a 157-byte
+ * one (docs/limits.md); the estimate stays above both.
+ */
+const ENTRY_FIXED_BYTES = 512;
+const ENTRY_BYTES_PER_TOKEN_CHAR = 2.2;
 /** How long a verified token without `exp` stays cached. */
 const NO_EXP_CACHE_MS = 5 * 60_000;
 /** After a refetch that did not know the requested kid, unknown kids fetch nothing this long. */
@@ -71,6 +79,8 @@ export interface Identity {
   readonly tenant: string | null;
   readonly expMs: number | null;
   readonly claims: Readonly<Record<string, unknown>>;
+  /** Where `roles` came from, for the 403 that refuses them: `roles read from claim "roles"`, or the claims looked for. */
+  readonly rolesRead?: string;
 }
 
 /** Pulls the token from the Authorization header: `Bearer <t>` or the bare token; undefined when absent. */
@@ -87,28 +97,48 @@ export function extractToken(header: string | string[] | undefined): string | un
   return B64TOKEN.test(token) ? token : deny('malformed authorization header');
 }
 
+/**
+ * Asked right before a signature check, after every cheaper refusal (size, header, alg, key,
+ * unverified exp/nbf/iss), and told the check's outcome: the per-client throttle
+ * (src/limits/client-limits.ts).
+ */
+export interface SignatureGate {
+  /** A refusal (429) when this check must not run now; null to go ahead. */
+  admit(): Promise<EdgeError | null>;
+  settled(ok: boolean): void;
+}
+
 /** Verifies bearer tokens and remembers the ones that passed. */
 export interface TokenVerifier {
   /** Sync cache hit for a token verified before and not yet expired (now = clock()); undefined otherwise. */
   cached(token: string): Identity | undefined;
-  /** Full verification; resolves an Identity or EdgeError('unauthorized', <reason>), never rejects. */
-  verify(token: string): Promise<Identity | EdgeError>;
+  /** Full verification; resolves an Identity or EdgeError('unauthorized', <reason>, or the gate's refusal), never rejects. */
+  verify(token: string, gate?: SignatureGate): Promise<Identity | EdgeError>;
   /** Loads the PEM key (throws if it is unusable) and pre-warms the JWKS (logs if the IdP is down). */
   start(): Promise<void>;
   /** Aborts a JWKS fetch in flight; no further fetches start. */
   close(): void;
+  /** What its share of the token cache holds, by the ENTRY_* estimates. */
+  readonly cacheBytes: number;
 }
 
 /**
- * What verifiers of several tenants share (see verifiers.ts): one token cache, whose entries are
- * keyed by `scope` so a token verified under one tenant's keys is never a hit for another, and
- * one JWKS set per URL.
+ * What a verifier is given by its owner (see verifiers.ts): its own share of the token cache, so
+ * a token verified under one tenant's keys is never a hit for another and one tenant's tokens
+ * never evict another's, and the JWKS sets, one per URL.
  */
 export interface KeyContext {
   readonly cache: ExpiringMap<string, Identity>;
-  /** '' for the global settings; unique per tenant verifier otherwise. */
-  readonly scope: string;
   jwks(url: string): JwksKeys;
+  /** Thumbprints of JWKS members this verifier must not use (another trust domain holds them). */
+  refusedKeys?(): ReadonlySet<string>;
+  /** Called for every signature check (a cache miss that reached a key). */
+  checked?(): void;
+}
+
+/** A share of the verified-token cache: `entries` tokens and `bytes` of them (ENTRY_* estimates) at most. */
+export function tokenCache(entries: number, bytes: number): ExpiringMap<string, Identity> {
+  return new ExpiringMap<string, Identity>(entries, { touchOnGet: true, maxBytes: bytes, sizeOf: (token) => ENTRY_FIXED_BYTES + Math.ceil(token.length * ENTRY_BYTES_PER_TOKEN_CHAR) });
 }
 
 /** Builds the verifier for the `auth:` section; alone (own cache and JWKS) unless given a KeyContext. */
@@ -117,8 +147,7 @@ export function createTokenVerifier(cfg: AuthConfig, deps: { log: Logger; clock?
   if (deps.keys) return new Verifier(cfg, deps.log, clock, deps.keys, false);
   const own = new Map<string, JwksKeys>();
   const keys: KeyContext = {
-    cache: new ExpiringMap<string, Identity>(cfg.cacheSize, { touchOnGet: true }),
-    scope: '',
+    cache: tokenCache(cfg.cacheSize, cfg.cacheBytes),
     jwks: (url) => own.get(url) ?? own.set(url, new JwksKeys(url, deps.log, clock)).get(url)!,
   };
   return new Verifier(cfg, deps.log, clock, keys, true);
@@ -140,7 +169,8 @@ class Verifier implements TokenVerifier {
   readonly #pemPath: string | null;
   readonly #jwks: JwksKeys | null;
   readonly #ownsJwks: boolean;
-  readonly #scope: string;
+  readonly #checked: (() => void) | undefined;
+  readonly #refusedKeys: () => ReadonlySet<string>;
   readonly #anyKey: boolean;
   #pem: Promise<KeyObject> | null = null;
 
@@ -149,8 +179,9 @@ class Verifier implements TokenVerifier {
     this.#log = log;
     this.#clock = clock;
     this.#cache = keys.cache;
-    this.#scope = keys.scope;
     this.#ownsJwks = ownsJwks;
+    this.#checked = keys.checked;
+    this.#refusedKeys = keys.refusedKeys ?? (() => NO_KEYS);
     this.#algorithms = new Set(cfg.algorithms);
     this.#toleranceMs = cfg.clockToleranceSec * 1000;
     this.#secret = cfg.secret ? new TextEncoder().encode(cfg.secret) : null;
@@ -160,21 +191,17 @@ class Verifier implements TokenVerifier {
   }
 
   cached(token: string): Identity | undefined {
-    return this.#cache.get(this.#scoped(token), this.#clock());
+    return this.#cache.get(token, this.#clock());
   }
 
-  /** The cache key: a space never occurs in a token (B64TOKEN), so scopes cannot collide. */
-  #scoped(token: string): string {
-    return this.#scope === '' ? token : `${this.#scope} ${token}`;
-  }
-
-  async verify(token: string): Promise<Identity | EdgeError> {
-    if (token.length > MAX_TOKEN_LENGTH) return deny('token too large');
+  async verify(token: string, gate?: SignatureGate): Promise<Identity | EdgeError> {
+    // Before any parsing: a large token costs its decode, its signature hash and, once verified, cache space.
+    if (token.length > this.#cfg.maxTokenBytes) return deny(`token too large (${token.length} bytes; the limit is ${this.#cfg.maxTokenBytes})`);
     const hit = this.cached(token);
     if (hit) return hit;
     if (!this.#anyKey) return deny('no verification key configured');
     try {
-      return await this.#verifyUncached(token);
+      return await this.#verifyUncached(token, gate);
     } catch (err) {
       // Every expected failure is mapped below; reaching here is a bug, so log it but stay a 401.
       this.#log.error({ err }, 'token verification failed unexpectedly');
@@ -191,7 +218,11 @@ class Verifier implements TokenVerifier {
     if (this.#ownsJwks) this.#jwks?.close();
   }
 
-  async #verifyUncached(token: string): Promise<Identity | EdgeError> {
+  get cacheBytes(): number {
+    return this.#cache.bytes;
+  }
+
+  async #verifyUncached(token: string, gate: SignatureGate | undefined): Promise<Identity | EdgeError> {
     let header: ProtectedHeaderParameters;
     try {
       header = decodeProtectedHeader(token);
@@ -210,19 +241,26 @@ class Verifier implements TokenVerifier {
     if (this.#cfg.issuer !== null) options.issuer = this.#cfg.issuer;
     if (this.#cfg.audience !== null) options.audience = this.#cfg.audience;
     Object.assign(options, lifetimeOptions(this.#cfg));
+    const early = unverifiedRefusal(token, this.#cfg, this.#clock());
+    if (early !== null) return early;
+    const stop = gate === undefined ? null : await gate.admit();
+    if (stop !== null) return stop;
     let payload: JWTPayload;
+    this.#checked?.();
     try {
       ({ payload } = await jwtVerify(token, key, options));
     } catch (err) {
+      gate?.settled(false);
       return deny(reasonFor(err));
     }
     const identity = identityFrom(token, payload, this.#cfg, this.#clock());
+    gate?.settled(!(identity instanceof EdgeError));
     if (identity instanceof EdgeError) return identity;
     const validUntil = Math.min(
       identity.expMs === null ? this.#clock() + NO_EXP_CACHE_MS : identity.expMs + this.#toleranceMs,
       this.#cfg.maxTokenAgeSec === null ? Infinity : ((payload.iat as number) + this.#cfg.maxTokenAgeSec) * 1000 + this.#toleranceMs,
     );
-    this.#cache.set(this.#scoped(token), identity, validUntil, this.#clock());
+    this.#cache.set(token, identity, validUntil, this.#clock());
     return identity;
   }
 
@@ -241,7 +279,7 @@ class Verifier implements TokenVerifier {
       }
       if (pemSuits(pem, alg)) return pem;
     }
-    return this.#jwks ? this.#jwks.keyFor(header) : deny('no key for this algorithm');
+    return this.#jwks ? this.#jwks.keyFor(header, this.#refusedKeys) : deny('no key for this algorithm');
   }
 
   /** Read once, by start() or by the first verification that needs it. */
@@ -276,6 +314,24 @@ function pemSuits(key: KeyObject, alg: string): boolean {
   }
 }
 
+/**
+ * What the unverified claims already refuse (expired, not yet valid, another issuer), so such a
+ * token costs no signature check. Only ever refuses: the verified claims are checked again.
+ */
+function unverifiedRefusal(token: string, cfg: AuthConfig, now: number): EdgeError | null {
+  let claims: JWTPayload;
+  try {
+    claims = decodeJwt(token);
+  } catch {
+    return deny('malformed token');
+  }
+  const tolerance = cfg.clockToleranceSec * 1000;
+  if (typeof claims.exp === 'number' && claims.exp * 1000 <= now - tolerance) return deny('token expired');
+  if (typeof claims.nbf === 'number' && claims.nbf * 1000 > now + tolerance) return deny('token not yet valid');
+  if (cfg.issuer !== null && (typeof claims.iss !== 'string' || !(Array.isArray(cfg.issuer) ? cfg.issuer : [cfg.issuer]).includes(claims.iss))) return deny('wrong issuer');
+  return null;
+}
+
 /** A short, client-safe reason for a jose failure. */
 function reasonFor(err: unknown): string {
   if (err instanceof errors.JWTExpired) return err.claim === 'iat' ? 'token too old' : 'token expired';
@@ -307,40 +363,58 @@ function lifetimeOptions(cfg: AuthConfig): Pick<JWTVerifyOptions, 'requiredClaim
 
 /**
  * Reads sub, roles and tenant, refusing claims of the wrong type rather than guessing. Roles come
- * from the one configured claim only (a string only when that claim is `role`): reading a second claim
- * too would let `role: "admin"` widen `roles: ["read-only"]`.
+ * from one claim only, as Queen's broker names them: the list claim (`rolesClaim`, an array; a
+ * string too when it is named `role`) when present, else the single-role claim (`roleClaim`, a
+ * string). Never both: `role: "admin"` must not widen `roles: ["read-only"]`.
  */
 function identityFrom(token: string, payload: JWTPayload, cfg: AuthConfig, now: number): Identity | EdgeError {
   const { sub, exp, iat } = payload;
   if (sub !== undefined && typeof sub !== 'string') return deny('invalid sub claim');
   // jose checks iat only against maxTokenAge; a token dated in the future is refused regardless.
   if (iat !== undefined && iat * 1000 > now + cfg.clockToleranceSec * 1000) return deny('token issued in the future');
-  const roles = new Set<string>();
-  const listed = payload[cfg.rolesClaim];
-  if (listed !== undefined && !collectRoles(listed, roles, cfg.rolesClaim === SINGLE_ROLE_CLAIM)) return deny('invalid roles claim');
+  const read = readRoles(payload, cfg.rolesClaim, cfg.roleClaim);
+  if (read instanceof EdgeError) return read;
   const tenant = payload[cfg.tenantClaim];
   if (tenant !== undefined && (typeof tenant !== 'string' || tenant === '')) return deny('invalid tenant claim');
   return Object.freeze({
     token,
     sub: sub ?? null,
-    roles,
+    roles: read.roles,
     tenant: typeof tenant === 'string' ? tenant : null,
     expMs: exp === undefined ? null : exp * 1000,
     claims: Object.freeze(payload),
+    rolesRead: read.from,
   });
 }
 
-function collectRoles(value: unknown, roles: Set<string>, stringAllowed: boolean): boolean {
-  if (stringAllowed && typeof value === 'string') {
-    roles.add(value);
-    return true;
+/** The roles of a verified payload and where they were read (see identityFrom). */
+export function readRoles(payload: JWTPayload, listClaim: string, singleClaim: string | null): { roles: Set<string>; from: string } | EdgeError {
+  const roles = new Set<string>();
+  const listed = payload[listClaim];
+  if (listed !== undefined) {
+    const stringAllowed = listClaim === SINGLE_ROLE_CLAIM;
+    if (stringAllowed && typeof listed === 'string') roles.add(listed);
+    else if (Array.isArray(listed) && listed.every((r) => typeof r === 'string')) for (const r of listed as string[]) roles.add(r);
+    else return deny('invalid roles claim');
+    return { roles, from: `roles read from claim "${listClaim}"` };
   }
-  if (!Array.isArray(value) || !value.every((r) => typeof r === 'string')) return false;
-  for (const r of value as string[]) roles.add(r);
-  return true;
+  if (singleClaim === null || singleClaim === listClaim) return { roles, from: `no "${listClaim}" claim in the token` };
+  const single = payload[singleClaim];
+  if (single === undefined) return { roles, from: `no "${listClaim}" or "${singleClaim}" claim in the token` };
+  if (typeof single !== 'string') return deny(`invalid ${singleClaim} claim`);
+  roles.add(single);
+  return { roles, from: `roles read from claim "${singleClaim}" ("${listClaim}" absent)` };
 }
 
 type JwksLookup = (header: ProtectedHeaderParameters) => Promise<CryptoKey>;
+
+/** One signing key of a JWKS and its RFC 7638 thumbprint (null: a key type without one). */
+export interface JwksMember {
+  readonly jwk: JWK;
+  readonly thumbprint: string | null;
+}
+
+const NO_KEYS: ReadonlySet<string> = new Set();
 
 /** The JWKS as last fetched, with the refetch policy described at the top of this file. */
 export class JwksKeys {
@@ -349,16 +423,27 @@ export class JwksKeys {
   readonly #clock: () => number;
   readonly #abort = new AbortController();
   #lookup: JwksLookup | null = null;
+  #members: readonly JwksMember[] = [];
+  /** Lookups over the members minus a refused set, by that set (few: one per conflicting trust domain). */
+  #screened = new Map<string, JwksLookup>();
+  readonly #onLoad: ((members: readonly JwksMember[]) => void) | undefined;
   /** Bumped on every successful load, so a waiter can tell whether the set changed under it. */
   #generation = 0;
   #loadedAt = 0;
   #nextFetchAt = 0;
   #inflight: Promise<boolean> | null = null;
 
-  constructor(url: string, log: Logger, clock: () => number) {
+  /** `onLoad` sees every newly loaded set before any token is verified with it. */
+  constructor(url: string, log: Logger, clock: () => number, onLoad?: (members: readonly JwksMember[]) => void) {
     this.#url = url;
     this.#log = log;
     this.#clock = clock;
+    this.#onLoad = onLoad;
+  }
+
+  /** The signing keys last loaded. */
+  get members(): readonly JwksMember[] {
+    return this.#members;
   }
 
   /** Fetches now unless a fetch is in flight (joined) or backoff/cooldown holds; true when keys were loaded. */
@@ -371,7 +456,8 @@ export class JwksKeys {
     return this.#inflight;
   }
 
-  async keyFor(header: ProtectedHeaderParameters): Promise<CryptoKey | EdgeError> {
+  /** The key for `header`, never one whose thumbprint is in `refused()` (read after any refetch: a load may change it). */
+  async keyFor(header: ProtectedHeaderParameters, refused: () => ReadonlySet<string> = () => NO_KEYS): Promise<CryptoKey | EdgeError> {
     if (this.#lookup === null) {
       await this.refresh();
       if (this.#lookup === null) return deny('verification keys unavailable');
@@ -380,11 +466,11 @@ export class JwksKeys {
       void this.refresh();
     }
     const generation = this.#generation;
-    const first = await this.#find(header);
+    const first = await this.#find(header, refused());
     if (first !== undefined) return first;
     // Someone else's refetch may have landed while we looked; only fetch if the set is unchanged.
     if (this.#generation === generation && !(await this.refresh())) return deny('unknown key');
-    const second = await this.#find(header);
+    const second = await this.#find(header, refused());
     if (second !== undefined) return second;
     this.#nextFetchAt = Math.max(this.#nextFetchAt, this.#clock() + JWKS_COOLDOWN_MS);
     return deny('unknown key');
@@ -395,15 +481,31 @@ export class JwksKeys {
   }
 
   /** The key for the header; undefined when no member matches; EdgeError when the match is unusable. */
-  async #find(header: ProtectedHeaderParameters): Promise<CryptoKey | EdgeError | undefined> {
-    if (this.#lookup === null) return undefined;
+  async #find(header: ProtectedHeaderParameters, refused: ReadonlySet<string>): Promise<CryptoKey | EdgeError | undefined> {
+    // A refused key is known, not missing: no refetch, and a reason the client can act on.
+    if (refused.size > 0 && header.kid !== undefined && this.#members.some((m) => m.jwk.kid === header.kid && m.thumbprint !== null && refused.has(m.thumbprint))) {
+      return deny('key not trusted for this tenant');
+    }
+    const lookup = this.#lookupWithout(refused);
+    if (lookup === null) return undefined;
     try {
-      return await this.#lookup(header);
+      return await lookup(header);
     } catch (err) {
       if (err instanceof errors.JWKSNoMatchingKey) return undefined;
       if (err instanceof errors.JWKSMultipleMatchingKeys) return deny('ambiguous key: token needs a kid');
       return deny('unknown key');
     }
+  }
+
+  #lookupWithout(refused: ReadonlySet<string>): JwksLookup | null {
+    if (this.#lookup === null || refused.size === 0) return this.#lookup;
+    const key = [...refused].sort().join(' ');
+    let lookup = this.#screened.get(key);
+    if (lookup === undefined) {
+      lookup = createLocalJWKSet({ keys: this.#members.filter((m) => m.thumbprint === null || !refused.has(m.thumbprint)).map((m) => m.jwk) });
+      this.#screened.set(key, lookup);
+    }
+    return lookup;
   }
 
   async #fetch(): Promise<boolean> {
@@ -423,6 +525,9 @@ export class JwksKeys {
     }
     const keys = signingKeys(doc);
     if (keys === null) return this.#failed('not a JSON Web Key Set');
+    this.#members = keys.map((jwk) => ({ jwk, thumbprint: jwkThumbprint(jwk) }));
+    this.#screened = new Map();
+    this.#onLoad?.(this.#members);
     this.#lookup = createLocalJWKSet({ keys });
     this.#generation++;
     this.#loadedAt = this.#clock();

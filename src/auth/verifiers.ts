@@ -3,16 +3,20 @@
  * its own identity provider (`tenants.<id>.auth`, docs/tenancy.md). A tenant verifier knows only
  * that tenant's key, issuer and audience, so one tenant's keys never verify a token for another.
  *
- * Shared: one bounded token cache (entries scoped per verifier, see KeyContext) and one JWKS set
- * per distinct URL, with jwt.ts's single-flight and stale-on-error policy. sync() drops the
+ * Not shared: the token cache. Each verifier has its own share, bounded in entries and bytes
+ * (`auth.cacheSize`, and `auth.cacheBytes` for the global settings, `auth.tenantCacheBytes` for each
+ * tenant's), so a tenant whose IdP mints many large tokens only evicts its own. Shared: one JWKS set
+ * per distinct URL, with jwt.ts's single-flight and stale-on-error policy; every set loaded is
+ * screened for keys another trust domain holds (key-claims.ts). sync() drops the
  * verifiers and JWKS sets that no current tenant (nor the global settings) uses, so their number
  * is bounded by the directory.
  */
 import { decodeJwt } from 'jose';
+import { Counter, Gauge, type Registry } from 'prom-client';
 import type { AuthConfig, RawTenantAuth } from '../config/schema.js';
 import type { Logger } from '../observability/log.js';
-import { ExpiringMap } from '../cache/expiring-map.js';
-import { createTokenVerifier, JwksKeys, type Identity, type KeyContext, type TokenVerifier } from './jwt.js';
+import { createTokenVerifier, JwksKeys, tokenCache, type KeyContext, type TokenVerifier } from './jwt.js';
+import { KeyClaims } from './key-claims.js';
 
 /** The part of a tenant the verifiers read. */
 export interface AuthScope {
@@ -32,6 +36,11 @@ export interface TenantVerifiers {
   sync(tenants: Iterable<AuthScope>): void;
   /** Starts the global verifier (tenant verifiers load their keys on first use). */
   start(): Promise<void>;
+  /**
+   * Signature checks and token-cache bytes, by trust domain (`tenant` label: the tenant's id, or
+   * "" for the global settings), read at scrape time.
+   */
+  registerMetrics(registry: Registry): void;
   close(): void;
 }
 
@@ -45,6 +54,7 @@ export function tenantAuthConfig(global: AuthConfig, own: Readonly<RawTenantAuth
     ...global,
     algorithms: own.algorithms ?? global.algorithms,
     rolesClaim: own.rolesClaim ?? global.rolesClaim,
+    roleClaim: own.roleClaim === undefined ? global.roleClaim : own.roleClaim,
     secret: own.secret,
     publicKey: own.publicKey,
     jwksUrl: own.jwksUrl,
@@ -77,18 +87,19 @@ class Verifiers implements TenantVerifiers {
   readonly #cfg: AuthConfig;
   readonly #log: Logger;
   readonly #clock: () => number;
-  readonly #cache: ExpiringMap<string, Identity>;
   readonly #jwks = new Map<string, JwksKeys>();
   readonly #own = new Map<string, Own>();
-  /** Makes every tenant verifier's cache scope unique, so changed settings never reuse old entries. */
-  #seq = 0;
+  /** Signature checks by trust domain ('' = global), kept across a tenant's re-keying; bounded by the directory. */
+  readonly #checks = new Map<string, number>();
+  readonly #claims: KeyClaims;
 
   constructor(cfg: AuthConfig, log: Logger, clock: () => number) {
     this.#cfg = cfg;
     this.#log = log;
     this.#clock = clock;
-    this.#cache = new ExpiringMap<string, Identity>(cfg.cacheSize, { touchOnGet: true });
-    this.global = createTokenVerifier(cfg, { log, clock, keys: this.#context('') });
+    this.#claims = new KeyClaims(log);
+    this.#claims.set('', cfg);
+    this.global = createTokenVerifier(cfg, { log, clock, keys: this.#context('', cfg.cacheBytes) });
   }
 
   forTenant(tenant: AuthScope): TokenVerifier {
@@ -103,7 +114,11 @@ class Verifiers implements TenantVerifiers {
         return known.verifier;
       }
     }
-    const verifier = createTokenVerifier(tenantAuthConfig(this.#cfg, auth), { log: this.#log, clock: this.#clock, keys: this.#context(`${tenant.id}#${++this.#seq}`) });
+    // A tenant not yet synced: its JWKS set may already be loaded for another domain.
+    this.#claims.set(tenant.id, auth);
+    const loaded = auth.jwksUrl === null ? undefined : this.#jwks.get(auth.jwksUrl);
+    if (loaded !== undefined) this.#claims.screen(auth.jwksUrl!, loaded.members, tenant.id);
+    const verifier = createTokenVerifier(tenantAuthConfig(this.#cfg, auth), { log: this.#log, clock: this.#clock, keys: this.#context(tenant.id, this.#cfg.tenantCacheBytes) });
     this.#own.set(tenant.id, { sig: JSON.stringify(auth), auth, verifier });
     return verifier;
   }
@@ -115,14 +130,19 @@ class Verifiers implements TenantVerifiers {
     for (const t of tenants) {
       if (t.auth === null) continue;
       live.set(t.id, JSON.stringify(t.auth));
+      this.#claims.set(t.id, t.auth);
       if (t.auth.jwksUrl) urls.add(t.auth.jwksUrl);
     }
     for (const [id, own] of this.#own) if (live.get(id) !== own.sig) this.#own.delete(id);
+    this.#claims.retain(new Set(live.keys()));
+    for (const id of this.#checks.keys()) if (id !== '' && !live.has(id)) this.#checks.delete(id);
     for (const [url, keys] of this.#jwks) {
       if (urls.has(url)) continue;
       keys.close();
       this.#jwks.delete(url);
     }
+    // Sets already loaded are screened again for the domains as they now are.
+    for (const [url, keys] of this.#jwks) this.#claims.screen(url, keys.members);
     for (const url of urls) if (!this.#jwks.has(url)) void this.#jwksFor(url).refresh();
   }
 
@@ -136,14 +156,45 @@ class Verifiers implements TenantVerifiers {
     this.#own.clear();
   }
 
-  #context(scope: string): KeyContext {
-    return { cache: this.#cache, scope, jwks: (url) => this.#jwksFor(url) };
+  /** A new verifier's keys: a fresh cache share (changed settings never reuse old entries) and the shared JWKS sets. */
+  #context(domain: string, cacheBytes: number): KeyContext {
+    return {
+      cache: tokenCache(this.#cfg.cacheSize, cacheBytes),
+      jwks: (url) => this.#jwksFor(url),
+      checked: () => this.#checks.set(domain, (this.#checks.get(domain) ?? 0) + 1),
+      refusedKeys: () => this.#claims.refused(domain),
+    };
+  }
+
+  registerMetrics(registry: Registry): void {
+    const checks = this.#checks;
+    const shares = (): Iterable<[string, TokenVerifier]> => [['', this.global], ...[...this.#own].map(([id, o]): [string, TokenVerifier] => [id, o.verifier])];
+    new Counter({
+      name: 'queen_edge_token_verifications_total',
+      help: 'Token signature checks (verified-token cache misses that reached a key), by tenant with its own auth ("" = the global settings).',
+      labelNames: ['tenant'] as const,
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const [tenant, n] of checks) this.inc({ tenant }, n);
+      },
+    });
+    new Gauge({
+      name: 'queen_edge_token_cache_bytes',
+      help: 'Estimated bytes held by each share of the verified-token cache, by tenant with its own auth ("" = the global settings).',
+      labelNames: ['tenant'] as const,
+      registers: [registry],
+      collect() {
+        this.reset();
+        for (const [tenant, v] of shares()) this.set({ tenant }, v.cacheBytes);
+      },
+    });
   }
 
   #jwksFor(url: string): JwksKeys {
     let keys = this.#jwks.get(url);
     if (keys === undefined) {
-      keys = new JwksKeys(url, this.#log, this.#clock);
+      keys = new JwksKeys(url, this.#log, this.#clock, (members) => this.#claims.screen(url, members));
       this.#jwks.set(url, keys);
     }
     return keys;

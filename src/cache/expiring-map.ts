@@ -1,18 +1,38 @@
 /**
- * A Map bounded in size whose entries expire, on the caller's clock: the verified-token cache,
- * the minted-token cache and the lease map share it. Insertion order is eviction order: set()
- * re-inserts, and so does get() with `touchOnGet` (least recently used goes first). No timers: an
- * expired entry is dropped when read or when it reaches the front of the insertion order.
+ * A Map bounded in size (and optionally in bytes) whose entries expire, on the caller's clock: the
+ * verified-token cache, the minted-token cache and the lease map share it. Insertion order is
+ * eviction order: set() re-inserts, and so does get() with `touchOnGet` (least recently used goes
+ * first). No timers: an expired entry is dropped when read or when it reaches the front of the
+ * insertion order.
  */
+export interface ExpiringMapOptions<K, V> {
+  readonly touchOnGet?: boolean;
+  /** With `sizeOf`: the entries' total cost never exceeds this; an entry costing more is not kept. */
+  readonly maxBytes?: number;
+  /** The cost of one entry, counted against `maxBytes`. */
+  readonly sizeOf?: (key: K, value: V) => number;
+}
+
+interface Entry<V> {
+  readonly value: V;
+  readonly expiresAt: number;
+  readonly bytes: number;
+}
+
 export class ExpiringMap<K, V> {
   readonly #max: number;
+  readonly #maxBytes: number;
+  readonly #sizeOf: ((key: K, value: V) => number) | null;
   readonly #touchOnGet: boolean;
-  readonly #entries = new Map<K, { readonly value: V; readonly expiresAt: number }>();
+  readonly #entries = new Map<K, Entry<V>>();
+  #bytes = 0;
 
   /** `max` 0 keeps nothing. */
-  constructor(max: number, opts: { readonly touchOnGet?: boolean } = {}) {
+  constructor(max: number, opts: ExpiringMapOptions<K, V> = {}) {
     this.#max = Math.max(0, max);
     this.#touchOnGet = opts.touchOnGet ?? false;
+    this.#sizeOf = opts.sizeOf ?? null;
+    this.#maxBytes = this.#sizeOf === null ? Infinity : Math.max(0, opts.maxBytes ?? Infinity);
   }
 
   /** The value under `key` while `now` is before its expiry. */
@@ -20,7 +40,7 @@ export class ExpiringMap<K, V> {
     const e = this.#entries.get(key);
     if (e === undefined) return undefined;
     if (now >= e.expiresAt) {
-      this.#entries.delete(key);
+      this.#remove(key, e);
       return undefined;
     }
     if (this.#touchOnGet) {
@@ -30,19 +50,33 @@ export class ExpiringMap<K, V> {
     return e.value;
   }
 
-  /** Stores `value` until `expiresAt` (exclusive); drops the oldest entries beyond `max` and expired ones at the front. */
+  /** Stores `value` until `expiresAt` (exclusive); drops the oldest entries beyond the bounds and expired ones at the front. */
   set(key: K, value: V, expiresAt: number, now: number): void {
     if (this.#max === 0) return;
-    this.#entries.delete(key);
+    const bytes = this.#sizeOf === null ? 0 : this.#sizeOf(key, value);
+    const old = this.#entries.get(key);
+    if (old !== undefined) this.#remove(key, old);
+    if (bytes > this.#maxBytes) return;
     for (const [k, e] of this.#entries) {
-      if (this.#entries.size < this.#max && e.expiresAt > now) break;
-      this.#entries.delete(k);
+      if (this.#entries.size < this.#max && this.#bytes + bytes <= this.#maxBytes && e.expiresAt > now) break;
+      this.#remove(k, e);
     }
-    this.#entries.set(key, { value, expiresAt });
+    this.#entries.set(key, { value, expiresAt, bytes });
+    this.#bytes += bytes;
   }
 
   /** Entries held, expired ones not yet dropped included. */
   get size(): number {
     return this.#entries.size;
+  }
+
+  /** The entries' total cost by `sizeOf` (0 without one). */
+  get bytes(): number {
+    return this.#bytes;
+  }
+
+  #remove(key: K, e: Entry<V>): void {
+    this.#entries.delete(key);
+    this.#bytes -= e.bytes;
   }
 }

@@ -3,6 +3,7 @@
  * additions are marked "added". Strict objects, so a typo is reported instead of ignored.
  */
 import { z } from 'zod';
+import { invalidProxyRanges } from '../net/client-address.js';
 
 const port = z.number().int().min(0).max(65535);
 const host = z.string().min(1);
@@ -76,6 +77,8 @@ export const tenantAuthSchema = z
     issuer: claimValue.default(null),
     audience: claimValue.default(null),
     rolesClaim: z.string().min(1).optional(),
+    /** added: this tenant's single-role claim (see auth.roleClaim); absent = the global one. */
+    roleClaim: z.string().min(1).nullable().optional(),
   })
   .refine((a) => a.secret !== null || a.publicKey !== null || a.jwksUrl !== null, { message: 'needs secret, publicKey or jwksUrl' });
 
@@ -139,7 +142,10 @@ export const configSchema = z.strictObject({
       maxTimeoutMs: z.number().int().positive().default(60000),
       slackMs: z.number().int().min(0).default(5000),
     }).prefault({}),
+    /** Deprecated by trustedProxies: `true` alone is refused (any client could then choose the address it is limited by). */
     trustProxy: z.boolean().default(false),
+    /** added: proxies (addresses or CIDR ranges) whose X-Forwarded-For is read: the client is the right-most entry not in these ranges. */
+    trustedProxies: z.array(z.string().min(1)).default([]),
     /** added: time allowed to receive request headers (slowloris guard). */
     headersTimeoutMs: z.number().int().positive().default(20000),
     /** added: time to receive a whole request, body included (h1 and h2); never below the longest long poll or headersTimeoutMs. */
@@ -189,18 +195,28 @@ export const configSchema = z.strictObject({
     audience: claimValue.default(null),
     clockToleranceSec: z.number().int().min(0).default(30),
     rolesClaim: z.string().min(1).default('roles'),
+    /** added: the single-role string claim read when the rolesClaim is absent (Queen's own tokens carry `role`); null = never read. */
+    roleClaim: z.string().min(1).nullable().default('role'),
     tenantClaim: z.string().min(1).default('tenant'),
     defaultTenant: z.string().min(1).nullable().default(null),
-    /** added: verified tokens kept in the cache. */
+    /** added: verified tokens kept in each share of the cache (the global settings' share, and each tenant's with its own `auth`). */
     cacheSize: z.number().int().min(0).default(10000),
+    /** added: bytes of verified tokens the global settings' share of the cache holds. */
+    cacheBytes: z.number().int().min(0).default(32 * 1024 * 1024),
+    /** added: bytes of verified tokens each tenant with its own `auth` may hold in the cache (its share; one IdP cannot evict another's tokens). */
+    tenantCacheBytes: z.number().int().min(0).default(4 * 1024 * 1024),
+    /** added: longer bearer tokens are refused (401) before any parsing or signature check. */
+    maxTokenBytes: z.number().int().min(64).max(64 * 1024).default(8 * 1024),
     /** added: refuse tokens without `exp` (they would never expire). */
     requireExp: z.boolean().default(true),
     /** added: refuse tokens whose `iat` is older than this (and tokens without `iat`); null = no age limit. */
     maxTokenAgeSec: z.number().int().positive().nullable().default(null),
-    /** added: failed authentications per client IP per window, per process, before 429; 0 = unlimited. */
+    /** added: failed signature checks per (client address, token issuer + subject) per window, per process, before 429; 0 = unlimited. */
     failedAuth: z.strictObject({
       attempts: z.number().int().min(0).default(60),
       windowSec: z.number().int().positive().default(60),
+      /** added: signature checks per client address per second, per process (identities that verified lately get as many again); 0 = unlimited. */
+      signaturesPerSec: z.number().int().min(0).default(100),
     }).prefault({}),
   }).prefault({}),
   upstreamIdentity: z.strictObject({
@@ -248,6 +264,17 @@ export const configSchema = z.strictObject({
   if (cfg.server.workers > 1 && cfg.redis.url === null && cfg.redis.cluster.length === 0) {
     // Limits, parked-poll slots and admin writes live in memory per process without Redis: workers would disagree.
     ctx.addIssue({ code: 'custom', path: ['server', 'workers'], message: 'more than one worker needs shared state: set redis.url or redis.cluster' });
+  }
+  const badRanges = invalidProxyRanges(cfg.server.trustedProxies);
+  if (badRanges.length > 0) {
+    ctx.addIssue({ code: 'custom', path: ['server', 'trustedProxies'], message: `not an address or CIDR range: ${badRanges.join(', ')}` });
+  }
+  if (cfg.server.trustProxy && cfg.server.trustedProxies.length === 0) {
+    ctx.addIssue({
+      code: 'custom',
+      path: ['server', 'trustProxy'],
+      message: 'trustProxy: true is replaced by server.trustedProxies: list your proxies\' addresses or CIDR ranges (X-Forwarded-For is then read only from them) and remove trustProxy',
+    });
   }
   if (cfg.server.longPoll.defaultTimeoutMs > cfg.server.longPoll.maxTimeoutMs) {
     ctx.addIssue({ code: 'custom', path: ['server', 'longPoll', 'defaultTimeoutMs'], message: 'must not exceed maxTimeoutMs' });

@@ -1,49 +1,90 @@
 /**
- * Per-client-IP limits that protect the edge itself rather than meter a tenant: failed
- * authentication (a 401 flood costs a signature check each, RS256 especially) and anonymous
- * public routes. rate-limiter-flexible's memory limiter, one per process, keyed by client address
- * (an IPv6 client by its /64, which one host usually owns whole). Why memory only and not Redis:
- * docs/decisions/0007-failed-auth-throttle.md.
+ * Per-client limits that protect the edge itself rather than meter a tenant: signature checks
+ * (a token that is not yet cached costs one; RS256 and ES256 especially) and anonymous public
+ * routes. rate-limiter-flexible's memory limiter, one per process, keyed by client address (an
+ * IPv6 client by its /64, which one host usually owns whole). Design and bounds:
+ * docs/decisions/0016-signature-check-throttle.md (why memory and not Redis: 0007).
+ *
+ * Signature checks are gated, not failures in general: a token refused without one (malformed,
+ * too large, wrong alg, unknown kid, expired, wrong issuer) costs a header decode and is not
+ * counted, so it cannot spend the budget valid tokens need.
+ * - Failed checks are counted per (address, unverified issuer + subject): garbage locks out only
+ *   the identity it names, never a client behind the same address with a token of its own.
+ * - All checks are counted per address per second: at `signaturesPerSec` an address's tokens
+ *   get 429 before their check, except identities that verified from that address lately, which
+ *   have a second budget of the same size. CPU per address is so bounded by 2 x signaturesPerSec
+ *   checks per second.
  */
+import { createHash } from 'node:crypto';
 import { isIPv6 } from 'node:net';
 import { RateLimiterMemory, RateLimiterRes } from 'rate-limiter-flexible';
+import { decodeJwt } from 'jose';
 import type { RawConfig } from '../config/schema.js';
+import type { SignatureGate } from '../auth/jwt.js';
+import { ExpiringMap } from '../cache/expiring-map.js';
 import { edgeError, type EdgeError } from '../errors.js';
 
 export interface ClientLimits {
-  /** A 429 when this client failed authentication too often lately; null otherwise. */
-  authBlocked(client: string): Promise<EdgeError | null>;
-  /** Counts one failed authentication for this client. */
-  authFailed(client: string): void;
+  /** The gate for one token from one client (its key, see clientKey). */
+  signatureGate(client: string, token: string): SignatureGate;
   /** Takes one anonymous request for this client: a 429 when over the limit, null when admitted. */
   publicRequest(client: string): Promise<EdgeError | null>;
 }
 
-/** Builds both limiters from `auth.failedAuth` and `server.publicRateLimit`; a limit of 0 turns one off. */
-export function createClientLimits(cfg: { failedAuth: RawConfig['auth']['failedAuth']; publicRoutes: RawConfig['server']['publicRateLimit'] }): ClientLimits {
-  const failed = cfg.failedAuth.attempts > 0 ? new RateLimiterMemory({ points: cfg.failedAuth.attempts, duration: cfg.failedAuth.windowSec }) : null;
+/** Identities remembered as verified per process; a bound on the memory an address's successes can take. */
+const KNOWN_GOOD_MAX = 100_000;
+
+type FailedAuth = RawConfig['auth']['failedAuth'];
+
+/** Builds the limiters from `auth.failedAuth` and `server.publicRateLimit`; a limit of 0 turns one off. */
+export function createClientLimits(cfg: { failedAuth: FailedAuth; publicRoutes: RawConfig['server']['publicRateLimit'] }): ClientLimits {
+  const { attempts, windowSec, signaturesPerSec } = cfg.failedAuth;
+  const failed = attempts > 0 ? new RateLimiterMemory({ points: attempts, duration: windowSec }) : null;
+  const checks = signaturesPerSec > 0 ? new RateLimiterMemory({ points: signaturesPerSec, duration: 1 }) : null;
+  const reserved = signaturesPerSec > 0 ? new RateLimiterMemory({ points: signaturesPerSec, duration: 1 }) : null;
+  const knownGood = new ExpiringMap<string, true>(KNOWN_GOOD_MAX);
   const anon = cfg.publicRoutes.requests > 0 ? new RateLimiterMemory({ points: cfg.publicRoutes.requests, duration: cfg.publicRoutes.windowSec }) : null;
-  const failedAttempts = cfg.failedAuth.attempts;
   return {
-    async authBlocked(client) {
-      if (failed === null) return null;
-      const res = await failed.get(client);
-      return res !== null && res.consumedPoints >= failedAttempts ? limited(res, 'too many failed authentications from this address') : null;
-    },
-    authFailed(client) {
-      // Rejects once over the limit; that is authBlocked's business, not an error here.
-      failed?.consume(client).catch(() => {});
+    signatureGate(client, token) {
+      // Decoded only when a check is about to run: most tokens never get that far.
+      let key: string | undefined;
+      const identity = (): string => (key ??= `${client} ${identityOf(token)}`);
+      return {
+        async admit() {
+          if (failed !== null) {
+            const res = await failed.get(identity());
+            if (res !== null && res.consumedPoints >= attempts) return limited(res, 'too many failed authentications for this identity from this address');
+          }
+          if (checks === null) return null;
+          const over = await take(checks, client);
+          if (over === null) return null;
+          // Over the address's budget: identities that verified from here lately have their own.
+          if (knownGood.get(identity(), Date.now()) && (await take(reserved!, client)) === null) return null;
+          return limited(over, 'too many token signature checks from this address');
+        },
+        settled(ok) {
+          if (ok) knownGood.set(identity(), true, Date.now() + windowSec * 1000, Date.now());
+          // Rejects once over the limit; admit() reads that, it is no error here.
+          else failed?.consume(identity()).catch(() => {});
+        },
+      };
     },
     async publicRequest(client) {
-      if (anon === null) return null;
-      try {
-        await anon.consume(client);
-        return null;
-      } catch (res) {
-        return res instanceof RateLimiterRes ? limited(res, 'too many requests from this address') : null;
-      }
+      const over = anon === null ? null : await take(anon, client);
+      return over === null ? null : limited(over, 'too many requests from this address');
     },
   };
+}
+
+/** One point of `limiter` for `key`: null when taken, the limiter's answer when over. */
+async function take(limiter: RateLimiterMemory, key: string): Promise<RateLimiterRes | null> {
+  try {
+    await limiter.consume(key);
+    return null;
+  } catch (res) {
+    if (res instanceof RateLimiterRes) return res;
+    throw res;
+  }
 }
 
 function limited(res: RateLimiterRes, message: string): EdgeError {
@@ -51,18 +92,24 @@ function limited(res: RateLimiterRes, message: string): EdgeError {
 }
 
 /**
- * The key a client is limited by: the socket's address, or with trustProxy the address the trusted
- * proxy appended last to X-Forwarded-For; IPv4-mapped IPv6 as IPv4; other IPv6 by its /64.
+ * The token's unverified issuer and subject, hashed (garbage may be long): who a failure is
+ * counted against. Absent or unreadable claims are one identity of their own.
  */
-export function clientKey(remoteAddress: string | undefined, forwardedFor: string | string[] | undefined, trustProxy: boolean): string {
-  let ip = remoteAddress ?? '';
-  if (trustProxy && typeof forwardedFor === 'string' && forwardedFor !== '') {
-    const last = forwardedFor.slice(forwardedFor.lastIndexOf(',') + 1).trim();
-    if (last !== '') ip = last;
+function identityOf(token: string): string {
+  let iss: unknown;
+  let sub: unknown;
+  try {
+    ({ iss, sub } = decodeJwt(token));
+  } catch {
+    // unreadable: the empty identity
   }
-  if (ip.startsWith('::ffff:') && ip.includes('.')) return ip.slice(7);
-  if (!isIPv6(ip)) return ip;
-  return `${ipv6Groups(ip).slice(0, 4).join(':')}::/64`;
+  return createHash('sha256').update(`${typeof iss === 'string' ? iss : ''}\n${typeof sub === 'string' ? sub : ''}`).digest('base64url').slice(0, 22);
+}
+
+/** The key a client is limited by: its address (see net/client-address.ts); IPv6 by its /64. */
+export function clientKey(address: string): string {
+  if (!isIPv6(address)) return address;
+  return `${ipv6Groups(address).slice(0, 4).join(':')}::/64`;
 }
 
 /** The eight groups of an IPv6 address, `::` expanded, each without leading zeros. */

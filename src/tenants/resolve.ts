@@ -9,7 +9,6 @@
  *    without the claim fits only a tenant whose own keys accepted it, or the default tenant.
  *    So a token from the shared issuer without a claim is no key to every tenant.
  */
-import type { RawTenantAuth } from '../config/schema.js';
 import { edgeError, type EdgeError } from '../errors.js';
 import type { Tenant } from './model.js';
 
@@ -32,24 +31,5 @@ export function tokenFits(tenant: Tenant, claim: string | null, defaultTenantId:
   return edgeError('forbidden', 'token names no tenant');
 }
 
-/** What decides which tokens a set of `auth` settings accepts (a tenant's own, or the global ones). */
-export type TrustSettings = Pick<RawTenantAuth, 'secret' | 'publicKey' | 'jwksUrl' | 'issuer' | 'audience'>;
-
-/**
- * True when one token could verify under both `a` and `b`: they share a key (the same secret,
- * public key file or JWKS URL) and neither the issuer nor the audience tells their tokens apart
- * (both set, with no value in common). Two tenants, or a tenant and the global settings, that
- * trust alike would accept each other's tokens, claimless ones included, so the directory refuses
- * such a tenant (docs/tenancy.md).
- */
-export function sameTrust(a: TrustSettings, b: TrustSettings): boolean {
-  const sharesKey = (a.secret !== null && a.secret === b.secret) || (a.publicKey !== null && a.publicKey === b.publicKey) || (a.jwksUrl !== null && a.jwksUrl === b.jwksUrl);
-  return sharesKey && !disjoint(a.issuer, b.issuer) && !disjoint(a.audience, b.audience);
-}
-
-/** Both claim settings given and without a value in common (a token cannot satisfy both). */
-function disjoint(a: string | string[] | null, b: string | string[] | null): boolean {
-  if (a === null || b === null) return false;
-  const bs = Array.isArray(b) ? b : [b];
-  return !(Array.isArray(a) ? a : [a]).some((v) => bs.includes(v));
-}
+/** Whether two `auth` settings trust the same tokens, compared on key material: src/auth/key-trust.ts. */
+export { sameTrust, type TrustSettings } from '../auth/key-trust.js';

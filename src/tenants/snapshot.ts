@@ -7,7 +7,7 @@
  * - ids match ID_PATTERN (file tenants and plans too: they become Redis keys and URL segments);
  * - a tenant's plan exists (file plans, overridden or extended by plan records);
  * - no host is listed by two tenants, and no tenant's own `auth` trusts the same tokens as another
- *   tenant's or the global settings (resolve.ts sameTrust). The file wins over records; among
+ *   tenant's or the global settings (sameTrust, src/auth/key-trust.ts). The file wins over records; among
  *   records the lower id wins (two instances could each accept one write before seeing the
  *   other's), and the losing record is rejected, falling back to the file's version of that
  *   tenant when it has one.

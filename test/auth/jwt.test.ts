@@ -174,10 +174,11 @@ describe('HS256 with a shared secret', () => {
     expectDenied(await verifier.verify(`${input}.${createHmac('sha256', SECRET).update(input).digest('base64url')}`), 'malformed token');
   });
 
-  it('refuses a token over 16 KiB before parsing, even a correctly signed one', async () => {
-    const huge = await hs({ padding: 'x'.repeat(17 * 1024) });
-    expectDenied(await verifier.verify(huge), 'token too large');
-    expectDenied(await verifier.verify('a'.repeat(16 * 1024 + 1)), 'token too large');
+  it('refuses a token over auth.maxTokenBytes (8 KiB) before parsing, even a correctly signed one', async () => {
+    const huge = await hs({ padding: 'x'.repeat(8 * 1024) });
+    expectDenied(await verifier.verify(huge), `token too large (${huge.length} bytes; the limit is 8192)`);
+    expectDenied(await verifier.verify('a'.repeat(8 * 1024 + 1)), 'token too large (8193 bytes; the limit is 8192)');
+    expect(await verifier.verify(await hs({ padding: 'x'.repeat(5 * 1024) }))).not.toBeInstanceOf(EdgeError);
   });
 
   it('refuses a token without exp by default, accepts it with requireExp: false', async () => {
@@ -213,8 +214,8 @@ describe('HS256 with a shared secret', () => {
       expect([...id.roles]).toEqual(['read-only']);
     });
 
-    it('a lone role string in another claim grants nothing', async () => {
-      const id = expectIdentity(await verifier.verify(await hs({ role: 'read-write' })));
+    it('a lone role string in a claim other than the single-role claim grants nothing', async () => {
+      const id = expectIdentity(await verifier.verify(await hs({ grant: 'read-write' })));
       expect([...id.roles]).toEqual([]);
     });
 
@@ -224,9 +225,13 @@ describe('HS256 with a shared secret', () => {
       expectDenied(await verifier.verify(await hs({ roles: null })), 'invalid roles claim');
     });
 
-    it('ignores a `role` claim of any type when the roles claim is `roles`', async () => {
-      expect([...expectIdentity(await verifier.verify(await hs({ role: ['admin'] }))).roles]).toEqual([]);
-      expect([...expectIdentity(await verifier.verify(await hs({ role: 3 }))).roles]).toEqual([]);
+    it('reads a `role` string only when the roles claim is absent, and refuses one of another type', async () => {
+      expect([...expectIdentity(await verifier.verify(await hs({ role: 'read-write' }))).roles]).toEqual(['read-write']);
+      expect([...expectIdentity(await verifier.verify(await hs({ roles: ['read-only'], role: 'admin' }))).roles]).toEqual(['read-only']);
+      expectDenied(await verifier.verify(await hs({ role: ['admin'] })), 'invalid role claim');
+      expectDenied(await verifier.verify(await hs({ role: 3 })), 'invalid role claim');
+      const off = make({ roleClaim: null });
+      expect([...expectIdentity(await off.verify(await hs({ role: 'admin' }))).roles]).toEqual([]);
     });
 
     it('reads a configured roles claim name', async () => {
@@ -481,6 +486,52 @@ describe('JWKS', () => {
   });
 });
 
+describe('signature gate', () => {
+  const clock = manualClock();
+  const now = (): number => epochSec(clock.now());
+  const v = createTokenVerifier(authConfig({ secret: SECRET, algorithms: ['HS256'], issuer: 'https://idp.example' }), { log: capturingLogger().log, clock: clock.now });
+  const hs = (claims: JWTPayload) => signToken({ iss: 'https://idp.example', exp: now() + 60, ...claims }, SECRET, { alg: 'HS256' });
+  const recording = (refusal: EdgeError | null = null) => {
+    const calls: string[] = [];
+    const gate = {
+      admit: () => {
+        calls.push('admit');
+        return Promise.resolve(refusal);
+      },
+      settled: (ok: boolean) => calls.push(ok ? 'ok' : 'failed'),
+    };
+    return { calls, gate };
+  };
+
+  it('cheap refusals (size, header, alg, unverified exp, nbf, iss) never reach the gate, even with a bad signature', async () => {
+    const cheap: [string, string][] = [
+      ['x'.repeat(9000), 'token too large (9000 bytes; the limit is 8192)'],
+      ['a.b.c', 'malformed token'],
+      [craftToken({ alg: 'none' }, { sub: 'a' }), 'algorithm not allowed'],
+      [tamperSignature(await hs({ exp: now() - 3600 })), 'token expired'],
+      [tamperSignature(await hs({ nbf: now() + 3600 })), 'token not yet valid'],
+      [tamperSignature(await hs({ iss: 'https://other.example' })), 'wrong issuer'],
+    ];
+    for (const [token, reason] of cheap) {
+      const { calls, gate } = recording();
+      expectDenied(await v.verify(token, gate), reason);
+      expect(calls).toEqual([]);
+    }
+  });
+
+  it('asks the gate right before the signature check, returns its refusal, and reports the outcome', async () => {
+    const refused = recording(new EdgeError('rate_limited', 'slow down'));
+    expect(await v.verify(await hs({ sub: 'a' }), refused.gate)).toMatchObject({ code: 'rate_limited' });
+    expect(refused.calls).toEqual(['admit']);
+    const bad = recording();
+    expectDenied(await v.verify(tamperSignature(await hs({ sub: 'b' })), bad.gate), 'bad signature');
+    expect(bad.calls).toEqual(['admit', 'failed']);
+    const good = recording();
+    expectIdentity(await v.verify(await hs({ sub: 'c' }), good.gate));
+    expect(good.calls).toEqual(['admit', 'ok']);
+  });
+});
+
 describe('verified-token cache', () => {
   const clock = manualClock();
   const now = (): number => epochSec(clock.now());
@@ -537,6 +588,18 @@ describe('verified-token cache', () => {
     const first = expectIdentity(await v.verify(token));
     expect(v.cached(token)).toBeUndefined();
     expect(await v.verify(token)).not.toBe(first);
+  });
+
+  it('holds at most cacheBytes of tokens, evicting the least recently used, and no token that alone exceeds it', async () => {
+    const v = createTokenVerifier(authConfig({ secret: SECRET, algorithms: ['HS256'], cacheBytes: 25_000, maxTokenBytes: 16_384, requireExp: false }), { log: capturingLogger().log, clock: clock.now });
+    const tokens = await Promise.all(['a', 'b', 'c', 'd'].map((sub) => hs({ sub, exp: now() + 600, pad: 'x'.repeat(3000) })));
+    for (const t of tokens) expectIdentity(await v.verify(t));
+    // Each costs about 512 + 2.2 x 4.15 KB: two fit in 25,000 bytes, the oldest two were evicted.
+    expect(tokens.map((t) => v.cached(t) !== undefined)).toEqual([false, false, true, true]);
+    const tooBig = await hs({ sub: 'e', exp: now() + 600, pad: 'x'.repeat(9000) });
+    expectIdentity(await v.verify(tooBig));
+    expect(v.cached(tooBig)).toBeUndefined();
+    expect(v.cached(tokens[3]!)).toBeDefined();
   });
 
   it('does not cache failures', async () => {

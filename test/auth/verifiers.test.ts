@@ -1,4 +1,5 @@
 /** Tenant-scoped verifiers: own keys only, a cache that never crosses tenants, one JWKS set per URL. */
+import { createHmac } from 'node:crypto';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { createTenantVerifiers, tenantAuthConfig, unverifiedTenantClaim, type AuthScope, type TenantVerifiers } from '../../src/auth/verifiers.js';
 import { parseConfig } from '../../src/config/load.js';
@@ -7,7 +8,7 @@ import { isEdgeError } from '../../src/errors.js';
 import { startJwksServer } from '../helpers/jwks-server.js';
 import { capturingLogger } from '../helpers/logs.js';
 import { waitFor } from '../helpers/redis.js';
-import { epochSec, keyPair, signToken, signWith, type TestKeyPair } from '../helpers/tokens.js';
+import { b64json, epochSec, keyPair, signToken, signWith, type TestKeyPair } from '../helpers/tokens.js';
 
 const GLOBAL_SECRET = 'global-secret-0123456789abcdef-0123';
 const PLAN = { limits: { requestsPerSec: 1, requestBurst: 1, messagesPerSec: 1, messageBurst: 1, parkedPolls: 1, maxPayloadBytes: 1, maxBatch: 1 }, quotas: { messagesPerMonth: 0, ingressBytesPerMonth: 0 }, storageBytes: 0 };
@@ -92,5 +93,32 @@ describe('unverifiedTenantClaim', () => {
     expect(unverifiedTenantClaim(await signToken({ tenant: 'x' }, 's', { alg: 'HS256' }), 'tenant')).toBe('x');
     expect(unverifiedTenantClaim(await signToken({ tenant: 7 }, 's', { alg: 'HS256' }), 'tenant')).toBeNull();
     expect(unverifiedTenantClaim('not.a.token', 'tenant')).toBeNull();
+  });
+});
+
+describe('token cache shares', () => {
+  it("3,000 large tokens (5x its share) of one tenant's IdP stay within its byte share and evict no other tenant's cached token", async () => {
+    verifiers = createTenantVerifiers(cfg, { log: capturingLogger().log });
+    const a: AuthScope = { id: 'a', auth: own({ secret: 'tenant-a-secret-0123456789abcdef' }) };
+    const b: AuthScope = { id: 'b', auth: own({ secret: 'tenant-b-secret-0123456789abcdef' }) };
+    const bToken = await signToken(claims(), 'tenant-b-secret-0123456789abcdef', { alg: 'HS256' });
+    const globalToken = await signToken({ ...claims(), iss: 'https://global.example' }, GLOBAL_SECRET, { alg: 'HS256' });
+    const bIdentity = await verifiers.forTenant(b).verify(bToken);
+    const globalIdentity = await verifiers.global.verify(globalToken);
+    // Signed with node:crypto directly: jose's async signing would dominate the test's time.
+    const head = b64json({ alg: 'HS256', typ: 'JWT' });
+    const base = { ...claims(), pad: 'x'.repeat(2000) };
+    let accepted = 0;
+    for (let i = 0; i < 3_000; i++) {
+      const input = `${head}.${b64json({ ...base, sub: `flood-${i}` })}`;
+      const t = `${input}.${createHmac('sha256', 'tenant-a-secret-0123456789abcdef').update(input).digest('base64url')}`;
+      if (!isEdgeError(await verifiers.forTenant(a).verify(t))) accepted++;
+    }
+    expect(accepted).toBe(3_000);
+    expect(verifiers.forTenant(a).cacheBytes).toBeLessThanOrEqual(cfg.tenantCacheBytes);
+    expect(verifiers.forTenant(a).cacheBytes).toBeGreaterThan(cfg.tenantCacheBytes / 2);
+    // Hits, the same objects: neither was verified again nor evicted.
+    expect(verifiers.forTenant(b).cached(bToken)).toBe(bIdentity);
+    expect(verifiers.global.cached(globalToken)).toBe(globalIdentity);
   });
 });

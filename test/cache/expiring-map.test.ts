@@ -44,4 +44,21 @@ describe('ExpiringMap', () => {
     m.set('a', 1, 1000, 0);
     expect(m.get('a', 1)).toBeUndefined();
   });
+
+  it('with maxBytes, evicts the oldest until the new entry fits, and keeps no entry that alone exceeds the bound', () => {
+    const m = new ExpiringMap<string, string>(100, { maxBytes: 10, sizeOf: (_k, v) => v.length });
+    m.set('a', 'xxxx', 1000, 0);
+    m.set('b', 'xxxx', 1000, 0);
+    expect(m.bytes).toBe(8);
+    m.set('c', 'xxxx', 1000, 0);
+    expect([m.get('a', 1), m.get('b', 1), m.get('c', 1)]).toEqual([undefined, 'xxxx', 'xxxx']);
+    expect(m.bytes).toBe(8);
+    m.set('d', 'x'.repeat(11), 1000, 0);
+    expect([m.get('d', 1), m.size, m.bytes]).toEqual([undefined, 2, 8]);
+    m.set('b', 'xx', 1000, 0);
+    expect(m.bytes).toBe(6);
+    m.set('c', 'y', 5, 0);
+    expect(m.get('c', 5)).toBeUndefined();
+    expect(m.bytes).toBe(2);
+  });
 });

@@ -38,9 +38,14 @@ describe('configuration', () => {
     expect(problems).toEqual([]);
   });
 
+  it('refuses trustProxy: true without trustedProxies, and trustedProxies entries that are no address or range', () => {
+    expect(() => parseConfig({ ...minimal, server: { trustProxy: true } }, {})).toThrow(/trustProxy: true is replaced by server.trustedProxies/);
+    expect(() => parseConfig({ ...minimal, server: { trustedProxies: ['10.0.0.0/8', 'lb.internal'] } }, {})).toThrow(/not an address or CIDR range: lb.internal/);
+  });
+
   it('types a whole-value variable only where the schema wants a number or boolean', () => {
     const cfg = parseConfig(
-      { ...minimal, server: { https: { port: '${P}' }, trustProxy: '${TP}', admin: { token: '${TOKEN}' } }, log: { accessLog: '${AL:-false}' }, auth: { secret: '${S}' } },
+      { ...minimal, server: { https: { port: '${P}' }, trustProxy: '${TP}', trustedProxies: ['10.0.0.0/8'], admin: { token: '${TOKEN}' } }, log: { accessLog: '${AL:-false}' }, auth: { secret: '${S}' } },
       { P: '9443', TP: 'true', TOKEN: '12345', S: '0042' },
     );
     expect(cfg.server.https.port).toBe(9443);

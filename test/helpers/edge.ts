@@ -55,7 +55,7 @@ export function testConfig(brokers: string[], overrides: Json = {}): RawConfig {
     },
     log: { level: 'silent' },
     // Every test client is 127.0.0.1: the per-client-IP limits are off unless a test turns them on.
-    auth: { secret: TEST_SECRET, defaultTenant: null, failedAuth: { attempts: 0 } },
+    auth: { secret: TEST_SECRET, defaultTenant: null, failedAuth: { attempts: 0, signaturesPerSec: 0 } },
     // Probes get a generous timeout: under a loaded CI machine a 200 ms probe marks healthy brokers down.
     upstream: { healthIntervalMs: 200, healthTimeoutMs: 2000, downAfter: 3, upAfter: 1 },
     plans: { test: TEST_PLAN },

@@ -1,33 +1,50 @@
 import { describe, expect, it } from 'vitest';
 import { clientKey, createClientLimits } from '../../src/limits/client-limits.js';
+import { craftToken } from '../helpers/tokens.js';
 
 describe('clientKey', () => {
   it.each([
-    ['203.0.113.7', undefined, false, '203.0.113.7'],
-    ['::ffff:203.0.113.7', undefined, false, '203.0.113.7'],
-    ['2001:db8:1:2:aaaa:bbbb:cccc:dddd', undefined, false, '2001:db8:1:2::/64'],
-    ['2001:0db8:0001:0002::1', undefined, false, '2001:db8:1:2::/64'],
-    ['2001:db8::1', undefined, false, '2001:db8:0:0::/64'],
-    ['::1', undefined, false, '0:0:0:0::/64'],
-    ['10.0.0.1', '198.51.100.1, 203.0.113.9', true, '203.0.113.9'],
-    ['10.0.0.1', '198.51.100.1, 203.0.113.9', false, '10.0.0.1'],
-  ])('%s (X-Forwarded-For %s, trustProxy %s) -> %s', (remote, xff, trust, key) => {
-    expect(clientKey(remote, xff, trust)).toBe(key);
+    ['203.0.113.7', '203.0.113.7'],
+    ['2001:db8:1:2:aaaa:bbbb:cccc:dddd', '2001:db8:1:2::/64'],
+    ['2001:0db8:0001:0002::1', '2001:db8:1:2::/64'],
+    ['2001:db8::1', '2001:db8:0:0::/64'],
+    ['::1', '0:0:0:0::/64'],
+  ])('%s -> %s', (address, key) => {
+    expect(clientKey(address)).toBe(key);
   });
 });
 
+const tokenOf = (sub: string | undefined, iss = 'https://idp.example'): string => craftToken({ alg: 'HS256' }, sub === undefined ? { iss } : { iss, sub }, 'sig');
+const tick = (): Promise<void> => new Promise((r) => setImmediate(r));
+
 describe('createClientLimits', () => {
-  it('blocks an address after its failures, not another address', async () => {
-    const limits = createClientLimits({ failedAuth: { attempts: 2, windowSec: 60 }, publicRoutes: { requests: 0, windowSec: 60 } });
-    expect(await limits.authBlocked('a')).toBeNull();
-    limits.authFailed('a');
-    limits.authFailed('a');
-    await new Promise((r) => setImmediate(r));
-    const blocked = await limits.authBlocked('a');
+  it("locks out the identity that failed, from that address only, not another identity's tokens", async () => {
+    const limits = createClientLimits({ failedAuth: { attempts: 2, windowSec: 60, signaturesPerSec: 0 }, publicRoutes: { requests: 0, windowSec: 60 } });
+    for (let i = 0; i < 2; i++) {
+      const gate = limits.signatureGate('a', tokenOf('mallory'));
+      expect(await gate.admit()).toBeNull();
+      gate.settled(false);
+    }
+    await tick();
+    const blocked = await limits.signatureGate('a', tokenOf('mallory')).admit();
     expect(blocked?.code).toBe('rate_limited');
     expect(blocked?.retryAfterSec).toBeGreaterThan(0);
-    expect(await limits.authBlocked('b')).toBeNull();
+    expect(await limits.signatureGate('a', tokenOf('alice')).admit()).toBeNull();
+    expect(await limits.signatureGate('a', tokenOf('mallory', 'https://other.example')).admit()).toBeNull();
+    expect(await limits.signatureGate('b', tokenOf('mallory')).admit()).toBeNull();
     // requests: 0 turns the public limit off.
     for (let i = 0; i < 5; i++) expect(await limits.publicRequest('a')).toBeNull();
+  });
+
+  it('caps signature checks per address per second; an identity that verified lately has a budget of its own', async () => {
+    const limits = createClientLimits({ failedAuth: { attempts: 0, windowSec: 60, signaturesPerSec: 3 }, publicRoutes: { requests: 0, windowSec: 60 } });
+    const known = limits.signatureGate('a', tokenOf('alice'));
+    expect(await known.admit()).toBeNull();
+    known.settled(true);
+    for (let i = 0; i < 2; i++) expect(await limits.signatureGate('a', tokenOf(`random-${i}`)).admit()).toBeNull();
+    const over = await limits.signatureGate('a', tokenOf('random-x')).admit();
+    expect(over).toMatchObject({ code: 'rate_limited', message: 'too many token signature checks from this address' });
+    expect(await limits.signatureGate('a', tokenOf('alice')).admit()).toBeNull();
+    expect(await limits.signatureGate('b', tokenOf('random-x')).admit()).toBeNull();
   });
 });

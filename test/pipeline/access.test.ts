@@ -65,9 +65,10 @@ describe('role matrix (sets, not a ladder)', () => {
     }
   }
 
-  it('reads roles from the configured claim only: `role` neither grants nor widens', async () => {
+  it('reads roles from one claim only: `role` counts only without `roles`, and never widens it', async () => {
+    // A lone `role` is read as the broker reads it (auth.roleClaim); write-only does not pop.
     const alone = await token({ role: 'write-only', tenant: 'acme' });
-    expect((await call(edge, 'POST', '/api/v1/push', { token: alone, body: { items: [{ queue: 'q', payload: 1 }] } })).status).toBe(403);
+    expect((await call(edge, 'GET', '/api/v1/pop/queue/q', { token: alone })).status).toBe(403);
     const before = forwarded(broker).length;
     const widened = await token({ roles: ['read-only'], role: 'admin', tenant: 'acme' });
     expect((await call(edge, 'DELETE', '/api/v1/resources/queues/q', { token: widened })).status).toBe(403);

@@ -1,0 +1,128 @@
+/**
+ * What a set of token settings trusts, as key material rather than configuration text
+ * (docs/tenancy.md, "Key trust"): two settings trust the same tokens when they share a key and
+ * neither the issuer nor the audience tells their tokens apart. Text would be fooled by the same
+ * JWKS under another spelling (`?x`, `#x`, `LOCALHOST`, `127.0.0.1` for `localhost`, `:443`) or the
+ * same PEM under another path.
+ *
+ * - HMAC secrets: their bytes (as the verifier encodes them), hashed.
+ * - PEM public keys: the RFC 7638 thumbprint of the key the file holds.
+ * - JWKS endpoints: the canonical URL (lower-case host without a trailing dot, no user info,
+ *   fragment or query, default port dropped, every loopback name one host). The query is dropped
+ *   on purpose: endpoints that differ only there are taken for one key source; tenants sharing an
+ *   IdP tell their tokens apart by issuer or audience. The keys a JWKS serves are compared by
+ *   thumbprint when fetched (verifiers.ts).
+ */
+import { createHash, createPublicKey } from 'node:crypto';
+import { readFileSync, statSync } from 'node:fs';
+import type { JWK } from 'jose';
+import type { RawTenantAuth } from '../config/schema.js';
+
+/** What decides which tokens a set of `auth` settings accepts (a tenant's own, or the global ones). */
+export type TrustSettings = Pick<RawTenantAuth, 'secret' | 'publicKey' | 'jwksUrl' | 'issuer' | 'audience'>;
+
+const LOOPBACK = new Set(['localhost', '127.0.0.1', '[::1]', '[::ffff:127.0.0.1]', '[::ffff:7f00:1]']);
+const DEFAULT_PORT: Readonly<Record<string, string>> = { 'http:': '80', 'https:': '443' };
+
+/** The JWKS URL as compared (see the top of this file); the text itself when it does not parse. */
+export function canonicalJwksUrl(text: string): string {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    return text;
+  }
+  let host = url.hostname.toLowerCase().replace(/\.$/, '');
+  if (LOOPBACK.has(host) || /^127(\.\d{1,3}){3}$/.test(host)) host = 'loopback';
+  const port = url.port === '' || url.port === DEFAULT_PORT[url.protocol] ? '' : `:${url.port}`;
+  const path = url.pathname.length > 1 ? url.pathname.replace(/\/+$/, '') : url.pathname;
+  return `${url.protocol}//${host}${port}${path}`;
+}
+
+/** Members of a public JWK that its RFC 7638 thumbprint covers, by key type. */
+const THUMBPRINT_MEMBERS: Readonly<Record<string, readonly string[]>> = { RSA: ['e', 'kty', 'n'], EC: ['crv', 'kty', 'x', 'y'], OKP: ['crv', 'kty', 'x'] };
+
+/** The RFC 7638 SHA-256 thumbprint (base64url) of a public JWK; null for a key type or member set it does not cover. */
+export function jwkThumbprint(jwk: JWK): string | null {
+  const members = jwk.kty === undefined ? undefined : THUMBPRINT_MEMBERS[jwk.kty];
+  if (members === undefined) return null;
+  const required: Record<string, string> = {};
+  for (const m of members) {
+    const v = (jwk as Record<string, unknown>)[m];
+    if (typeof v !== 'string') return null;
+    required[m] = v;
+  }
+  // Members in lexicographic order, no whitespace: JSON.stringify of an object built in that order.
+  return createHash('sha256').update(JSON.stringify(required)).digest('base64url');
+}
+
+/** The thumbprint of the key in a PEM file; null when it cannot be read as a public key. */
+function pemThumbprint(path: string): string | null {
+  try {
+    return jwkThumbprint(createPublicKey(readFileSync(path, 'utf8')).export({ format: 'jwk' }) as JWK);
+  } catch {
+    return null;
+  }
+}
+
+/** PEM thumbprints by path, kept while the file's size and mtime are unchanged (directory builds run every few seconds). */
+const pemCache = new Map<string, { readonly stamp: string; readonly thumbprint: string | null }>();
+
+function pemKey(path: string): string {
+  let stamp: string;
+  try {
+    const st = statSync(path);
+    stamp = `${st.size}:${st.mtimeMs}:${st.ino}`;
+  } catch {
+    return `file:${path}`;
+  }
+  let known = pemCache.get(path);
+  if (known?.stamp !== stamp) {
+    known = { stamp, thumbprint: pemThumbprint(path) };
+    pemCache.set(path, known);
+  }
+  // Unreadable as a key: the verifier refuses every token anyway; compare by path meanwhile.
+  return known.thumbprint === null ? `file:${path}` : `jwk:${known.thumbprint}`;
+}
+
+/** Key sets by settings object, briefly: one directory build compares every pair of tenants, and should stat each PEM file once. */
+const recent = new WeakMap<TrustSettings, { readonly at: number; readonly keys: ReadonlySet<string> }>();
+const RECENT_MS = 1000;
+
+/** The key material `s` trusts: `hmac:<hash>`, `jwk:<thumbprint>` (PEM) and `jwks:<canonical URL>`. */
+export function trustedKeys(s: TrustSettings): ReadonlySet<string> {
+  const now = Date.now();
+  const known = recent.get(s);
+  if (known !== undefined && now - known.at < RECENT_MS) return known.keys;
+  const keys = new Set<string>();
+  if (s.secret !== null) keys.add(`hmac:${createHash('sha256').update(new TextEncoder().encode(s.secret)).digest('base64url')}`);
+  if (s.publicKey !== null) keys.add(pemKey(s.publicKey));
+  if (s.jwksUrl !== null) keys.add(`jwks:${canonicalJwksUrl(s.jwksUrl)}`);
+  recent.set(s, { at: now, keys });
+  return keys;
+}
+
+/** True when the issuer or the audience tells the two settings' tokens apart (both set, no value in common). */
+export function separable(a: TrustSettings, b: TrustSettings): boolean {
+  return disjoint(a.issuer, b.issuer) || disjoint(a.audience, b.audience);
+}
+
+/**
+ * True when one token could verify under both `a` and `b`: they share key material and neither
+ * the issuer nor the audience tells their tokens apart. Two tenants, or a tenant and the global
+ * settings, that trust alike would accept each other's tokens, claimless ones included, so the
+ * directory refuses such a tenant (docs/tenancy.md).
+ */
+export function sameTrust(a: TrustSettings, b: TrustSettings): boolean {
+  if (separable(a, b)) return false;
+  const bKeys = trustedKeys(b);
+  for (const k of trustedKeys(a)) if (bKeys.has(k)) return true;
+  return false;
+}
+
+/** Both claim settings given and without a value in common (a token cannot satisfy both). */
+function disjoint(a: string | string[] | null, b: string | string[] | null): boolean {
+  if (a === null || b === null) return false;
+  const bs = Array.isArray(b) ? b : [b];
+  return !(Array.isArray(a) ? a : [a]).some((v) => bs.includes(v));
+}
