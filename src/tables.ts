@@ -17,7 +17,7 @@ export interface CompiledTables {
 }
 
 export function compileTables(cfg: RawConfig): CompiledTables {
-  const built = buildSnapshot({ plans: cfg.plans, tenants: cfg.tenants }, NO_RECORDS);
+  const built = buildSnapshot({ plans: cfg.plans, tenants: cfg.tenants, auth: cfg.auth }, NO_RECORDS);
   const problems = built.rejected.flatMap((r) => r.problems);
   const { routes, problems: routeProblems } = applyRouteOverrides(ROUTES, cfg.routes);
   problems.push(...routeProblems);

@@ -110,6 +110,11 @@ describe('configuration', () => {
     expect(problemsOf(() => compileTables(cfg))).toEqual(['tenants.b.hosts: host "x" is already listed by tenant "a"']);
   });
 
+  it("refuses at load a file tenant whose own auth repeats the global key without telling its tokens apart (it was dropped silently)", () => {
+    const cfg = parseConfig({ ...minimal, auth: { secret: 'shared-secret-shared-secret-32b!' }, tenants: { a: { plan: 'free', brokers: ['http://a'], auth: { secret: 'shared-secret-shared-secret-32b!' } } } }, {});
+    expect(problemsOf(() => compileTables(cfg)).join('\n')).toMatch(/^tenants\.a/);
+  });
+
   it('refuses admin allowedHosts that are not bare host names (they would never match a Host)', () => {
     const problems = problemsOf(() => parseConfig({ ...minimal, server: { admin: { allowedHosts: ['admin.ns.svc', 'http://admin.ns.svc', 'admin.ns.svc:9090', '*.svc', ''] } } }, {}));
     expect(problems.filter((p) => p.startsWith('server.admin.allowedHosts'))).toEqual([1, 2, 3, 4].map((i) => `server.admin.allowedHosts[${i}]: a host name, without scheme, port or path`));
