@@ -5,9 +5,6 @@
  * Decisions live in their modules; this file only sequences them and writes the response.
  */
 import { randomUUID } from 'node:crypto';
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import { PassThrough, type Readable } from 'node:stream';
-import { constants as http2Constants } from 'node:http2';
 import { isAllowed, roleRefusal } from './auth/access.js';
 import { extractToken, type Identity, type TokenVerifier } from './auth/jwt.js';
 import { unverifiedTenantClaim, type TenantVerifiers } from './auth/verifiers.js';
@@ -19,7 +16,6 @@ import { clientKey, type ClientLimits } from './limits/client-limits.js';
 import { HeadsInFlight } from './limits/heads-in-flight.js';
 import { createClientAddresses } from './net/client-address.js';
 import type { Admission, Limiter } from './limits/limiter.js';
-import { lingerOnClose, type LingerBounds } from './listen/lingering.js';
 import { duplicatedSingleton } from './listen/raw-headers.js';
 import type { EdgeRequest, EdgeResponse, RequestHandler } from './listen/servers.js';
 import { MeteredExchange, type UsageRecorder } from './metering/recorder.js';
@@ -30,12 +26,13 @@ import type { RouteMatcher } from './routes/match.js';
 import { normalizeTarget } from './routes/match.js';
 import { declaredParams, readQuery, type QueryFacts } from './routes/query-params.js';
 import type { RouteSpec } from './routes/table.js';
-import { ackFacts, bodyTooLarge, pushFacts, readBody, transactionFacts, type BodyFacts } from './stages/body.js';
-import { acceptableRequestId, contentEncodingRefusal, upstreamHeaders } from './upstream/upstream-headers.js';
+import { ackFacts, pushFacts, transactionFacts, type BodyFacts } from './body/facts.js';
+import { bodyTooLarge, readBody } from './listen/read-body.js';
+import { acceptableRequestId, clientGone, expectsContinue, sendContinue, singleValue, transportOf, type Transport } from './listen/transport.js';
+import { contentEncodingRefusal, upstreamHeaders } from './upstream/upstream-headers.js';
 import { canonicalHost, hostTooLong, type Tenant, type TenantDirectory } from './tenants/model.js';
-import { BodyBudget, type BodyAccount } from './stages/body-budget.js';
+import { BodyBudget, type BodyAccount } from './body/budget.js';
 import { candidateTenant, tokenFits } from './tenants/resolve.js';
-import { clientGone } from './upstream/forward.js';
 import { popNamespaceLaneKey, popQueueLaneKey, pushLaneKey } from './upstream/lane-key.js';
 import type { Lane, ProxyExchange, UpstreamProxy } from './upstream/proxy.js';
 
@@ -73,8 +70,8 @@ class RequestContext extends MeteredExchange<Tenant> implements ProxyExchange {
   done = false;
   /** A refusal closes the connection (h1) instead of draining the unread body: see refuse(). */
   closeOnRefusal = false;
-  /** An h1 request whose close on refusal reads on and discards for a while (lingering close); null for h2 and for refusals of the bytes or time a body takes. */
-  linger: IncomingMessage | null = null;
+  /** A close on refusal reads on and discards for a while (lingering close): h1 only, and not for refusals of the bytes or time a body takes. */
+  linger = false;
   /** The body bytes this request holds in the budgets, given back when it ends. */
   body: BodyAccount | null = null;
   /** Headers the edge adds to whatever answer goes out (X-Request-Id, CORS, RateLimit). */
@@ -84,6 +81,9 @@ class RequestContext extends MeteredExchange<Tenant> implements ProxyExchange {
   constructor(
     readonly id: string,
     readonly startMs: number,
+    readonly req: EdgeRequest,
+    /** What differs between h1 and h2 for this request (listen/transport.ts). */
+    readonly transport: Transport,
     recorder: UsageRecorder,
   ) {
     super(recorder);
@@ -104,8 +104,6 @@ class RequestContext extends MeteredExchange<Tenant> implements ProxyExchange {
     end();
   }
 }
-
-const ONE_OF = (v: string | string[] | undefined): string | undefined => (Array.isArray(v) ? undefined : v);
 
 export function createPipeline(d: PipelineDeps): RequestHandler {
   const { config, log } = d;
@@ -133,12 +131,13 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
   };
 
   async function handle(req: EdgeRequest, res: EdgeResponse): Promise<void> {
-    const ctx = new RequestContext(acceptableRequestId(req.headers['x-request-id']) ?? randomUUID(), d.clock(), d.usage);
+    const t = transportOf(req);
+    const ctx = new RequestContext(acceptableRequestId(req.headers['x-request-id']) ?? randomUUID(), d.clock(), req, t, d.usage);
     res.once('finish', () => finish(req, ctx));
     res.once('close', () => finish(req, ctx));
-    ctx.closeOnRefusal = hasBody(req) && !cheapToDrain(req);
+    ctx.closeOnRefusal = t.bodyFollows(req) && !cheapToDrain(t, req);
     // A body awaited with 100-continue is not coming until invited: nothing to linger for yet.
-    if (!('stream' in req) && !expectsContinue(req)) ctx.linger = req;
+    ctx.linger = t.lingers && !expectsContinue(req);
 
     // Node keeps the first of duplicated Host/Authorization headers; an edge must not guess which
     // one a broker or an intermediary would read, so such requests are refused outright.
@@ -146,20 +145,20 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     if (dup !== null) return refuse(res, ctx, dup === 'authorization' ? edgeError('unauthorized', 'more than one Authorization header') : edgeError('invalid_request', `more than one ${dup} header`));
 
     // 1. Tenant by host.
-    const host = hostOf(req);
+    const host = hostOf(t, req);
     if (hostTooLong(host)) return refuse(res, ctx, edgeError('invalid_request', `host name longer than ${MAX_HOST_LENGTH} characters`));
     const hostTenant = host === '' ? undefined : d.tenants.byHost(host);
 
     // 2. CORS, before authentication: preflights carry no token. On a host no tenant lists, the
     // default tenant's policy answers here and the acting tenant's is checked once the token named
     // it (docs/browser.md).
-    const origin = ONE_OF(req.headers.origin);
+    const origin = singleValue(req.headers.origin);
     const corsTenant = hostTenant ?? (defaultTenantId ? d.tenants.byId(defaultTenantId) : undefined);
     if (origin !== undefined) {
       const policy = corsTenant?.cors;
-      const preflightMethod = ONE_OF(req.headers['access-control-request-method']);
+      const preflightMethod = singleValue(req.headers['access-control-request-method']);
       if (req.method === 'OPTIONS' && preflightMethod !== undefined) {
-        const verdict = policy ? preflightVerdict(policy, origin, preflightMethod, ONE_OF(req.headers['access-control-request-headers'])) : null;
+        const verdict = policy ? preflightVerdict(policy, origin, preflightMethod, singleValue(req.headers['access-control-request-headers'])) : null;
         if (!verdict?.allowed) return refuse(res, ctx, edgeError('forbidden', 'origin not allowed'));
         ctx.status = 204;
         res.writeHead(204, { ...verdict.headers, 'x-request-id': ctx.id });
@@ -221,7 +220,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
 
     // Refusals this instance already knows (deny cache) come before the body, so a throttled
     // tenant's upload is neither read nor, with Expect: 100-continue, sent (docs/limits.md).
-    const declared = declaredLength(req);
+    const declared = t.declaredLength(req);
     const pre = d.limiter.preAdmit({ tenant, messages: 0, ingressBytes: declared ?? 0, parkedPoll: query.wait });
     if (pre?.refusal) return refuseByLimits(res, ctx, pre);
     // The request rate charged from the head, locally: no more heads in flight than the burst (heads-in-flight.ts).
@@ -249,7 +248,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     let facts: BodyFacts | null = null;
     // The body length the limiter admits and the broker is told.
     let bodyLength = 0;
-    if (req.method !== 'GET' && req.method !== 'DELETE' || hasBody(req)) {
+    if (req.method !== 'GET' && req.method !== 'DELETE' || t.bodyFollows(req)) {
       const limit = Math.min(config.server.bodyLimitBytes, tenant.limits.maxPayloadBytes);
       if (route.body === 'stream' && declared !== null) {
         if (declared > limit) return refuse(res, ctx, bodyTooLarge(limit));
@@ -267,7 +266,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         const over = declared === null ? null : account.take(declared);
         if (over !== null) return refuseUnread(res, ctx, over);
         sendContinue(req, res);
-        if (!('stream' in req)) ctx.linger = req;
+        ctx.linger = t.lingers;
         const read = await readBody(req, bufferLimit, { account, deadlineMs: budgetCfg.deadlineMs });
         if (isEdgeError(read)) {
           // A body the edge began to read costs its request, whatever became of it.
@@ -323,7 +322,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
         path,
         headers: upstreamHeaders(req.headers, {
           clientIp: req.socket?.remoteAddress ?? '',
-          proto: isTls(req) ? 'https' : 'http',
+          proto: t.isTls(req) ? 'https' : 'http',
           host: hostTenant ? host : null,
           requestId: ctx.id,
           trustProxy: clientAddresses.trusts(req.socket?.remoteAddress),
@@ -331,7 +330,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
           tenantHeader: config.upstreamIdentity.tenantHeader || tenant.tenancyAwareBrokers ? tenant.id : null,
           contentLength: body || streamed ? bodyLength : null,
         }),
-        body: streamed ? streamedBody(req) : body,
+        body: streamed ? t.streamedBody(req) : body,
         headersTimeoutMs: timeout,
         bodyTimeoutMs: timeout,
         capture: route.meter !== 'none',
@@ -342,12 +341,8 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       });
       if (refusal !== null) refuse(res, ctx, refusal);
     } finally {
-      // The exchange is over: what undici did not read of an h2 body is discarded (Node does it on
-      // h1), so the stream can end and close.
-      if (streamed && 'stream' in req) {
-        req.stream.unpipe();
-        req.stream.resume();
-      }
+      // The exchange is over: what undici did not read of the body is discarded, so the request can end.
+      if (streamed) t.discardUnread(req);
       release?.();
       if (parked) d.metrics.parked(tenant.id, -1);
     }
@@ -374,7 +369,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
   async function answerPublic(req: EdgeRequest, res: EdgeResponse, ctx: RequestContext, tenant: Tenant): Promise<void> {
     const limited = await d.clientLimits.publicRequest(clientOf(req));
     if (limited) return refuse(res, ctx, limited);
-    if (hasBody(req)) return refuse(res, ctx, edgeError('invalid_request', 'this route takes no body'));
+    if (ctx.transport.bodyFollows(req)) return refuse(res, ctx, edgeError('invalid_request', 'this route takes no body'));
     if (!d.proxy.reachable(tenant)) return refuse(res, ctx, edgeError('no_upstream'));
     ctx.status = 200;
     res.writeHead(200, { ...ctx.headers, 'content-type': 'application/json', 'content-length': String(HEALTHY.length), 'cache-control': 'no-store' });
@@ -393,15 +388,15 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     ctx.code = err.code;
     // An unread body is not drained when it may be large, or was never sent (100-continue): the
     // connection is closed instead, so refusing a big upload costs no more than refusing a small one.
-    if (ctx.closeOnRefusal) closeAfterResponse(res, ctx.linger === null ? null : { req: ctx.linger, bounds: lingering });
+    if (ctx.closeOnRefusal) ctx.transport.closeAfterResponse(ctx.req, res, ctx.linger ? lingering : null);
     send(res, ctx, err);
   }
 
   /** A refusal for the bytes or the time a body takes: the connection is closed without reading on. */
   function refuseUnread(res: EdgeResponse, ctx: RequestContext, err: EdgeError): void {
     ctx.closeOnRefusal = true;
-    ctx.linger = null;
-    if (!('stream' in res)) destroyAfterResponse(res);
+    ctx.linger = false;
+    ctx.transport.dropAfterResponse(res);
     refuse(res, ctx, err);
   }
 
@@ -432,7 +427,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     ctx.ended();
     d.metrics.request(ctx.tenant?.id ?? null, ctx.route?.name ?? null, ctx.status, ctx.code, performance.now() - ctx.startedAt, ctx.upstreamMs, ctx.limit);
     if (writeAccess === null) return;
-    const traceparent = ONE_OF(req.headers.traceparent);
+    const traceparent = singleValue(req.headers.traceparent);
     writeAccess({
       reqId: ctx.id,
       tenant: ctx.tenant?.id ?? null,
@@ -471,9 +466,11 @@ function laneOf(
   }
 }
 
+const HEALTHY = Buffer.from('{"status":"healthy"}');
+
 /** The host a request names, without its port, in the form tenants list hosts (canonicalHost). */
-function hostOf(req: EdgeRequest): string {
-  const raw = ONE_OF(req.headers[':authority'] as string | undefined) ?? ONE_OF(req.headers.host) ?? '';
+function hostOf(t: Transport, req: EdgeRequest): string {
+  const raw = t.authority(req);
   let end: number;
   if (raw.charCodeAt(0) === 91 /* [ */) end = raw.indexOf(']') + 1;
   else {
@@ -483,105 +480,13 @@ function hostOf(req: EdgeRequest): string {
   return canonicalHost(end === raw.length ? raw : raw.slice(0, end));
 }
 
-const HEALTHY = Buffer.from('{"status":"healthy"}');
-
-function hasBody(req: EdgeRequest): boolean {
-  const cl = req.headers['content-length'];
-  return cl === undefined ? req.headers['transfer-encoding'] !== undefined || h2BodyFollows(req) : cl !== '0';
-}
-
-/**
- * h2 needs no content-length: a stream its HEADERS frame did not end carries a body of unknown
- * length (the h1 chunked case), never "no body", or it would be forwarded without it.
- */
-function h2BodyFollows(req: EdgeRequest): boolean {
-  return 'stream' in req && !req.stream.endAfterHeaders;
-}
-
-function isTls(req: EdgeRequest): boolean {
-  return (req.socket as { encrypted?: boolean } | null)?.encrypted === true;
-}
-
-/**
- * The rest of the body will not be read. h1: the connection must not be reused, and with `linger`
- * what still arrives is discarded for a while before it closes (lingering.ts). h2: once the
- * answer is out, RST_STREAM(NO_ERROR) tells the client to stop sending (RFC 9113 §8.1); without it
- * the unread body fills the stream's window and the stream never closes.
- */
-function closeAfterResponse(res: EdgeResponse, linger: { req: IncomingMessage; bounds: LingerBounds } | null): void {
-  if ('stream' in res) {
-    const stream = res.stream;
-    res.once('finish', () => {
-      if (stream.destroyed) return;
-      stream.close(http2Constants.NGHTTP2_NO_ERROR);
-      // Node frees a closed stream only once its readable side ends, which a body left paused
-      // (readBody stops at the limit) never does: the stream and its buffered bytes would stay in
-      // the session. The answer and the RST_STREAM are queued already; the rest is discarded.
-      stream.destroy();
-    });
-  } else if (!res.headersSent) {
-    res.setHeader('connection', 'close');
-    if (linger !== null) lingerOnClose(linger.req, linger.bounds);
-  }
-}
-
-/**
- * h1: once the answer is handed to the kernel, the connection is destroyed, before Node's discard
- * of the unread body (it reads on until the connection is closed) takes any of it: a herd of
- * refused uploads would otherwise each have its bytes read, a chunk at a time, for nothing. A
- * client still sending may see a reset instead of the answer.
- */
-function destroyAfterResponse(res: ServerResponse): void {
-  const socket = res.socket;
-  if (socket !== null) res.once('finish', () => socket.destroy());
-}
-
-/**
- * The body as undici reads it. undici destroys a body stream once it has sent it, which for an h2
- * request's own stream would also reset the response: it reads a copy of the stream instead. A
- * stream that closes before its body ended fails the copy; one reset with CANCEL or NO_ERROR ends
- * it short, which undici refuses against the declared length. Either way the upstream request is
- * aborted.
- */
-function streamedBody(req: EdgeRequest): Readable {
-  if (!('stream' in req)) return req;
-  const stream = req.stream;
-  const copy = new PassThrough();
-  // undici listens while it sends the copy; before (a request queued for a connection) and after
-  // (a broker that could not be reached) the failure is only for undici to find.
-  copy.on('error', () => {});
-  stream.pipe(copy);
-  stream.once('close', () => {
-    if (!stream.readableEnded) copy.destroy(new Error('request body aborted'));
-  });
-  return copy;
-}
-
-/** The declared body length; null when it is not known in advance (chunked, h2 without content-length) or not one number. */
-function declaredLength(req: EdgeRequest): number | null {
-  const cl = req.headers['content-length'];
-  if (cl === undefined) return req.headers['transfer-encoding'] === undefined && !h2BodyFollows(req) ? 0 : null;
-  const n = Number(cl);
-  return Number.isSafeInteger(n) && n >= 0 ? n : null;
-}
-
 /** Unread bodies up to this size are cheaper to discard (Node reads and drops them) than a new connection. */
 const DRAIN_MAX_BYTES = 64 * 1024;
 
 /** True when a refusal may leave Node to discard the unread body and keep the connection. */
-function cheapToDrain(req: EdgeRequest): boolean {
-  const n = declaredLength(req);
+function cheapToDrain(t: Transport, req: EdgeRequest): boolean {
+  const n = t.declaredLength(req);
   return n !== null && n <= DRAIN_MAX_BYTES && !expectsContinue(req);
-}
-
-function expectsContinue(req: EdgeRequest): boolean {
-  const e = req.headers.expect;
-  return typeof e === 'string' && e.toLowerCase() === '100-continue';
-}
-
-/** Lets a client that asked for it (Expect: 100-continue) send its body: only once the edge will read it. */
-function sendContinue(req: EdgeRequest, res: EdgeResponse): void {
-  if (expectsContinue(req) && !res.headersSent) res.writeContinue();
 }
 
 function send(res: EdgeResponse, ctx: RequestContext | null, err: EdgeError): void {
