@@ -7,9 +7,9 @@
 import { randomUUID } from 'node:crypto';
 import { isAllowed, roleRefusal } from './auth/access.js';
 import { extractToken, type Identity, type TokenVerifier } from './auth/jwt.js';
-import { unverifiedTenantClaim, type TenantVerifiers } from './auth/verifiers.js';
+import type { TenantVerifiers } from './auth/verifiers.js';
 import type { UpstreamMinter } from './auth/mint.js';
-import { MAX_HOST_LENGTH, type RawConfig } from './config/schema.js';
+import type { RawConfig } from './config/schema.js';
 import { actualResponseHeaders, preflightVerdict, withoutActualResponseHeaders } from './cors/policy.js';
 import { edgeError, isEdgeError, renderError, type EdgeError, type ErrorCode } from './errors.js';
 import { clientKey, type ClientLimits } from './limits/client-limits.js';
@@ -30,9 +30,9 @@ import { ackFacts, pushFacts, transactionFacts, type BodyFacts } from './body/fa
 import { bodyTooLarge, readBody } from './listen/read-body.js';
 import { acceptableRequestId, clientGone, expectsContinue, sendContinue, singleValue, transportOf, type Transport } from './listen/transport.js';
 import { contentEncodingRefusal, upstreamHeaders } from './upstream/upstream-headers.js';
-import { canonicalHost, hostTooLong, type Tenant, type TenantDirectory } from './tenants/model.js';
+import type { Tenant, TenantDirectory } from './tenants/model.js';
 import { BodyBudget, type BodyAccount } from './body/budget.js';
-import { candidateTenant, tokenFits } from './tenants/resolve.js';
+import { Tenancy, tenantGate } from './tenants/tenancy.js';
 import { popNamespaceLaneKey, popQueueLaneKey, pushLaneKey } from './upstream/lane-key.js';
 import type { Lane, ProxyExchange, UpstreamProxy } from './upstream/proxy.js';
 
@@ -111,10 +111,8 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
   const upstreamCfg = config.upstream;
   const identityMode = config.upstreamIdentity.mode;
   const writeAccess = config.log.accessLog ? accessLogWriter(log) : null;
-  const defaultTenantId = config.auth.defaultTenant;
-  const tenantClaimName = config.auth.tenantClaim;
+  const tenancy = new Tenancy(d.tenants, d.verifiers, config.auth);
   const clientAddresses = createClientAddresses(config.server.trustedProxies);
-  const tenantById = (id: string): Tenant | undefined => d.tenants.byId(id);
   const paramsOf = (route: RouteSpec) => declaredParams(route.name, config.queryAllow[route.name]);
   const budgetCfg = config.server.bodyBudget;
   const bodyBudget = new BodyBudget(budgetCfg.perTenantBytes, budgetCfg.perProcessBytes);
@@ -145,15 +143,15 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     if (dup !== null) return refuse(res, ctx, dup === 'authorization' ? edgeError('unauthorized', 'more than one Authorization header') : edgeError('invalid_request', `more than one ${dup} header`));
 
     // 1. Tenant by host.
-    const host = hostOf(t, req);
-    if (hostTooLong(host)) return refuse(res, ctx, edgeError('invalid_request', `host name longer than ${MAX_HOST_LENGTH} characters`));
-    const hostTenant = host === '' ? undefined : d.tenants.byHost(host);
+    const named = tenancy.byHost(t.authority(req));
+    if (isEdgeError(named)) return refuse(res, ctx, named);
+    const { host, tenant: hostTenant } = named;
 
     // 2. CORS, before authentication: preflights carry no token. On a host no tenant lists, the
     // default tenant's policy answers here and the acting tenant's is checked once the token named
     // it (docs/browser.md).
     const origin = singleValue(req.headers.origin);
-    const corsTenant = hostTenant ?? (defaultTenantId ? d.tenants.byId(defaultTenantId) : undefined);
+    const corsTenant = tenancy.orDefault(hostTenant);
     if (origin !== undefined) {
       const policy = corsTenant?.cors;
       const preflightMethod = singleValue(req.headers['access-control-request-method']);
@@ -179,7 +177,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     // 4-6. Authenticate, then the tenant from the token (and the host).
     let tenant: Tenant | undefined;
     if (route.access === 'public') {
-      tenant = hostTenant ?? (defaultTenantId ? d.tenants.byId(defaultTenantId) : undefined);
+      tenant = tenancy.orDefault(hostTenant);
       if (!tenant) return refuse(res, ctx, edgeError('route_not_found'));
       return answerPublic(req, res, ctx, tenant);
     } else {
@@ -188,13 +186,12 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       if (isEdgeError(token)) return refuse(res, ctx, token);
       // The host picks whose keys verify the token; the token must then name that tenant, unless
       // the tenant's own keys accepted it (docs/tenancy.md).
-      const candidate = candidateTenant(hostTenant, hostTenant ? null : unverifiedTenantClaim(token, tenantClaimName), defaultTenantId ? tenantById(defaultTenantId) : undefined, tenantById);
-      const verifier = isEdgeError(candidate) ? d.verifiers.global : d.verifiers.forTenant(candidate);
+      const { tenant: candidate, verifier } = tenancy.candidate(hostTenant, token);
       const verified = verifier.cached(token) ?? (await verifyThrottled(req, verifier, token));
       if (isEdgeError(verified)) return refuse(res, ctx, verified);
       ctx.identity = verified;
       if (isEdgeError(candidate)) return refuse(res, ctx, candidate);
-      const unfit = tokenFits(candidate, verified.tenant, defaultTenantId);
+      const unfit = tenancy.fits(candidate, verified.tenant);
       if (unfit) return refuse(res, ctx, unfit);
       tenant = candidate;
       ctx.tenant = tenant; // refusals from here on are metered for the tenant
@@ -205,10 +202,8 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       // 7. Authorize: role set against access set.
       if (!isAllowed(verified.roles, route.access)) return refuse(res, ctx, roleRefusal(verified));
       // 8. Tenant gates.
-      if (tenant.status === 'suspended') return refuse(res, ctx, edgeError('cluster_suspended'));
-      if (route.feature !== null && !tenant.plan.features.has(route.feature)) {
-        return refuse(res, ctx, edgeError('feature_gated', `feature "${route.feature}" is not in plan "${tenant.plan.id}"`));
-      }
+      const gated = tenantGate(tenant, route.feature);
+      if (gated) return refuse(res, ctx, gated);
     }
     ctx.tenant = tenant;
 
@@ -467,18 +462,6 @@ function laneOf(
 }
 
 const HEALTHY = Buffer.from('{"status":"healthy"}');
-
-/** The host a request names, without its port, in the form tenants list hosts (canonicalHost). */
-function hostOf(t: Transport, req: EdgeRequest): string {
-  const raw = t.authority(req);
-  let end: number;
-  if (raw.charCodeAt(0) === 91 /* [ */) end = raw.indexOf(']') + 1;
-  else {
-    const colon = raw.indexOf(':');
-    end = colon === -1 ? raw.length : colon;
-  }
-  return canonicalHost(end === raw.length ? raw : raw.slice(0, end));
-}
 
 /** Unread bodies up to this size are cheaper to discard (Node reads and drops them) than a new connection. */
 const DRAIN_MAX_BYTES = 64 * 1024;
