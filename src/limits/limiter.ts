@@ -58,7 +58,7 @@ export interface Admission {
   readonly release: (() => void) | null;
 }
 
-/** The stage-9 seam. */
+/** What the request path's preAdmit and admit stages call (src/pipeline/stages.ts). */
 export interface Limiter {
   /**
    * Before the body is read (docs/limits.md, "Admit before the body"): a refusal this instance
