@@ -43,8 +43,12 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     const ctx = new Exchange(req, res, d.clock(), d.usage);
     res.once('finish', () => finish(req, ctx));
     res.once('close', () => finish(req, ctx));
-    let ended = await runStages(ctx, parts, PRELUDE);
-    if (ended === null) ended = await runStages(ctx, parts, stagesOf(ctx.route!));
+    const prelude = runStages(ctx, parts, PRELUDE);
+    let ended = prelude instanceof Promise ? await prelude : prelude;
+    if (ended === null) {
+      const own = runStages(ctx, parts, stagesOf(ctx.route!));
+      ended = own instanceof Promise ? await own : own;
+    }
     if (ended !== null && ended !== ANSWERED) refuse(ctx, ended);
   }
 

@@ -35,14 +35,17 @@ export function stagesOf(r: RouteSpec): readonly Stage[] {
   return list;
 }
 
+/** How a list ended: a refusal to render, ANSWERED, or null when every stage continued. */
+export type Ended = Exclude<StageResult, typeof CONTINUE> | null;
+
 /**
- * Runs `stages` until one refuses or answers. A stage's promise is awaited only when it returned
- * one: a synchronous step costs no microtask. Resolves with the refusal to render, or null.
+ * Runs `stages` from `from` until one refuses or answers. It stays synchronous until a stage
+ * returns a promise: a synchronous step costs no microtask.
  */
-export async function runStages(x: Exchange, p: Parts, stages: readonly Stage[]): Promise<Exclude<StageResult, typeof CONTINUE> | null> {
-  for (let i = 0; i < stages.length; i++) {
-    const step = stages[i]!(x, p);
-    const r = step instanceof Promise ? await step : step;
+export function runStages(x: Exchange, p: Parts, stages: readonly Stage[], from = 0): Ended | Promise<Ended> {
+  for (let i = from; i < stages.length; i++) {
+    const r = stages[i]!(x, p);
+    if (r instanceof Promise) return r.then((v) => (v === CONTINUE ? runStages(x, p, stages, i + 1) : v));
     if (r !== CONTINUE) return r;
   }
   return null;

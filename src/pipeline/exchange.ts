@@ -35,7 +35,7 @@ export class Exchange extends MeteredExchange<Tenant> implements ProxyExchange {
   origin: string | undefined = undefined;
   openTenant: Tenant | undefined = undefined;
   /** route: the normalised target and the route's path parameters (the route itself: MeteredExchange.route). */
-  target: NormalizedTarget = { path: '/', query: '' };
+  target: NormalizedTarget = NO_TARGET;
   params: Readonly<Record<string, string | undefined>> = {};
   /** authenticate: the verified token, and the tenant it was verified for (an EdgeError when none). */
   identity: Identity | null = null;
@@ -115,6 +115,9 @@ export class Exchange extends MeteredExchange<Tenant> implements ProxyExchange {
     return admission.refusal;
   }
 }
+
+/** Before the route stage. */
+const NO_TARGET: NormalizedTarget = Object.freeze({ path: '/', query: '' });
 
 /** No release held (the default of endHead). */
 export const NO_RELEASE = (): void => {};
