@@ -146,8 +146,8 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
   const noop = () => undefined;
   const on = (method: 'GET' | 'PUT' | 'POST' | 'DELETE', path: string, action: Action) => router.on(method, path, noop, action);
 
-  const logChange = (c: Call, action: string, target: string, change?: unknown) =>
-    d.log.info({ admin: c.who, action, target, ...(change === undefined ? {} : { change }) }, 'admin change');
+  const logChange = (c: Call, action: string, target: string, change?: unknown, result: { outcome: string } = { outcome: 'done' }) =>
+    d.log[result.outcome === 'done' ? 'info' : 'warn']({ admin: c.who, action, target, ...(change === undefined ? {} : { change }), ...result }, 'admin change');
 
   /** Guards every write: the store refuses them without Redis; ids must fit keys and URLs. */
   const writable = (id: string): Refusal | null => {
@@ -279,9 +279,10 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
     if (broker === undefined || broker === null) return [...t.brokers];
     return typeof broker === 'string' && t.brokers.includes(broker) ? [broker] : edgeError('invalid_request', `broker: not a broker of tenant "${t.id}"`);
   };
+  // The error names each failed broker and what happened: down, or up and answering another status.
   const maintenanceReply = (t: Tenant, brokers: BrokerMaintenanceState[]): Reply => {
-    const failed = brokers.some((b) => 'error' in b);
-    return { status: failed ? 502 : 200, body: { tenant: t.id, brokers, ...(failed ? { error: 'a broker did not answer', code: 'bad_gateway' } : {}) } };
+    const failed = brokers.filter((b) => 'error' in b).map((b) => `${b.url}: ${b.error}`);
+    return { status: failed.length ? 502 : 200, body: { tenant: t.id, brokers, ...(failed.length ? { error: failed.join('; '), code: 'bad_gateway' } : {}) } };
   };
   on('GET', '/admin/v1/tenants/:id/maintenance', async (c) => {
     const t = existing(c.params.id!);
@@ -302,8 +303,12 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
     const targets = maintenanceTargets(t, body.broker);
     if (targets instanceof EdgeError) return targets;
     const enabled = body.enabled;
-    logChange(c, 'broker.maintenance', t.id, { mode, enabled, brokers: targets });
-    return maintenanceReply(t, await Promise.all(targets.map((url) => d.maintenance.set(url, t.id, mode as MaintenanceSwitch, enabled))));
+    const states = await Promise.all(targets.map((url) => d.maintenance.set(url, t.id, mode as MaintenanceSwitch, enabled)));
+    // Logged after the brokers answered, with what they did: a refused switch is not recorded as done.
+    const failed = states.flatMap((b) => ('error' in b ? [{ url: b.url, error: b.error }] : []));
+    const outcome = failed.length === 0 ? 'done' : failed.length === states.length ? 'failed' : 'partial';
+    logChange(c, 'broker.maintenance', t.id, { mode, enabled, brokers: targets }, { outcome, ...(failed.length ? { failed } : {}) });
+    return maintenanceReply(t, states);
   });
 
   on('GET', '/admin/v1/plans', async () => {

@@ -42,12 +42,22 @@ export interface AdminCommand {
   /** Options as shown in the help, e.g. `--file FILE.json`. */
   optionsHelp?: string;
   summary: string;
-  /** The API's answer and how to show it to a person; null when the command wrote its output itself. */
-  run(ctx: CommandContext): Promise<{ doc: Json; human(): string } | null>;
+  /**
+   * The API's answer and how to show it to a person; null when the command wrote its output
+   * itself. `failed`: the answer is shown, but the call failed (exit 1 with this message).
+   */
+  run(ctx: CommandContext): Promise<{ doc: Json; human(): string; failed?: string } | null>;
 }
 
 /** A wrong command line: exit 2 with the usage. */
 export class UsageError extends Error {}
+
+/** The admin API refused the call; `doc` is its JSON answer, when it gave one. */
+class ApiError extends Error {
+  constructor(message: string, readonly doc: Json) {
+    super(message);
+  }
+}
 
 /** A table with left-aligned columns. */
 function table(headers: readonly string[], rows: ReadonlyArray<readonly string[]>): string {
@@ -171,15 +181,34 @@ export const COMMANDS: readonly AdminCommand[] = [
     async run({ api, args: [tenant, to], values }) {
       if (to !== undefined && to !== 'on' && to !== 'off') throw new UsageError('maintenance: expected on or off');
       const broker = typeof values.broker === 'string' ? values.broker : undefined;
-      const doc =
+      // A 502 still lists every broker's outcome: shown, then exit 1.
+      const answer = await withBrokers(
         to === undefined
-          ? await api('GET', `/admin/v1/tenants/${tenant}/maintenance${broker ? `?broker=${encodeURIComponent(broker)}` : ''}`)
-          : await api('PUT', `/admin/v1/tenants/${tenant}/maintenance`, JSON.stringify({ mode: values.pop === true ? 'pop' : 'push', enabled: to === 'on', ...(broker ? { broker } : {}) }));
+          ? api('GET', `/admin/v1/tenants/${tenant}/maintenance${broker ? `?broker=${encodeURIComponent(broker)}` : ''}`)
+          : api('PUT', `/admin/v1/tenants/${tenant}/maintenance`, JSON.stringify({ mode: values.pop === true ? 'pop' : 'push', enabled: to === 'on', ...(broker ? { broker } : {}) })),
+      );
       const mode = (on: boolean) => (on ? 'on' : 'off');
-      return { doc, human: () => table(['BROKER', 'MAINTENANCE', 'POP_MAINTENANCE'], doc.brokers.map((b: Json) => [b.url, mode(b.maintenance), mode(b.popMaintenance)])) };
+      const row = (b: Json) => ('error' in b ? [b.url, '?', '?', b.error] : [b.url, mode(b.maintenance), mode(b.popMaintenance), '-']);
+      // The ERROR column only when a broker failed.
+      const headers = ['BROKER', 'MAINTENANCE', 'POP_MAINTENANCE', ...(answer.failed ? ['ERROR'] : [])];
+      return {
+        doc: answer.doc,
+        human: () => table(headers, answer.doc.brokers.map((b: Json) => row(b).slice(0, headers.length))),
+        ...(answer.failed ? { failed: answer.failed } : {}),
+      };
     },
   },
 ];
+
+/** The answer of a maintenance call, including a refusal that still lists the brokers. */
+async function withBrokers(call: Promise<Json>): Promise<{ doc: Json; failed?: string }> {
+  try {
+    return { doc: await call };
+  } catch (err) {
+    if (err instanceof ApiError && Array.isArray(err.doc?.brokers)) return { doc: err.doc, failed: err.message };
+    throw err;
+  }
+}
 
 /** Options every command takes. */
 const SHARED: Options = { url: { type: 'string' }, token: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } };
@@ -214,20 +243,22 @@ function findCommand(positionals: readonly string[]): AdminCommand | undefined {
 }
 
 /** The call's failure as a person should read it. */
-function callError(status: number, doc: Json, text: string, base: string): Error {
+function callError(status: number, doc: Json, text: string, base: string): ApiError {
   if (doc?.code === 'admin_disabled') {
-    return new Error(
+    return new ApiError(
       `the admin API at ${base} is off: set server.admin.token in the configuration (config/default.yaml reads $QUEEN_EDGE_ADMIN_TOKEN), restart the proxy, and pass the same token with --token or $QUEEN_EDGE_ADMIN_TOKEN`,
+      doc,
     );
   }
   const problems = Array.isArray(doc?.problems) ? doc.problems.map((p: string) => `\n  ${p}`).join('') : '';
-  return new Error(`${status} ${doc?.code ?? ''}: ${doc?.error ?? text}${problems}`);
+  return new ApiError(`${status} ${doc?.code ?? ''}: ${doc?.error ?? text}${problems}`, doc);
 }
 
 /** Runs one admin command; resolves to the process exit code. */
 export async function runAdminCli(argv: string[], io: CliIo): Promise<number> {
   const allOptions: Options = Object.assign({}, SHARED, ...COMMANDS.map((c) => c.options ?? {}));
   let group: string | undefined;
+  let json = false;
   try {
     // A lenient pass first, knowing every option, only to find which command the words name.
     const { positionals, values: loose } = parse(argv, allOptions, false);
@@ -239,6 +270,7 @@ export async function runAdminCli(argv: string[], io: CliIo): Promise<number> {
     }
     if (command === undefined) throw new UsageError(positionals.length ? `unknown command: ${positionals.join(' ')}` : 'missing command');
     const { positionals: all, values } = parse(argv, { ...SHARED, ...command.options }, true);
+    json = values.json === true;
     const args = all.slice(command.words.length);
     if (args.length < command.args.length) throw new UsageError(`missing ${command.args[args.length]}`);
     const most = command.args.length + (command.optional?.length ?? 0);
@@ -270,13 +302,19 @@ export async function runAdminCli(argv: string[], io: CliIo): Promise<number> {
       else await pipeline(res.body, io.stdout, { end: false });
     };
     const shown = await command.run({ args: args.map(encodeURIComponent), values, api, download });
-    if (shown) io.stdout.write(values.json === true ? `${JSON.stringify(shown.doc, null, 2)}\n` : shown.human());
+    if (shown) io.stdout.write(json ? `${JSON.stringify(shown.doc, null, 2)}\n` : shown.human());
+    if (shown?.failed) {
+      io.stderr.write(`queen-edge: ${shown.failed}\n`);
+      return 1;
+    }
     return 0;
   } catch (err) {
     if (err instanceof UsageError) {
       io.stderr.write(`queen-edge: ${err.message}\n${adminUsage(group)}`);
       return 2;
     }
+    // Scripts asking for JSON get the API's refusal as JSON too.
+    if (json && err instanceof ApiError && err.doc !== null && err.doc !== undefined) io.stdout.write(`${JSON.stringify(err.doc, null, 2)}\n`);
     io.stderr.write(`queen-edge: ${(err as Error).message}\n`);
     return 1;
   }
