@@ -20,6 +20,8 @@ import { processLogger, type Logger } from './observability/log.js';
 type ToWorker =
   | { type: 'queen-edge:config'; config: RawConfig }
   | { type: 'queen-edge:reload'; config: RawConfig }
+  /** The primary refused the file: the workers record it, so their admin API and /metrics show it. */
+  | { type: 'queen-edge:reload-refused'; problems: string[] }
   | { type: 'queen-edge:drain' }
   | { type: 'queen-edge:metrics'; id: number; text?: string; error?: string };
 /** Worker → primary. */
@@ -105,10 +107,14 @@ function shutdownOf(app: App, log: Logger): Shutdown {
 /** Reads the configuration file again (what SIGHUP applies); rejects with a ConfigError when it is invalid. */
 export type ConfigSource = () => Promise<RawConfig>;
 
-/** Logs why a reload was refused: every problem, as at start; the running configuration stays. */
-function reloadRefused(log: Logger, err: unknown): void {
-  if (err instanceof ConfigError) log.error({ problems: err.problems }, 'configuration reload refused: keeping the running configuration');
-  else log.error({ err }, 'configuration reload failed: keeping the running configuration');
+/** Logs why a reload was refused: every problem, as at start; the running configuration stays. Returns the problems. */
+function reloadRefused(log: Logger, err: unknown): string[] {
+  if (err instanceof ConfigError) {
+    log.error({ problems: err.problems }, 'configuration reload refused: keeping the running configuration');
+    return err.problems;
+  }
+  log.error({ err }, 'configuration reload failed: keeping the running configuration');
+  return [String((err as Error)?.message ?? err)];
 }
 
 /** Calls `onHup` on SIGHUP until the returned function is called. */
@@ -134,9 +140,17 @@ export async function runInProcess(config: RawConfig, deps: { log: Logger; rerea
   const reread = deps.reread;
   const releaseHup = reread
     ? onHangup(() => {
-        reread()
-          .then((next) => app.reload(next))
-          .catch((err: unknown) => reloadRefused(deps.log, err));
+        reread().then(
+          // app.reload records its own refusals.
+          (next) => {
+            try {
+              app.reload(next);
+            } catch (err) {
+              reloadRefused(deps.log, err);
+            }
+          },
+          (err: unknown) => app.reloads.refused(reloadRefused(deps.log, err)),
+        );
       })
     : () => {};
   const code = await shutdown.done;
@@ -288,7 +302,11 @@ export async function runPrimary(config: RawConfig, count: number, deps: { log: 
   cluster.on('message', onMessage);
   cluster.on('exit', onExit);
   const release = onSignals(stop);
-  const releaseHup = deps.reread ? onHangup(() => void reload().catch((err: unknown) => reloadRefused(log, err))) : () => {};
+  const refused = (err: unknown): void => {
+    const problems = reloadRefused(log, err);
+    for (const w of workers.keys()) send(w, { type: 'queen-edge:reload-refused', problems });
+  };
+  const releaseHup = deps.reread ? onHangup(() => void reload().catch(refused)) : () => {};
   for (let slot = 0; slot < count; slot++) fork(slot);
   const code = await done;
   release();
@@ -333,12 +351,14 @@ export async function runWorker(): Promise<number> {
   let drainEarly = false;
   let shutdown: Shutdown | null = null;
   let reloadWorker: ((config: RawConfig) => void) | null = null;
+  let refusedWorker: ((problems: string[]) => void) | null = null;
   const configured = new Promise<RawConfig>((resolveConfig) => {
     process.on('message', (msg: ToWorker) => {
       if (typeof msg !== 'object' || msg === null) return;
       if (msg.type === 'queen-edge:config') resolveConfig(msg.config);
       else if (msg.type === 'queen-edge:metrics') metrics.onAnswer(msg);
       else if (msg.type === 'queen-edge:reload') reloadWorker?.(msg.config);
+      else if (msg.type === 'queen-edge:reload-refused') refusedWorker?.(msg.problems);
       else if (msg.type === 'queen-edge:drain') {
         if (shutdown === null) drainEarly = true;
         else shutdown.drain('primary');
@@ -362,6 +382,7 @@ export async function runWorker(): Promise<number> {
       reloadRefused(log, err);
     }
   };
+  refusedWorker = (problems) => app.reloads.refused(problems);
   // A terminal's hangup reaches the whole group: the primary reloads and forwards; a worker must not die of it.
   process.on('SIGHUP', () => {});
   // Ctrl-C reaches every process of the group; SIGTERM usually only the primary, which forwards it as 'drain'.

@@ -23,6 +23,7 @@ import type { H1Handler } from '../listen/servers.js';
 import { rollUp, UsageCounts, type Granularity } from '../metering/counts.js';
 import { alignRange, exportChunks, type ExportFormat, type ExportGranularity, type HourlyReader } from '../metering/export.js';
 import type { Logger } from '../observability/log.js';
+import type { ReloadHistory } from '../observability/reloads.js';
 import { readBody } from '../stages/body.js';
 import { ID_PATTERN, type Plan, type Tenant } from '../tenants/model.js';
 import type { TenantStore, WriteResult } from '../tenants/store.js';
@@ -56,6 +57,8 @@ export interface AdminDeps {
   readonly readiness: Readiness;
   /** Prometheus exposition text; a multi-worker supervisor passes an aggregating one. */
   readonly metricsText: () => Promise<string>;
+  /** The configuration reloads tried since the start (none when absent). */
+  readonly reloads?: ReloadHistory;
   readonly log: Logger;
   readonly clock: () => number;
 }
@@ -318,6 +321,8 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
   });
 
   on('GET', '/admin/v1/stats', async () => ({ status: 200, body: await d.stats() }));
+
+  on('GET', '/admin/v1/reloads', async () => ({ status: 200, body: { last: d.reloads?.last ?? null, applied: d.reloads?.counts.applied ?? 0, refused: d.reloads?.counts.refused ?? 0 } }));
 
   on('GET', '/admin/v1/usage/export', async (c) => {
     const range = usageRange(c.query, d.clock(), 'hour');

@@ -219,13 +219,32 @@ export const ADMIN_GROUPS: ReadonlySet<string> = new Set(COMMANDS.map((c) => c.w
 /** The help for the commands whose words start with `group` (all when empty). */
 export function adminUsage(group?: string): string {
   const shown = COMMANDS.filter((c) => group === undefined || c.words[0] === group);
-  const lines = shown.map((c) => [`queen-edge ${[...c.words, ...c.args, ...(c.optional ?? []).map((a) => `[${a}]`), ...(c.optionsHelp ? [c.optionsHelp] : [])].join(' ')}`, c.summary] as const);
-  const width = Math.max(...lines.map(([l]) => l.length));
-  return `usage:\n${lines.map(([l, s]) => `  ${l.padEnd(width)}  ${s}`).join('\n')}
-options: --url URL      admin listener (default $QUEEN_EDGE_ADMIN_URL or http://127.0.0.1:9090)
+  // Each command on its line (continued, indented, past 80 columns), its summary below it.
+  const entries = shown.map((c) => {
+    const synopsis = `queen-edge ${[...c.words, ...c.args, ...(c.optional ?? []).map((a) => `[${a}]`), ...(c.optionsHelp ? [c.optionsHelp] : [])].join(' ')}`;
+    return `${wrap(synopsis, '  ', '        ')}\n${wrap(c.summary, '      ', '      ')}`;
+  });
+  return `usage:\n${entries.join('\n')}
+options: --url URL      admin listener
+                        (default $QUEEN_EDGE_ADMIN_URL or http://127.0.0.1:9090)
          --token TOKEN  server.admin.token (default $QUEEN_EDGE_ADMIN_TOKEN)
          --json         the API's JSON instead of a table
 `;
+}
+
+/** `text` in lines of at most `width` columns, broken at spaces: the first prefixed by `first`, the rest by `rest`. */
+export function wrap(text: string, first: string, rest: string, width = 80): string {
+  const lines: string[] = [];
+  let line = first;
+  for (const word of text.split(' ')) {
+    const prefix = lines.length === 0 ? first : rest;
+    if (line !== prefix && line.length + 1 + word.length > width) {
+      lines.push(line);
+      line = rest + word;
+    } else line += line === prefix ? word : ` ${word}`;
+  }
+  lines.push(line);
+  return lines.join('\n');
 }
 
 /** Parses with strict checks, turning node's errors into usage errors. */
