@@ -39,6 +39,8 @@ export interface AppOptions {
   usageFlushMs?: number;
   /** What `/metrics` serves; default this process's registry. A multi-worker primary passes an aggregating one. */
   metricsText?: () => Promise<string>;
+  /** Without Redis, keep admin API writes (suspend, resume, records) in memory instead of refusing them (the demo). */
+  memoryOverrides?: boolean;
 }
 
 export interface App {
@@ -71,7 +73,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   const redis = connectRedis(config.redis);
   if (redis) await whenReady(redis, 2000);
   else log.info('no redis configured: limits, tenants and usage are in memory (one instance only)');
-  const tenants = await createTenantStore(config, { log, ...(redis ? { redis } : {}) });
+  const tenants = await createTenantStore(config, { log, ...(redis ? { redis } : {}), memoryOverrides: opts.memoryOverrides === true });
   const verifiers = createTenantVerifiers(config.auth, { log, clock });
   const minter = config.upstreamIdentity.mode === 'mint' ? await createMinter(config.upstreamIdentity.mint, { clock }) : null;
   const lp = config.server.longPoll;
@@ -191,6 +193,9 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
         throw err;
       }
       routes = nextRoutes;
+      // The file changed, but these tenants keep what the admin API wrote over it: say so.
+      const shadowed = Object.keys(next.tenants).filter((id) => tenants.sourceOf(id)?.record === 'admin' || tenants.sourceOf(id)?.status === 'admin');
+      if (shadowed.length > 0) log.warn({ tenants: shadowed }, 'configuration reload: admin API overrides stay on top of the file for these tenants (queen-edge tenants reset ID drops them)');
       const restart = RESTART_SECTIONS.filter((k) => JSON.stringify(next[k]) !== JSON.stringify(config[k]));
       reloads.applied(restart);
       if (restart.length > 0) log.warn({ sections: restart }, 'configuration reload: these sections changed but apply only after a restart');

@@ -112,7 +112,18 @@ function tenantSummary(t: Tenant, store: TenantStore): Record<string, unknown> {
     hosts: t.hosts,
     brokers: t.brokers,
     storage: { usedBytes: store.storageUsed(t.id) ?? null, blocked: store.storageBlocked(t.id) },
+    source: sourceView(store, t.id),
   };
+}
+
+/**
+ * Which source won for a tenant: `record` is the file's entry or an admin API record, `status` the
+ * record's own or an admin API override; `fileStatus` is what the file says (what a reset gives).
+ */
+function sourceView(store: TenantStore, id: string): Record<string, unknown> | null {
+  const s = store.sourceOf(id);
+  if (s === undefined) return null;
+  return { record: s.record, status: s.status === 'admin' ? 'admin' : s.record, inFile: s.inFile, overridden: s.inFile && (s.record === 'admin' || s.status === 'admin') };
 }
 
 function planView(p: Plan): Record<string, unknown> {
@@ -154,7 +165,7 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
 
   /** Guards every write: the store refuses them without Redis; ids must fit keys and URLs. */
   const writable = (id: string): Refusal | null => {
-    if (d.tenants.backing !== 'redis') return edgeError('read_only');
+    if (d.tenants.backing === 'static') return edgeError('read_only');
     if (!ID_PATTERN.test(id)) return edgeError('invalid_request', `id: must match ${ID_PATTERN.source}`);
     return null;
   };
@@ -210,6 +221,17 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
       return { status: 200, body: await tenantDetail(d.tenants.byId(id)!) };
     });
   }
+
+  // Drops the admin API's overrides of a tenant of the file: its record and status are the file's again.
+  on('DELETE', '/admin/v1/tenants/:id/overrides', async (c) => {
+    const id = c.params.id!;
+    const t = existing(id);
+    if (t instanceof EdgeError) return t;
+    const refused = writable(id) ?? writeRefusal(await d.tenants.resetToFile(id), 'reset');
+    if (refused) return refused;
+    logChange(c, 'tenant.reset', id);
+    return { status: 200, body: await tenantDetail(d.tenants.byId(id)!) };
+  });
 
   on('PUT', '/admin/v1/tenants/:id/storage', async (c) => {
     const id = c.params.id!;
@@ -317,7 +339,7 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
   on('GET', '/admin/v1/plans', async () => {
     const ids = [...new Set([...d.planIds(), ...[...d.tenants.all()].map((t) => t.plan.id)])].sort();
     const plans = ids.map((id) => d.tenants.planById(id)).filter((p) => p !== undefined);
-    return { status: 200, body: { writable: d.tenants.backing === 'redis', plans: plans.map(planView) } };
+    return { status: 200, body: { writable: d.tenants.backing !== 'static', backing: d.tenants.backing, plans: plans.map(planView) } };
   });
 
   on('GET', '/admin/v1/stats', async () => ({ status: 200, body: await d.stats() }));

@@ -66,6 +66,18 @@ function table(headers: readonly string[], rows: ReadonlyArray<readonly string[]
   return [line(headers), ...rows.map(line)].join('\n') + '\n';
 }
 
+/** Where a tenant field came from, for people. */
+function fromText(source: unknown): string {
+  return source === 'file' ? 'the config file' : source === 'admin' ? 'an admin API override' : 'unknown';
+}
+
+/** A tenant's source column: `file`, `admin API`, or `file + override`. */
+function sourceText(source: Json): string {
+  if (!source) return '-';
+  if (!source.inFile) return 'admin API';
+  return source.overridden ? 'file + override' : 'file';
+}
+
 /** `YYYY-MM` → [first instant, first instant of the next month) as ISO strings. */
 function monthRange(month: string): [string, string] {
   const m = /^(\d{4})-(0[1-9]|1[0-2])$/.exec(month);
@@ -93,7 +105,7 @@ export const COMMANDS: readonly AdminCommand[] = [
     summary: 'every tenant',
     async run({ api }) {
       const doc = await api('GET', '/admin/v1/tenants');
-      return { doc, human: () => table(['ID', 'STATUS', 'PLAN', 'HOSTS', 'BROKERS'], doc.tenants.map((t: Json) => [t.id, t.status, t.plan, t.hosts.join(',') || '-', String(t.brokers.length)])) };
+      return { doc, human: () => table(['ID', 'STATUS', 'PLAN', 'HOSTS', 'BROKERS', 'SOURCE'], doc.tenants.map((t: Json) => [t.id, t.status, t.plan, t.hosts.join(',') || '-', String(t.brokers.length), sourceText(t.source)])) };
     },
   },
   {
@@ -107,7 +119,8 @@ export const COMMANDS: readonly AdminCommand[] = [
         human: () =>
           table(['FIELD', 'VALUE'], [
             ['id', doc.id],
-            ['status', doc.status],
+            ['status', `${doc.status} (from ${fromText(doc.source?.status)})`],
+            ['record', `from ${fromText(doc.source?.record)}${doc.source?.overridden ? ' (reset to the file: queen-edge tenants reset ID)' : ''}`],
             ['plan', doc.plan],
             ['hosts', doc.hosts.join(', ') || '-'],
             ['brokers', doc.brokers.join(', ')],
@@ -141,6 +154,15 @@ export const COMMANDS: readonly AdminCommand[] = [
       },
     }),
   ),
+  {
+    words: ['tenants', 'reset'],
+    args: ['ID'],
+    summary: "drop the admin API's overrides (suspend, resume, put) of a tenant of the config file: the file's entry applies again",
+    async run({ api, args: [id] }) {
+      const doc = await api('DELETE', `/admin/v1/tenants/${id}/overrides`);
+      return { doc, human: () => `tenant ${doc.id} reset to the config file (${doc.status}, plan ${doc.plan})\n` };
+    },
+  },
   {
     words: ['usage'],
     args: ['TENANT'],

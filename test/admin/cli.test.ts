@@ -42,8 +42,8 @@ describe('queen-edge tenants / usage', () => {
   it('tenants list as a table and as JSON; get shows the record', async () => {
     const table = await cli('tenants', 'list');
     expect(table.code).toBe(0);
-    expect(table.out.split('\n')[0]).toMatch(/^ID\s+STATUS\s+PLAN\s+HOSTS\s+BROKERS$/);
-    expect(table.out).toMatch(/^acme\s+active\s+test\s+acme\.localhost\s+1$/m);
+    expect(table.out.split('\n')[0]).toMatch(/^ID\s+STATUS\s+PLAN\s+HOSTS\s+BROKERS\s+SOURCE$/);
+    expect(table.out).toMatch(/^acme\s+active\s+test\s+acme\.localhost\s+1\s+file$/m);
     const json = await cli('tenants', 'list', '--json');
     expect(JSON.parse(json.out).tenants[0]).toMatchObject({ id: 'acme' });
     const get = await cli('tenants', 'get', 'acme');

@@ -167,6 +167,15 @@ describe('the operator console', { timeout: 60_000 }, () => {
     await confirm();
     await page.waitForSelector('#tenants tr[data-tenant="acme"][data-status="active"]', { timeout: UI_TIMEOUT });
     await waitFor(async () => (await acmeStatus()) !== 403, UI_TIMEOUT, 'acme served again');
+
+    // The resume overrides the config file's status: the row says so, and Reset to file drops it.
+    const reset = '#tenants tr[data-tenant="acme"] button:has-text("Reset to file")';
+    await page.waitForSelector(reset, { timeout: UI_TIMEOUT });
+    expect(await page.innerText('#tenants tr[data-tenant="acme"] td.status')).toContain('override');
+    await page.click(reset);
+    await confirm();
+    await page.waitForSelector(reset, { state: 'detached', timeout: UI_TIMEOUT });
+    expect((await admin(edge, 'GET', '/admin/v1/tenants/acme')).json.source).toMatchObject({ status: 'file', overridden: false });
   });
 
   it("draws a tenant's hourly charts from its usage (24 h and 7 d)", async () => {
