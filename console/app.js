@@ -579,4 +579,14 @@ async function editPlan(p) {
   }
 }
 
+// A sign-in link (`/console#token=...`, what `npm run demo` prints): the token goes to this tab's
+// session storage and leaves the address bar and its history entry at once.
+{
+  const m = /^#token=([^&]+)$/.exec(location.hash);
+  if (m) {
+    sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]));
+    history.replaceState(null, '', `${location.pathname}#/overview`);
+  }
+}
+
 route();

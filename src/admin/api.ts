@@ -30,7 +30,7 @@ import type { TenantStore, WriteResult } from '../tenants/store.js';
 import type { ClusterSnapshot } from '../upstream/clusters.js';
 import type { BrokerMaintenance, BrokerMaintenanceState, MaintenanceSwitch } from '../upstream/maintenance.js';
 import { answerProbe, type Readiness } from './probes.js';
-import { serveConsole } from './console.js';
+import { serveConsole, serveConsoleOff } from './console.js';
 import { adminHostAllowed } from './hosts.js';
 import { duplicatedSingleton } from '../listen/raw-headers.js';
 import { EdgeError, edgeError, isEdgeError, renderError, type AnyErrorCode } from '../errors.js';
@@ -382,7 +382,7 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
-    if (expected !== null && (await serveConsole(path, req, res))) return;
+    if (expected !== null ? await serveConsole(path, req, res) : serveConsoleOff(path, req, res)) return;
     if (path === '/metrics' && req.method === 'GET') {
       const text = await d.metricsText();
       res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8', 'cache-control': 'no-store' });

@@ -247,6 +247,19 @@ describe('the operator console', { timeout: 60_000 }, () => {
     expect((await admin(edge, 'GET', '/admin/v1/plans/starter')).json.limits.requestsPerSec).toBe(60);
   });
 
+  it('a sign-in link (/console#token=..., as npm run demo prints) signs in and drops the token from the address', async () => {
+    const linked = await browser.newPage();
+    try {
+      await linked.goto(`${edge.adminUrl}/console#token=${ADMIN_TOKEN}`);
+      await linked.waitForSelector('#refusals', { timeout: UI_TIMEOUT });
+      expect(linked.url()).toMatch(/\/console#\/overview$/);
+      await linked.click('#nav a[data-page="tenants"]');
+      await linked.waitForSelector('#tenants tr[data-tenant="acme"]', { timeout: UI_TIMEOUT });
+    } finally {
+      await linked.close();
+    }
+  });
+
   it('signing out forgets the token; nothing was blocked by the CSP and no script failed', async () => {
     await page.click('#logout');
     await page.waitForSelector('#login:not([hidden])', { timeout: UI_TIMEOUT });
