@@ -151,6 +151,9 @@ async function main(argv: string[]): Promise<number> {
   const { runInProcess, runPrimary, workerCount } = await serving();
   const log = processLogger(config.log);
   const workers = workerCount(config, availableParallelism());
+  if (config.server.workers === 0 && workers > 1) {
+    log.info({ workers }, `server.workers is 0 and Redis is configured: starting one worker per CPU (${workers}); set server.workers to choose`);
+  }
   const { port, adminPort } = args;
   const withPorts = (c: RawConfig): RawConfig => ({
     ...c,
