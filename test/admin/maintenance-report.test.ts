@@ -5,13 +5,11 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runAdminCli } from '../../src/admin/cli-commands.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { startEdge, testConfig, type EdgeHarness } from '../helpers/edge.js';
 import { capturingLogger } from '../helpers/logs.js';
-import { ADMIN_TOKEN } from './admin-call.js';
+import { ADMIN_TOKEN, runCli } from './admin-call.js';
 
 let b1: BrokerDouble;
 let old: Server;
@@ -37,16 +35,7 @@ afterAll(async () => {
   old?.close();
 });
 
-async function cli(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  let out = '';
-  let err = '';
-  stdout.on('data', (c: Buffer) => (out += c.toString()));
-  stderr.on('data', (c: Buffer) => (err += c.toString()));
-  const code = await runAdminCli(argv, { stdout, stderr, env: { QUEEN_EDGE_ADMIN_URL: edge.adminUrl, QUEEN_EDGE_ADMIN_TOKEN: ADMIN_TOKEN } });
-  return { code, out, err };
-}
+const cli = (...argv: string[]) => runCli(edge, ...argv);
 
 describe('a maintenance switch a broker answers with 404', () => {
   it('--json prints every broker\'s outcome, the message names the status, exit 1', async () => {

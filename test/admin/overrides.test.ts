@@ -4,15 +4,13 @@
  * `tenants reset` (DELETE /admin/v1/tenants/:id/overrides) gives the file back its say. Without
  * Redis, memoryOverrides makes the same writes work in this process (the demo's console).
  */
-import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runAdminCli } from '../../src/admin/cli-commands.js';
 import type { RawConfig } from '../../src/config/schema.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 import { capturingLogger } from '../helpers/logs.js';
 import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix } from '../helpers/redis.js';
-import { ADMIN_TOKEN, admin } from './admin-call.js';
+import { ADMIN_TOKEN, admin, runCli } from './admin-call.js';
 
 const prefix = uniquePrefix();
 let broker: BrokerDouble;
@@ -34,16 +32,6 @@ afterAll(async () => {
   r.disconnect();
 });
 
-async function cli(edge: EdgeHarness, ...argv: string[]): Promise<{ code: number; out: string; err: string }> {
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  let out = '';
-  let err = '';
-  stdout.on('data', (c: Buffer) => (out += c.toString()));
-  stderr.on('data', (c: Buffer) => (err += c.toString()));
-  const code = await runAdminCli(argv, { stdout, stderr, env: { QUEEN_EDGE_ADMIN_URL: edge.adminUrl, QUEEN_EDGE_ADMIN_TOKEN: ADMIN_TOKEN } });
-  return { code, out, err };
-}
 
 const pushStatus = async (edge: EdgeHarness) =>
   (await call(edge, 'POST', '/api/v1/push', { token: await token({ roles: ['read-write'], tenant: 'acme' }), body: { items: [{ queue: 'q', payload: 1 }] } })).status;
@@ -51,7 +39,7 @@ const pushStatus = async (edge: EdgeHarness) =>
 describe('tenant sources and reset to the file', () => {
   it('a resume override beats a file that says suspended; API, CLI and log show it; reset gives the file its say', async () => {
     expect((await admin(h, 'GET', '/admin/v1/tenants/acme')).json.source).toEqual({ record: 'file', status: 'file', inFile: true, overridden: false });
-    expect((await cli(h, 'tenants', 'resume', 'acme')).code).toBe(0);
+    expect((await runCli(h, 'tenants', 'resume', 'acme')).code).toBe(0);
 
     h.app.reload({ ...base, tenants: { acme: { ...base.tenants.acme!, status: 'suspended' } } });
     expect(await pushStatus(h)).toBe(201);
@@ -59,12 +47,12 @@ describe('tenant sources and reset to the file', () => {
     expect(detail).toMatchObject({ status: 'active', source: { record: 'file', status: 'admin', inFile: true, overridden: true } });
     expect(captured.lines.find((l) => String(l.msg).startsWith('configuration reload: admin API overrides stay'))).toMatchObject({ tenants: ['acme'] });
 
-    const list = await cli(h, 'tenants', 'list');
+    const list = await runCli(h, 'tenants', 'list');
     expect(list.out).toMatch(/^acme\s+active\s+.*\s+file \+ override$/m);
-    const get = await cli(h, 'tenants', 'get', 'acme');
+    const get = await runCli(h, 'tenants', 'get', 'acme');
     expect(get.out).toMatch(/^status\s+active \(from an admin API override\)$/m);
 
-    const reset = await cli(h, 'tenants', 'reset', 'acme');
+    const reset = await runCli(h, 'tenants', 'reset', 'acme');
     expect(reset).toMatchObject({ code: 0, out: 'tenant acme reset to the config file (suspended, plan test)\n' });
     expect(await pushStatus(h)).toBe(403);
     expect((await admin(h, 'GET', '/admin/v1/tenants/acme')).json.source).toEqual({ record: 'file', status: 'file', inFile: true, overridden: false });

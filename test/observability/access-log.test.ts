@@ -7,8 +7,7 @@ import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
-import { capturingLogger } from '../helpers/logs.js';
-import { waitFor } from '../helpers/redis.js';
+import { accessLine, capturingLogger } from '../helpers/logs.js';
 import { accessLogWriter, PATH_CHARS, targetParts, type AccessRecord } from '../../src/observability/access-log.js';
 import { createLogger, processLogger } from '../../src/observability/log.js';
 
@@ -119,10 +118,7 @@ describe('access log line of a request through the edge', () => {
   let broker: BrokerDouble;
   let h: EdgeHarness;
   const captured = capturingLogger('info');
-  const accessLine = async (reqId: unknown) => {
-    await waitFor(() => captured.lines.some((l) => l.msg === 'request' && l.reqId === reqId), 5000, `the access line of ${String(reqId)}`);
-    return captured.lines.find((l) => l.msg === 'request' && l.reqId === reqId)!;
-  };
+  const line = (reqId: unknown) => accessLine(captured, reqId);
 
   beforeAll(async () => {
     broker = await startBrokerDouble({ name: 'b1' });
@@ -138,14 +134,14 @@ describe('access log line of a request through the edge', () => {
     await call(h, 'POST', '/api/v1/push', { token: tok, body: { items: [{ queue: 'logged', payload: 1 }] } });
     const r = await call(h, 'GET', '/api/v1/pop/queue/logged?consumerGroup=secret-group&batch=1', { token: tok, host: 'ACME.localhost:8443' });
     expect(r.status).toBe(200);
-    const line = await accessLine(r.headers['x-request-id']);
-    expect(line).toMatchObject({ client: '127.0.0.1', host: 'acme.localhost', method: 'GET', path: '/api/v1/pop/queue/logged', queryLength: 'consumerGroup=secret-group&batch=1'.length, status: 200, upstreamStatus: 200, tenant: 'acme', route: 'pop.queue' });
-    expect(JSON.stringify(line)).not.toContain('secret-group');
+    const logged = await line(r.headers['x-request-id']);
+    expect(logged).toMatchObject({ client: '127.0.0.1', host: 'acme.localhost', method: 'GET', path: '/api/v1/pop/queue/logged', queryLength: 'consumerGroup=secret-group&batch=1'.length, status: 200, upstreamStatus: 200, tenant: 'acme', route: 'pop.queue' });
+    expect(JSON.stringify(logged)).not.toContain('secret-group');
   });
 
   it('an edge refusal has no upstream status', async () => {
     const r = await call(h, 'POST', '/api/v1/push', { body: { items: [] } });
     expect(r.status).toBe(401);
-    expect(await accessLine(r.headers['x-request-id'])).toMatchObject({ status: 401, code: 'unauthorized', upstreamStatus: null, path: '/api/v1/push', queryLength: 0 });
+    expect(await line(r.headers['x-request-id'])).toMatchObject({ status: 401, code: 'unauthorized', upstreamStatus: null, path: '/api/v1/push', queryLength: 0 });
   });
 });
