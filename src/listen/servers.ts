@@ -13,7 +13,6 @@ import type { RawConfig } from '../config/schema.js';
 import type { Logger } from '../observability/log.js';
 import { H2Request, H2Response } from './h2-exchange.js';
 import { CertificateSet } from './tls.js';
-import { answerPlainHttp } from './plain-http.js';
 
 /** A request as either protocol delivers it (h2 on the stream API: h2-exchange.ts). */
 export type EdgeRequest = IncomingMessage | H2Request;
@@ -132,9 +131,7 @@ class EdgeListeners implements Listeners {
     const t = listenerTimeouts(config);
     const edge = this.#drainAware(handlers.edge);
     if (certs !== null && config.https.port !== null) {
-      const secure = this.#secureServer(config.https, certs, t, edge);
-      answerPlainHttp(secure, t.headersTimeoutMs);
-      this.#add('https', secure, config.https.host, config.https.port);
+      this.#add('https', this.#secureServer(config.https, certs, t, edge), config.https.host, config.https.port);
     }
     if (config.http.port !== null) this.#add('http', plainServer(t, edge, log), config.http.host, config.http.port);
     // Expect: 100-continue reaches the pipeline unanswered: it sends 100 only once it will read the
