@@ -61,7 +61,7 @@ describe('tenant sources and reset to the file', () => {
   });
 
   it('a tenant created through the API has nothing to reset to: 400, it stays', async () => {
-    expect((await admin(h, 'PUT', '/admin/v1/tenants/solo', { body: { plan: 'test', brokers: [broker.url], hosts: ['solo.localhost'] } })).status).toBe(200);
+    expect((await admin(h, 'PUT', '/admin/v1/tenants/solo', { body: { plan: 'test', brokers: ['http://127.0.0.1:1'], hosts: ['solo.localhost'] } })).status).toBe(200);
     expect((await admin(h, 'GET', '/admin/v1/tenants/solo')).json.source).toEqual({ record: 'admin', status: 'admin', inFile: false, overridden: false });
     const r = await admin(h, 'DELETE', '/admin/v1/tenants/solo/overrides');
     expect(r.status).toBe(400);
