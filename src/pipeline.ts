@@ -23,7 +23,7 @@ import { lingerOnClose, type LingerBounds } from './listen/lingering.js';
 import { duplicatedSingleton } from './listen/raw-headers.js';
 import type { EdgeRequest, EdgeResponse, RequestHandler } from './listen/servers.js';
 import { MeteredExchange, type UsageRecorder } from './metering/recorder.js';
-import { accessLogWriter } from './observability/access-log.js';
+import { accessLogWriter, targetParts } from './observability/access-log.js';
 import type { Logger } from './observability/log.js';
 import type { LimitOutcome, RequestMetrics } from './observability/metrics.js';
 import type { RouteMatcher } from './routes/match.js';
@@ -362,8 +362,14 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     return verifier.verify(token, d.clientLimits.signatureGate(clientOf(req), token));
   }
 
+  /** The client's address, after trusted proxies (what the access log shows). */
+  function clientAddressOf(req: EdgeRequest): string {
+    return clientAddresses.of(req.socket?.remoteAddress, req.headers['x-forwarded-for']);
+  }
+
+  /** The key per-client limits count by: the address, or its /64 for IPv6. */
   function clientOf(req: EdgeRequest): string {
-    return clientKey(clientAddresses.of(req.socket?.remoteAddress, req.headers['x-forwarded-for']));
+    return clientKey(clientAddressOf(req));
   }
 
   /**
@@ -433,7 +439,14 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     d.metrics.request(ctx.tenant?.id ?? null, ctx.route?.name ?? null, ctx.status, ctx.code, performance.now() - ctx.startedAt, ctx.upstreamMs, ctx.limit);
     if (writeAccess === null) return;
     const traceparent = ONE_OF(req.headers.traceparent);
+    const target = targetParts(req.url ?? '');
     writeAccess({
+      client: clientAddressOf(req),
+      host: hostOf(req),
+      path: target.path,
+      queryLength: target.queryLength,
+      // The edge's own answers carry a code; a relayed one is the broker's status.
+      upstreamStatus: ctx.broker !== null && ctx.code === null && ctx.status !== 0 ? ctx.status : null,
       reqId: ctx.id,
       tenant: ctx.tenant?.id ?? null,
       sub: ctx.identity?.sub ?? null,

@@ -168,6 +168,10 @@ export const configSchema = z.strictObject({
     /** added: `pretty` for people, `json` for log collectors, `auto` = pretty on a terminal. */
     format: z.enum(['auto', 'json', 'pretty']).default('auto'),
     accessLog: z.boolean().default(true),
+    /** added: `iso` writes `time` as an ISO 8601 string instead of epoch milliseconds (JSON lines). */
+    time: z.enum(['epoch', 'iso']).default('epoch'),
+    /** added: `level` as a name ("info") instead of a number (30) (JSON lines). */
+    levelNames: z.boolean().default(false),
   }).prefault({}),
   /** added: how shared limits are decided (docs/limits.md, "Leased mode"). */
   limits: z.strictObject({
