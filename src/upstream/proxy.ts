@@ -107,8 +107,9 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
         x.broker = broker;
         // Parked polls have their own pool, bounded per tenant by the plan's parkedPolls.
         const shared = !req.parked;
-        if (shared && !pools.enter(broker, tenant.id)) {
-          return edgeError('rate_limited', `more than ${pools.tenantCap} requests in flight to one broker`, { retryAfterSec: 1 });
+        const entered = shared ? pools.enter(broker, tenant.id) : true;
+        if (entered !== true && !(await entered)) {
+          return edgeError('rate_limited', `too many requests in flight to one broker (${pools.tenantCap} at a time)`, { retryAfterSec: 1 });
         }
         clusters.begin(broker);
         const result = await forwardOnce(pools.get(broker, req.parked), req, res, x);

@@ -1,7 +1,8 @@
 /**
  * A shared broker stays fair (docs/clusters.md, "Sharing a broker"): a tenant that keeps as many
- * slow requests and parked polls running as its plan allows does not take the broker's connection
- * pool from a co-tenant, and one whose requests time out or get 500s does not get the broker
+ * slow requests and parked polls running as its plan allows (its share of the pool, 2 of 8
+ * connections here; the rest wait in its own queue) does not take the broker's connection pool
+ * from a co-tenant, and one whose requests time out or get 500s does not get the broker
  * marked down for it. Every tenant here lists the same broker double: acme is the victim, evil
  * sends slow reads and parked polls, rude sends reads the broker answers 500.
  */
@@ -126,11 +127,12 @@ describe('a noisy neighbour on a shared broker', () => {
     await broker.waitForRequests(2, (r) => r.path === '/api/v1/status/queues');
     await broker.waitForRequests(PARKED_POLLS, (r) => r.path === '/api/v1/pop/queue/idle');
     const pushes = await acme.produce(() => true);
+    // evil's other slow reads waited at the edge for its places: the broker never had more than its share.
+    const slowAtBroker = broker.requests.filter((r) => r.path === '/api/v1/status/queues').length;
     stop.abort();
     await Promise.all(attack);
     expectFair(pushes);
-    // Over its share, evil was told so at once.
-    expect(seen.get(429) ?? 0).toBeGreaterThan(0);
+    expect(slowAtBroker).toBe(2);
   });
 
   it('reads that time out or get 500: ≥ 99 % of a co-tenant’s pushes succeed, and the broker stays up', async () => {
