@@ -237,6 +237,8 @@ export const configSchema = z.strictObject({
   /** added: upstream pools and health (docs/clusters.md). */
   upstream: z.strictObject({
     connections: z.number().int().positive().default(128),
+    /** added: fraction of `connections` one tenant's requests (parked polls aside) may hold on one broker; the rest wait in its own queue (docs/clusters.md). */
+    tenantShare: z.number().gt(0).max(1).default(0.25),
     connectTimeoutMs: z.number().int().positive().default(2000),
     /** Upstream timeout for requests that are not long polls. */
     requestTimeoutMs: z.number().int().positive().default(30000),
