@@ -113,9 +113,11 @@ export function edgeConfig(c: EdgeConfigInput): Record<string, unknown> {
     auth: { secret: BENCH_SECRET, jwksUrl: c.jwksUrl, defaultTenant: null },
     upstream: { connections: c.upstreamConnections },
     plans: { unreached: UNREACHED_PLAN, throttled: THROTTLED_PLAN },
+    // Both tenants on the bench's one broker: a shared broker must be declared tenancy-aware (each
+    // forward then carries x-queen-tenant). The throttled tenant's requests are refused before forwarding.
     tenants: {
-      [BENCH_TENANT]: { plan: 'unreached', hosts: ['127.0.0.1', 'localhost'], brokers: [c.brokerUrl] },
-      [THROTTLED_TENANT]: { plan: 'throttled', hosts: [THROTTLED_HOST], brokers: [c.brokerUrl] },
+      [BENCH_TENANT]: { plan: 'unreached', hosts: ['127.0.0.1', 'localhost'], brokers: [c.brokerUrl], tenancyAwareBrokers: true },
+      [THROTTLED_TENANT]: { plan: 'throttled', hosts: [THROTTLED_HOST], brokers: [c.brokerUrl], tenancyAwareBrokers: true },
     },
     ...c.extra,
   };

@@ -275,7 +275,7 @@ async function renderOverview(_arg, current) {
 // ---------- Tenants ----------
 
 async function renderTenants(_arg, current) {
-  const [{ tenants }, { plans, writable }, stats, monthUsage] = await Promise.all([api('GET', '/admin/v1/tenants'), api('GET', '/admin/v1/plans'), api('GET', '/admin/v1/stats'), api('GET', '/admin/v1/usage')]);
+  const [{ tenants }, { plans, writable, backing }, stats, monthUsage] = await Promise.all([api('GET', '/admin/v1/tenants'), api('GET', '/admin/v1/plans'), api('GET', '/admin/v1/stats'), api('GET', '/admin/v1/usage')]);
   const planById = new Map(plans.map((p) => [p.id, p]));
   const totals = new Map(monthUsage.tenants.map((u) => [u.tenant, u.total]));
   // A tenant created between the two reads has no usage yet.
@@ -294,16 +294,23 @@ async function renderTenants(_arg, current) {
   const row = (t, u) => {
     const plan = planById.get(t.plan);
     const suspended = t.status === 'suspended';
-    const action = async () => {
-      const verb = suspended ? 'resume' : 'suspend';
-      const ok = await confirmDialog(
+    const overridden = t.source?.overridden === true;
+    const path = `/admin/v1/tenants/${encodeURIComponent(t.id)}`;
+    const action = () =>
+      change(
+        suspended ? 'resume' : 'suspend',
+        'POST',
+        `${path}/${suspended ? 'resume' : 'suspend'}`,
         `${suspended ? 'Resume' : 'Suspend'} tenant ${t.id}?`,
         suspended ? `Its clients are served again within a second.` : `Every request of its clients is refused with 403 cluster_suspended until it is resumed. Parked polls already at a broker finish.`,
         suspended ? 'Resume' : 'Suspend',
       );
-      if (!ok) return;
+    const reset = () =>
+      change('reset', 'DELETE', `${path}/overrides`, `Reset tenant ${t.id} to the config file?`, 'The admin API\'s changes to this tenant (suspend, resume, a replaced record) are dropped: the config file\'s entry applies again.', 'Reset');
+    const change = async (verb, method, target, title, text, confirmLabel) => {
+      if (!(await confirmDialog(title, text, confirmLabel))) return;
       try {
-        const updated = await api('POST', `/admin/v1/tenants/${encodeURIComponent(t.id)}/${verb}`);
+        const updated = await api(method, target);
         const tr = view.querySelector(`tr[data-tenant="${CSS.escape(t.id)}"]`);
         tr.replaceWith(row(updated, u));
         sizeBars(view);
@@ -318,20 +325,30 @@ async function renderTenants(_arg, current) {
       'tr',
       { 'data-tenant': t.id, 'data-status': t.status },
       h('td', {}, h('a', { href: `#/tenants/${encodeURIComponent(t.id)}` }, t.id)),
-      h('td', { class: 'status' }, suspended ? badge('suspended', 'bad') : badge('active', 'ok')),
+      h(
+        'td',
+        { class: 'status' },
+        suspended ? badge('suspended', 'bad') : badge('active', 'ok'),
+        overridden ? h('span', { class: 'tag', title: 'Set through the admin API, over the config file' }, 'override') : null,
+      ),
       h('td', {}, t.plan),
       h('td', {}, h('div', { class: 'tags' }, t.hosts.length ? t.hosts.map((x) => h('span', { class: 'tag' }, x)) : h('span', { class: 'muted' }, 'none'))),
       h('td', {}, meter(u.messagesPushed, plan?.quotas.messagesPerMonth ?? 0, (n) => `${num(n)} msg`)),
       h('td', {}, meter(u.ingressBytes, plan?.quotas.ingressBytesPerMonth ?? 0, bytes)),
       rateCell('req', t.id, t.effectiveLimits?.requestsPerSec ?? plan?.limits.requestsPerSec ?? 0, 'req/s'),
       rateCell('msg', t.id, plan?.limits.messagesPerSec ?? 0, 'msg/s'),
-      h('td', {}, h('button', { type: 'button', class: suspended ? 'primary' : 'caution', onclick: action, disabled: !writable, title: writable ? null : 'Needs Redis: tenants come from the config file' }, suspended ? 'Resume' : 'Suspend')),
+      h(
+        'td',
+        {},
+        h('button', { type: 'button', class: suspended ? 'primary' : 'caution', onclick: action, disabled: !writable, title: writable ? null : 'Needs Redis: tenants come from the config file' }, suspended ? 'Resume' : 'Suspend'),
+        overridden ? h('button', { type: 'button', onclick: reset, title: 'Drop the admin API overrides: the config file applies again' }, 'Reset to file') : null,
+      ),
     );
   };
 
   page(
     'Tenants',
-    `${num(tenants.length)} tenants. Usage is this UTC month (${month}) so far; pushed messages and request body bytes count toward the quotas. Rates are live.${writable ? '' : ' Read-only: no Redis configured.'}`,
+    `${num(tenants.length)} tenants. Usage is this UTC month (${month}) so far; pushed messages and request body bytes count toward the quotas. Rates are live.${writable ? '' : ' Read-only: no Redis configured.'}${backing === 'memory' ? ' No Redis: changes are kept in this process only, until it exits.' : ''}`,
     h('p', { id: 'tenants-error', class: 'error', role: 'alert' }),
     h(
       'div',
@@ -559,6 +576,16 @@ async function editPlan(p) {
   } catch (err) {
     if (err instanceof Unauthorized) return failed(err);
     document.getElementById('plans-error').textContent = `Plan ${p.id} not saved: ${err.message}`;
+  }
+}
+
+// A sign-in link (`/console#token=...`, what `npm run demo` prints): the token goes to this tab's
+// session storage and leaves the address bar and its history entry at once.
+{
+  const m = /^#token=([^&]+)$/.exec(location.hash);
+  if (m) {
+    sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]));
+    history.replaceState(null, '', `${location.pathname}#/overview`);
   }
 }
 

@@ -17,6 +17,7 @@ import type { UsageRecorder } from './metering/recorder.js';
 import { createUsageStore } from './metering/store.js';
 import { processLogger, type Logger } from './observability/log.js';
 import { createMetrics } from './observability/metrics.js';
+import { ReloadHistory } from './observability/reloads.js';
 import { compileRoutes } from './routes/match.js';
 import { createPipeline, pipelineSettings } from './pipeline.js';
 import { connectRedis, whenReady } from './redis/connection.js';
@@ -38,6 +39,8 @@ export interface AppOptions {
   usageFlushMs?: number;
   /** What `/metrics` serves; default this process's registry. A multi-worker primary passes an aggregating one. */
   metricsText?: () => Promise<string>;
+  /** Without Redis, keep admin API writes (suspend, resume, records) in memory instead of refusing them (the demo). */
+  memoryOverrides?: boolean;
 }
 
 export interface App {
@@ -53,6 +56,8 @@ export interface App {
    * when the tables do not compile (a host listed twice, a bad route override).
    */
   reload(next: RawConfig): void;
+  /** The reloads tried so far; a file refused before reaching reload() (unreadable, invalid) is recorded with `refused`. */
+  readonly reloads: ReloadHistory;
   /** Stops accepting, lets in-flight requests finish (up to drainMs), flushes usage, then releases everything. */
   close(drainMs?: number): Promise<void>;
 }
@@ -68,7 +73,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   const redis = connectRedis(config.redis);
   if (redis) await whenReady(redis, 2000);
   else log.info('no redis configured: limits, tenants and usage are in memory (one instance only)');
-  const tenants = await createTenantStore(config, { log, ...(redis ? { redis } : {}) });
+  const tenants = await createTenantStore(config, { log, ...(redis ? { redis } : {}), memoryOverrides: opts.memoryOverrides === true });
   const verifiers = createTenantVerifiers(config.auth, { log, clock });
   const minter = config.upstreamIdentity.mode === 'mint' ? await createMinter(config.upstreamIdentity.mint, { clock }) : null;
   const lp = config.server.longPoll;
@@ -86,7 +91,9 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   const proxy = createUpstreamProxy({ clusters, pools, log });
   const usageStore = createUsageStore(redis, config.redis.keyPrefix);
   const meter = new Meter({ store: usageStore, log, clock, ...(opts.usageFlushMs ? { flushMs: opts.usageFlushMs } : {}) });
+  const reloads = new ReloadHistory(clock);
   const metrics = createMetrics({
+    reloads: () => reloads,
     limiterMode: () => limiter.mode(),
     brokers: () => clusters.snapshot(tenants.all()),
     usage: () => meter.lifetime(),
@@ -146,6 +153,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     stats: createLiveStats(metricsText, { redisConfigured: redis !== null, failMode: config.redis.failMode }, clock),
     planIds: () => Object.keys(config.plans),
     metricsText,
+    reloads,
     log,
     clock,
   });
@@ -173,13 +181,24 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     log,
     metrics: metrics.registry,
     tenants,
+    reloads,
     reload(next) {
-      const nextRoutes = compileRoutes(compileTables(next).routes);
-      // Synchronous from here: no request sees new tenants with old routes, or the reverse.
-      const swapped = tenants.reloadFile(next);
-      if (!swapped.ok) throw new ConfigError([...swapped.problems]);
+      let nextRoutes;
+      try {
+        nextRoutes = compileRoutes(compileTables(next).routes);
+        // Synchronous from here: no request sees new tenants with old routes, or the reverse.
+        const swapped = tenants.reloadFile(next);
+        if (!swapped.ok) throw new ConfigError([...swapped.problems]);
+      } catch (err) {
+        reloads.refused(err instanceof ConfigError ? err.problems : [String((err as Error)?.message ?? err)]);
+        throw err;
+      }
       routes = nextRoutes;
+      // The file changed, but these tenants keep what the admin API wrote over it: say so.
+      const shadowed = Object.keys(next.tenants).filter((id) => tenants.sourceOf(id)?.record === 'admin' || tenants.sourceOf(id)?.status === 'admin');
+      if (shadowed.length > 0) log.warn({ tenants: shadowed }, 'configuration reload: admin API overrides stay on top of the file for these tenants (queen-edge tenants reset ID drops them)');
       const restart = RESTART_SECTIONS.filter((k) => JSON.stringify(next[k]) !== JSON.stringify(config[k]));
+      reloads.applied(restart);
       if (restart.length > 0) log.warn({ sections: restart }, 'configuration reload: these sections changed but apply only after a restart');
       log.info({ tenants: Object.keys(next.tenants).length, plans: Object.keys(next.plans).length }, 'configuration reloaded: tenants, plans, routes and CORS');
     },

@@ -1,9 +1,9 @@
 #!/usr/bin/env node
 /**
- * Command line entry: `queen-edge [--config PATH] [--port N]` runs the gateway, in one process or as
- * a cluster (src/supervisor.ts); `queen-edge tenants|usage ...` calls the admin API
- * (src/admin/cli-commands.ts); `--help` prints the usage, `--version` the version. The only place
- * that exits the process.
+ * Command line entry: `queen-edge [--config PATH] [--port N] [--admin-port N]` runs the gateway, in
+ * one process or as a cluster (src/supervisor.ts); `queen-edge validate` checks a configuration
+ * without serving; `queen-edge tenants|usage ...` calls the admin API (src/admin/cli-commands.ts);
+ * `--help` prints the usage, `--version` the version. The only place that exits the process.
  */
 import cluster from 'node:cluster';
 import { readFile } from 'node:fs/promises';
@@ -11,6 +11,7 @@ import { availableParallelism } from 'node:os';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ADMIN_GROUPS, adminUsage } from './admin/cli-commands.js';
+import { describeProblems } from './config/hints.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
 import { compileTables } from './tables.js';
 import type { RawConfig } from './config/schema.js';
@@ -18,40 +19,94 @@ import type { RawConfig } from './config/schema.js';
 /** Exit code for a bad command line or an invalid configuration. */
 const EXIT_USAGE = 2;
 
-const USAGE = `usage: queen-edge [--config PATH] [--port N]   run the gateway
+const USAGE = `usage: queen-edge [--config PATH] [--port N] [--admin-port N]   run the gateway
+       queen-edge validate [--config PATH]   check a configuration, exit 0 or 2
        queen-edge --help | --version
 
-  -c, --config PATH  YAML configuration (default: $QUEEN_EDGE_CONFIG, else config/default.yaml)
-  -p, --port N       HTTPS port, overriding server.https.port (0 = any free port)
+  -c, --config PATH   YAML configuration
+                      (default: $QUEEN_EDGE_CONFIG, else config/default.yaml)
+  -p, --port N        HTTPS port, overriding server.https.port (0: any free one)
+      --admin-port N  admin listener port, overriding server.admin.port
 
 Admin commands (against a running gateway's admin listener):
 ${adminUsage().replace(/^usage:\n/, '')}
-Signals: SIGTERM or SIGINT drains (server.drainTimeoutMs), a second one exits at once; SIGHUP
-reloads tenants, plans, routes and CORS from the file (an invalid file keeps the running config).
-Exit codes: 0 drained cleanly, 1 failure or interrupted drain, 2 bad arguments or configuration.
+Signals: SIGTERM or SIGINT drains (server.drainTimeoutMs), a second one exits at
+once; SIGHUP reloads tenants, plans, routes and CORS from the file (an invalid
+file keeps the running config).
+Exit codes: 0 drained cleanly, 1 failure or interrupted drain, 2 bad arguments
+or configuration.
 `;
 
 const OPTIONS = {
   config: { type: 'string', short: 'c' },
   port: { type: 'string', short: 'p' },
+  'admin-port': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
   version: { type: 'boolean', short: 'v' },
 } as const;
 
-/** The gateway's command line: config path (flag, else QUEEN_EDGE_CONFIG, else the default) and port override. */
-function gatewayArgs(argv: string[], env: NodeJS.ProcessEnv): { help: boolean; version: boolean; configPath: string; port: number | null } {
-  const { values } = parseArgs({ args: argv, options: OPTIONS, strict: true, allowPositionals: false });
-  let port: number | null = null;
-  if (values.port !== undefined) {
-    port = /^\d{1,5}$/.test(values.port) ? Number(values.port) : NaN;
-    if (!(port >= 0 && port <= 65535)) throw new Error(`--port must be a port number (0-65535), not "${values.port}"`);
-  }
+/** A port flag's value; throws a usage error for anything but 0-65535. */
+function portOption(name: string, text: string | undefined): number | null {
+  if (text === undefined) return null;
+  const port = /^\d{1,5}$/.test(text) ? Number(text) : NaN;
+  if (!(port >= 0 && port <= 65535)) throw new Error(`--${name} must be a port number (0-65535), not "${text}"`);
+  return port;
+}
+
+interface GatewayArgs {
+  help: boolean;
+  version: boolean;
+  /** `validate`: check the configuration and exit. */
+  validate: boolean;
+  configPath: string;
+  port: number | null;
+  adminPort: number | null;
+}
+
+/** The gateway's command line: config path (flag, else QUEEN_EDGE_CONFIG, else the default) and port overrides. */
+function gatewayArgs(argv: string[], env: NodeJS.ProcessEnv): GatewayArgs {
+  const { values, positionals } = parseArgs({ args: argv, options: OPTIONS, strict: true, allowPositionals: true });
+  const validate = positionals[0] === 'validate';
+  const extra = positionals[validate ? 1 : 0];
+  if (extra !== undefined) throw new Error(`unexpected argument "${extra}"`);
+  if (validate && (values.port !== undefined || values['admin-port'] !== undefined)) throw new Error('validate takes only --config');
   return {
     help: values.help === true,
     version: values.version === true,
+    validate,
     configPath: resolve(values.config || env.QUEEN_EDGE_CONFIG || 'config/default.yaml'),
-    port,
+    port: portOption('port', values.port),
+    adminPort: portOption('admin-port', values['admin-port']),
   };
+}
+
+/** `queen-edge validate`: every problem of the file, with its path and a hint; no listener is opened. */
+async function validate(path: string): Promise<number> {
+  const { compileTables } = await import('./tables.js');
+  try {
+    const config = await loadConfigFile(path);
+    const { tenants } = compileTables(config);
+    const plans = Object.keys(config.plans).length;
+    process.stdout.write(`${path}: valid (${tenants.length} tenant${tenants.length === 1 ? '' : 's'}, ${plans} plan${plans === 1 ? '' : 's'})\n`);
+    return 0;
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    process.stderr.write(problemReport(path, err));
+    return EXIT_USAGE;
+  }
+}
+
+function problemReport(path: string, err: ConfigError): string {
+  const n = err.problems.length;
+  return `queen-edge: ${path}: ${n} problem${n === 1 ? '' : 's'}\n${describeProblems(err.problems)}`;
+}
+
+/** A listener that could not bind: one line (the port, why, and what to do), not a stack. */
+function bindFailure(err: unknown): string | null {
+  const cause = (err as { cause?: NodeJS.ErrnoException } | null)?.cause;
+  if (cause?.syscall !== 'listen') return null;
+  const hint = cause.code === 'EADDRINUSE' ? ' (another queen-edge running? choose other ports with --port and --admin-port)' : '';
+  return `queen-edge: ${(err as Error).message}${hint}\n`;
 }
 
 async function version(): Promise<string> {
@@ -84,6 +139,7 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(`queen-edge ${await version()}\n`);
     return 0;
   }
+  if (args.validate) return validate(args.configPath);
   let config;
   try {
     config = await loadConfigFile(args.configPath);
@@ -91,24 +147,34 @@ async function main(argv: string[]): Promise<number> {
     compileTables(config);
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
-    process.stderr.write(`queen-edge: ${args.configPath}: ${err.message}\n`);
+    process.stderr.write(problemReport(args.configPath, err));
     return EXIT_USAGE;
   }
   const { processLogger } = await import('./observability/log.js');
   const { runInProcess, runPrimary, workerCount } = await serving();
   const log = processLogger(config.log);
   const workers = workerCount(config, availableParallelism());
-  const port = args.port;
-  const withPort = (c: RawConfig): RawConfig => (port === null ? c : { ...c, server: { ...c.server, https: { ...c.server.https, port } } });
-  const reread = async () => withPort(await loadConfigFile(args.configPath));
-  config = withPort(config);
+  if (config.server.workers === 0 && workers > 1) {
+    log.info({ workers }, `server.workers is 0 and Redis is configured: starting one worker per CPU (${workers}); set server.workers to choose`);
+  }
+  const { port, adminPort } = args;
+  const withPorts = (c: RawConfig): RawConfig => ({
+    ...c,
+    server: {
+      ...c.server,
+      https: port === null ? c.server.https : { ...c.server.https, port },
+      admin: adminPort === null ? c.server.admin : { ...c.server.admin, port: adminPort },
+    },
+  });
+  const reread = async () => withPorts(await loadConfigFile(args.configPath));
+  config = withPorts(config);
   return workers === 1 ? runInProcess(config, { log, reread }) : runPrimary(config, workers, { log, reread });
 }
 
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (err: unknown) => {
-    process.stderr.write(`queen-edge: ${(err as Error)?.stack ?? String(err)}\n`);
+    process.stderr.write(bindFailure(err) ?? `queen-edge: ${(err as Error)?.stack ?? String(err)}\n`);
     process.exit(1);
   },
 );

@@ -10,8 +10,8 @@ import { HeadsInFlight } from './limits/heads-in-flight.js';
 import type { EdgeRequest, EdgeResponse, RequestHandler } from './listen/servers.js';
 import { clientGone, singleValue } from './listen/transport.js';
 import { createClientAddresses } from './net/client-address.js';
-import { accessLogWriter } from './observability/access-log.js';
-import { Tenancy } from './tenants/tenancy.js';
+import { accessLogWriter, targetParts } from './observability/access-log.js';
+import { hostName, Tenancy } from './tenants/tenancy.js';
 import { ANSWERED, PRELUDE, runStages, stagesOf } from './pipeline/chain.js';
 import { Exchange } from './pipeline/exchange.js';
 import type { Parts, PipelineDeps } from './pipeline/stages.js';
@@ -70,7 +70,14 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     d.metrics.request(ctx.tenant?.id ?? null, ctx.route?.name ?? null, ctx.status, ctx.code, performance.now() - ctx.startedAt, ctx.upstreamMs, ctx.limit);
     if (writeAccess === null) return;
     const traceparent = singleValue(req.headers.traceparent);
+    const target = targetParts(req.url ?? '');
     writeAccess({
+      client: parts.clientAddresses.of(req.socket?.remoteAddress, req.headers['x-forwarded-for']),
+      host: hostName(ctx.transport.authority(req)),
+      path: target.path,
+      queryLength: target.queryLength,
+      // The edge's own answers carry a code; a relayed one is the broker's status.
+      upstreamStatus: ctx.broker !== null && ctx.code === null && ctx.status !== 0 ? ctx.status : null,
       reqId: ctx.id,
       tenant: ctx.tenant?.id ?? null,
       sub: ctx.identity?.sub ?? null,

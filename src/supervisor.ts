@@ -8,7 +8,7 @@ import cluster, { type Worker } from 'node:cluster';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { AggregatorRegistry, type PrometheusContentType } from 'prom-client';
+import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
 import { startApp, type App } from './app.js';
 import { compileTables } from './tables.js';
@@ -20,16 +20,26 @@ import { processLogger, type Logger } from './observability/log.js';
 type ToWorker =
   | { type: 'queen-edge:config'; config: RawConfig }
   | { type: 'queen-edge:reload'; config: RawConfig }
+  /** The primary refused the file: the workers record it, so their admin API and /metrics show it. */
+  | { type: 'queen-edge:reload-refused'; problems: string[] }
   | { type: 'queen-edge:drain' }
-  | { type: 'queen-edge:metrics'; id: number; text?: string; error?: string };
+  | { type: 'queen-edge:metrics'; id: number; text?: string; error?: string }
+  /** The primary collects every worker's metrics for an aggregate. */
+  | { type: 'queen-edge:collect'; id: number };
 /** Worker → primary. */
 type ToPrimary =
   | { type: 'queen-edge:hello' }
   | { type: 'queen-edge:listening' }
-  | { type: 'queen-edge:metrics'; id: number };
+  | { type: 'queen-edge:metrics'; id: number }
+  /** A worker's metrics for collection `id`: empty while it is still starting (nothing counted yet). */
+  | { type: 'queen-edge:collected'; id: number; metrics: WorkerMetrics };
+
+type WorkerMetrics = MetricObjectWithValues<MetricValue<string>>[];
 
 const SIGNALS = ['SIGTERM', 'SIGINT'] as const;
-/** Time a worker's /metrics waits for the primary's aggregate (prom-client gives workers 5 s to answer it). */
+/** Time the primary waits for every worker's metrics. */
+const COLLECT_TIMEOUT_MS = 5000;
+/** Time a worker's /metrics waits for the primary's aggregate (a little over the primary's own wait). */
 const METRICS_TIMEOUT_MS = 6000;
 /** Beyond drainTimeoutMs, how long the primary waits for workers to finish closing before killing them. */
 const DRAIN_BACKSTOP_MS = 10_000;
@@ -105,10 +115,14 @@ function shutdownOf(app: App, log: Logger): Shutdown {
 /** Reads the configuration file again (what SIGHUP applies); rejects with a ConfigError when it is invalid. */
 export type ConfigSource = () => Promise<RawConfig>;
 
-/** Logs why a reload was refused: every problem, as at start; the running configuration stays. */
-function reloadRefused(log: Logger, err: unknown): void {
-  if (err instanceof ConfigError) log.error({ problems: err.problems }, 'configuration reload refused: keeping the running configuration');
-  else log.error({ err }, 'configuration reload failed: keeping the running configuration');
+/** Logs why a reload was refused: every problem, as at start; the running configuration stays. Returns the problems. */
+function reloadRefused(log: Logger, err: unknown): string[] {
+  if (err instanceof ConfigError) {
+    log.error({ problems: err.problems }, 'configuration reload refused: keeping the running configuration');
+    return err.problems;
+  }
+  log.error({ err }, 'configuration reload failed: keeping the running configuration');
+  return [String((err as Error)?.message ?? err)];
 }
 
 /** Calls `onHup` on SIGHUP until the returned function is called. */
@@ -134,9 +148,17 @@ export async function runInProcess(config: RawConfig, deps: { log: Logger; rerea
   const reread = deps.reread;
   const releaseHup = reread
     ? onHangup(() => {
-        reread()
-          .then((next) => app.reload(next))
-          .catch((err: unknown) => reloadRefused(deps.log, err));
+        reread().then(
+          // app.reload records its own refusals.
+          (next) => {
+            try {
+              app.reload(next);
+            } catch (err) {
+              reloadRefused(deps.log, err);
+            }
+          },
+          (err: unknown) => app.reloads.refused(reloadRefused(deps.log, err)),
+        );
       })
     : () => {};
   const code = await shutdown.done;
@@ -187,8 +209,7 @@ export async function runPrimary(config: RawConfig, count: number, deps: { log: 
   const workers = new Map<Worker, WorkerState>();
   const streaks = new Array<number>(count).fill(0);
   const restarts = new Set<NodeJS.Timeout>();
-  // Created on the first /metrics: its constructor subscribes to the workers' answers.
-  let aggregator: AggregatorRegistry<PrometheusContentType> | null = null;
+  const collector = metricsCollector();
   let started = false;
   let stopping = false;
   let failed = false;
@@ -241,18 +262,18 @@ export async function runPrimary(config: RawConfig, count: number, deps: { log: 
         log.info({ workers: count }, 'all workers listening');
       }
     } else if (msg.type === 'queen-edge:metrics') {
-      aggregator ??= new AggregatorRegistry();
-      aggregator.clusterMetrics().then(
+      collector.collect([...workers.keys()], send).then(
         (text) => send(w, { type: 'queen-edge:metrics', id: msg.id, text }),
         (err: Error) => send(w, { type: 'queen-edge:metrics', id: msg.id, error: err.message }),
       );
-    }
+    } else if (msg.type === 'queen-edge:collected') collector.answer(w, msg.id, msg.metrics);
   };
 
   const onExit = (w: Worker, code: number | null, signal: string | null): void => {
     const state = workers.get(w);
     if (state === undefined) return;
     workers.delete(w);
+    collector.gone(w);
     const fields = { worker: w.id, workerPid: w.process.pid, code, signal };
     if (stopping) {
       if (code !== 0 && state.ready) failed = true;
@@ -288,7 +309,11 @@ export async function runPrimary(config: RawConfig, count: number, deps: { log: 
   cluster.on('message', onMessage);
   cluster.on('exit', onExit);
   const release = onSignals(stop);
-  const releaseHup = deps.reread ? onHangup(() => void reload().catch((err: unknown) => reloadRefused(log, err))) : () => {};
+  const refused = (err: unknown): void => {
+    const problems = reloadRefused(log, err);
+    for (const w of workers.keys()) send(w, { type: 'queen-edge:reload-refused', problems });
+  };
+  const releaseHup = deps.reread ? onHangup(() => void reload().catch(refused)) : () => {};
   for (let slot = 0; slot < count; slot++) fork(slot);
   const code = await done;
   release();
@@ -300,7 +325,64 @@ export async function runPrimary(config: RawConfig, count: number, deps: { log: 
   return code;
 }
 
-/** Asks the primary for the cluster-wide /metrics text, which prom-client can only aggregate there. */
+/**
+ * The primary's side of /metrics: asks every worker for its metrics and aggregates them with
+ * prom-client's rules (sum, or each family's own aggregator). A worker still starting answers at
+ * once with nothing, so the first scrape after a start does not wait for it (prom-client's own
+ * clusterMetrics() waits for every worker, and timed out on one that had not set up its side).
+ */
+function metricsCollector(): {
+  collect(workers: Worker[], send: (w: Worker, msg: ToWorker) => void): Promise<string>;
+  answer(w: Worker, id: number, metrics: WorkerMetrics): void;
+  gone(w: Worker): void;
+} {
+  interface Collection {
+    readonly waiting: Set<Worker>;
+    readonly answers: WorkerMetrics[];
+    readonly done: (err: Error | null) => void;
+  }
+  const collections = new Map<number, Collection>();
+  let next = 0;
+  const settleIfComplete = (id: number, c: Collection): void => {
+    if (c.waiting.size > 0) return;
+    collections.delete(id);
+    c.done(null);
+  };
+  return {
+    collect(targets, send) {
+      const id = next++;
+      return new Promise<string>((resolveText, rejectText) => {
+        const waiting = new Set(targets.filter((w) => w.isConnected()));
+        const answers: WorkerMetrics[] = [];
+        const timer = setTimeout(() => {
+          collections.delete(id);
+          rejectText(new Error(`${waiting.size} worker(s) did not send their metrics within ${COLLECT_TIMEOUT_MS} ms`));
+        }, COLLECT_TIMEOUT_MS);
+        const done = (err: Error | null): void => {
+          clearTimeout(timer);
+          if (err) return rejectText(err);
+          Promise.resolve(AggregatorRegistry.aggregate(answers).metrics()).then(resolveText, rejectText);
+        };
+        const c = { waiting, answers, done };
+        collections.set(id, c);
+        for (const w of waiting) send(w, { type: 'queen-edge:collect', id });
+        settleIfComplete(id, c);
+      });
+    },
+    answer(w, id, metrics) {
+      const c = collections.get(id);
+      if (c === undefined || !c.waiting.delete(w)) return;
+      if (metrics.length > 0) c.answers.push(metrics);
+      settleIfComplete(id, c);
+    },
+    gone(w) {
+      // A worker that died is not waited for: its counts died with it.
+      for (const [id, c] of collections) if (c.waiting.delete(w)) settleIfComplete(id, c);
+    },
+  };
+}
+
+/** Asks the primary for the cluster-wide /metrics text, which only the primary can aggregate. */
 function metricsFromPrimary(): { ask(): Promise<string>; onAnswer(msg: Extract<ToWorker, { type: 'queen-edge:metrics' }>): void } {
   const pending = new Map<number, { resolve(text: string): void; reject(err: Error): void; timer: NodeJS.Timeout }>();
   let next = 0;
@@ -333,12 +415,22 @@ export async function runWorker(): Promise<number> {
   let drainEarly = false;
   let shutdown: Shutdown | null = null;
   let reloadWorker: ((config: RawConfig) => void) | null = null;
+  let refusedWorker: ((problems: string[]) => void) | null = null;
+  // Until the app runs, this worker has counted nothing: it answers a collection with no metrics.
+  let registry: App['metrics'] | null = null;
+  const collected = (id: number): void => {
+    const answer = (metrics: WorkerMetrics): void => void process.send!({ type: 'queen-edge:collected', id, metrics } satisfies ToPrimary);
+    if (registry === null) return answer([]);
+    registry.getMetricsAsJSON().then(answer, () => answer([]));
+  };
   const configured = new Promise<RawConfig>((resolveConfig) => {
     process.on('message', (msg: ToWorker) => {
       if (typeof msg !== 'object' || msg === null) return;
       if (msg.type === 'queen-edge:config') resolveConfig(msg.config);
       else if (msg.type === 'queen-edge:metrics') metrics.onAnswer(msg);
+      else if (msg.type === 'queen-edge:collect') collected(msg.id);
       else if (msg.type === 'queen-edge:reload') reloadWorker?.(msg.config);
+      else if (msg.type === 'queen-edge:reload-refused') refusedWorker?.(msg.problems);
       else if (msg.type === 'queen-edge:drain') {
         if (shutdown === null) drainEarly = true;
         else shutdown.drain('primary');
@@ -349,10 +441,7 @@ export async function runWorker(): Promise<number> {
   const config = await configured;
   const log = processLogger(config.log).child({ worker: cluster.worker!.id });
   const app = await startApp(config, { log, metricsText: () => metrics.ask() });
-  // The primary's aggregate is collected from every worker's registry: point prom-client's worker side
-  // at this app's registry, and construct an AggregatorRegistry, which is what subscribes a worker to the requests.
-  AggregatorRegistry.setRegistries([app.metrics]);
-  new AggregatorRegistry();
+  registry = app.metrics;
   const current = shutdownOf(app, log);
   shutdown = current;
   reloadWorker = (next) => {
@@ -362,6 +451,7 @@ export async function runWorker(): Promise<number> {
       reloadRefused(log, err);
     }
   };
+  refusedWorker = (problems) => app.reloads.refused(problems);
   // A terminal's hangup reaches the whole group: the primary reloads and forwards; a worker must not die of it.
   process.on('SIGHUP', () => {});
   // Ctrl-C reaches every process of the group; SIGTERM usually only the primary, which forwards it as 'drain'.

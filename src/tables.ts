@@ -6,11 +6,13 @@
  */
 import { ConfigError } from './config/load.js';
 import type { RawConfig } from './config/schema.js';
+import type { Tenant } from './tenants/model.js';
 import { buildSnapshot, NO_RECORDS } from './tenants/snapshot.js';
 import { queryAllowProblems } from './routes/query-params.js';
 import { applyRouteOverrides, ROUTES, type RouteSpec } from './routes/table.js';
 
 export interface CompiledTables {
+  readonly tenants: readonly Tenant[];
   readonly routes: readonly RouteSpec[];
 }
 
@@ -21,5 +23,5 @@ export function compileTables(cfg: RawConfig): CompiledTables {
   problems.push(...routeProblems);
   problems.push(...queryAllowProblems(cfg.queryAllow, new Set(routes.map((r) => r.name))));
   if (problems.length > 0) throw new ConfigError(problems);
-  return { routes };
+  return { tenants: [...built.snapshot.byId.values()], routes };
 }

@@ -132,7 +132,12 @@ async function call(cfg, step, method, path, { body, longPollMs, signal } = {}) 
     } catch (err) {
       if (signal?.aborted) throw signal.reason;
       // A CORS refusal looks exactly like this: the browser hides the response from the page.
-      row.networkError(`${err.name}: ${err.message} (origin not allowed, proxy down or certificate refused)`);
+      // The first cause on a fresh demo is the self-signed certificate: say how to accept it.
+      const health = `${new URL(url).origin}/health`;
+      row.networkError(
+        `${err.name}: ${err.message}. A self-signed certificate (npm run demo)? Open ${health} in a new tab, accept the certificate, then run again. ` +
+          'Otherwise: this origin is not allowed (the tenant\'s CORS origins) or the proxy is down.',
+      );
       throw new Stop(`${step}: network error`);
     }
     // 204 = no messages: never parse it.

@@ -23,13 +23,14 @@ import type { H1Handler } from '../listen/servers.js';
 import { rollUp, UsageCounts, type Granularity } from '../metering/counts.js';
 import { alignRange, exportChunks, type ExportFormat, type ExportGranularity, type HourlyReader } from '../metering/export.js';
 import type { Logger } from '../observability/log.js';
+import type { ReloadHistory } from '../observability/reloads.js';
 import { readBody } from '../listen/read-body.js';
 import { ID_PATTERN, type Plan, type Tenant } from '../tenants/model.js';
 import type { TenantStore, WriteResult } from '../tenants/store.js';
 import type { ClusterSnapshot } from '../upstream/clusters.js';
 import type { BrokerMaintenance, BrokerMaintenanceState, MaintenanceSwitch } from '../upstream/maintenance.js';
 import { answerProbe, type Readiness } from './probes.js';
-import { serveConsole } from './console.js';
+import { serveConsole, serveConsoleOff } from './console.js';
 import { adminHostAllowed } from './hosts.js';
 import { duplicatedSingleton } from '../listen/raw-headers.js';
 import { EdgeError, edgeError, isEdgeError, renderError, type AnyErrorCode } from '../errors.js';
@@ -56,6 +57,8 @@ export interface AdminDeps {
   readonly readiness: Readiness;
   /** Prometheus exposition text; a multi-worker supervisor passes an aggregating one. */
   readonly metricsText: () => Promise<string>;
+  /** The configuration reloads tried since the start (none when absent). */
+  readonly reloads?: ReloadHistory;
   readonly log: Logger;
   readonly clock: () => number;
 }
@@ -110,7 +113,18 @@ function tenantSummary(t: Tenant, store: TenantStore): Record<string, unknown> {
     brokers: t.brokers,
     tenancyAwareBrokers: t.tenancyAwareBrokers,
     storage: { usedBytes: store.storageUsed(t.id) ?? null, blocked: store.storageBlocked(t.id) },
+    source: sourceView(store, t.id),
   };
+}
+
+/**
+ * Which source won for a tenant: `record` is the file's entry or an admin API record, `status` the
+ * record's own or an admin API override; `fileStatus` is what the file says (what a reset gives).
+ */
+function sourceView(store: TenantStore, id: string): Record<string, unknown> | null {
+  const s = store.sourceOf(id);
+  if (s === undefined) return null;
+  return { record: s.record, status: s.status === 'admin' ? 'admin' : s.record, inFile: s.inFile, overridden: s.inFile && (s.record === 'admin' || s.status === 'admin') };
 }
 
 function planView(p: Plan): Record<string, unknown> {
@@ -147,12 +161,12 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
   const noop = () => undefined;
   const on = (method: 'GET' | 'PUT' | 'POST' | 'DELETE', path: string, action: Action) => router.on(method, path, noop, action);
 
-  const logChange = (c: Call, action: string, target: string, change?: unknown) =>
-    d.log.info({ admin: c.who, action, target, ...(change === undefined ? {} : { change }) }, 'admin change');
+  const logChange = (c: Call, action: string, target: string, change?: unknown, result: { outcome: string } = { outcome: 'done' }) =>
+    d.log[result.outcome === 'done' ? 'info' : 'warn']({ admin: c.who, action, target, ...(change === undefined ? {} : { change }), ...result }, 'admin change');
 
   /** Guards every write: the store refuses them without Redis; ids must fit keys and URLs. */
   const writable = (id: string): Refusal | null => {
-    if (d.tenants.backing !== 'redis') return edgeError('read_only');
+    if (d.tenants.backing === 'static') return edgeError('read_only');
     if (!ID_PATTERN.test(id)) return edgeError('invalid_request', `id: must match ${ID_PATTERN.source}`);
     return null;
   };
@@ -208,6 +222,17 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
       return { status: 200, body: await tenantDetail(d.tenants.byId(id)!) };
     });
   }
+
+  // Drops the admin API's overrides of a tenant of the file: its record and status are the file's again.
+  on('DELETE', '/admin/v1/tenants/:id/overrides', async (c) => {
+    const id = c.params.id!;
+    const t = existing(id);
+    if (t instanceof EdgeError) return t;
+    const refused = writable(id) ?? writeRefusal(await d.tenants.resetToFile(id), 'reset');
+    if (refused) return refused;
+    logChange(c, 'tenant.reset', id);
+    return { status: 200, body: await tenantDetail(d.tenants.byId(id)!) };
+  });
 
   on('PUT', '/admin/v1/tenants/:id/storage', async (c) => {
     const id = c.params.id!;
@@ -280,9 +305,10 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
     if (broker === undefined || broker === null) return [...t.brokers];
     return typeof broker === 'string' && t.brokers.includes(broker) ? [broker] : edgeError('invalid_request', `broker: not a broker of tenant "${t.id}"`);
   };
+  // The error names each failed broker and what happened: down, or up and answering another status.
   const maintenanceReply = (t: Tenant, brokers: BrokerMaintenanceState[]): Reply => {
-    const failed = brokers.some((b) => 'error' in b);
-    return { status: failed ? 502 : 200, body: { tenant: t.id, brokers, ...(failed ? { error: 'a broker did not answer', code: 'bad_gateway' } : {}) } };
+    const failed = brokers.filter((b) => 'error' in b).map((b) => `${b.url}: ${b.error}`);
+    return { status: failed.length ? 502 : 200, body: { tenant: t.id, brokers, ...(failed.length ? { error: failed.join('; '), code: 'bad_gateway' } : {}) } };
   };
   on('GET', '/admin/v1/tenants/:id/maintenance', async (c) => {
     const t = existing(c.params.id!);
@@ -303,17 +329,23 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
     const targets = maintenanceTargets(t, body.broker);
     if (targets instanceof EdgeError) return targets;
     const enabled = body.enabled;
-    logChange(c, 'broker.maintenance', t.id, { mode, enabled, brokers: targets });
-    return maintenanceReply(t, await Promise.all(targets.map((url) => d.maintenance.set(url, t.id, mode as MaintenanceSwitch, enabled))));
+    const states = await Promise.all(targets.map((url) => d.maintenance.set(url, t.id, mode as MaintenanceSwitch, enabled)));
+    // Logged after the brokers answered, with what they did: a refused switch is not recorded as done.
+    const failed = states.flatMap((b) => ('error' in b ? [{ url: b.url, error: b.error }] : []));
+    const outcome = failed.length === 0 ? 'done' : failed.length === states.length ? 'failed' : 'partial';
+    logChange(c, 'broker.maintenance', t.id, { mode, enabled, brokers: targets }, { outcome, ...(failed.length ? { failed } : {}) });
+    return maintenanceReply(t, states);
   });
 
   on('GET', '/admin/v1/plans', async () => {
     const ids = [...new Set([...d.planIds(), ...[...d.tenants.all()].map((t) => t.plan.id)])].sort();
     const plans = ids.map((id) => d.tenants.planById(id)).filter((p) => p !== undefined);
-    return { status: 200, body: { writable: d.tenants.backing === 'redis', plans: plans.map(planView) } };
+    return { status: 200, body: { writable: d.tenants.backing !== 'static', backing: d.tenants.backing, plans: plans.map(planView) } };
   });
 
   on('GET', '/admin/v1/stats', async () => ({ status: 200, body: await d.stats() }));
+
+  on('GET', '/admin/v1/reloads', async () => ({ status: 200, body: { last: d.reloads?.last ?? null, applied: d.reloads?.counts.applied ?? 0, refused: d.reloads?.counts.refused ?? 0 } }));
 
   on('GET', '/admin/v1/usage/export', async (c) => {
     const range = usageRange(c.query, d.clock(), 'hour');
@@ -351,7 +383,7 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
     const url = req.url ?? '/';
     const q = url.indexOf('?');
     const path = q === -1 ? url : url.slice(0, q);
-    if (expected !== null && (await serveConsole(path, req, res))) return;
+    if (expected !== null ? await serveConsole(path, req, res) : serveConsoleOff(path, req, res)) return;
     if (path === '/metrics' && req.method === 'GET') {
       const text = await d.metricsText();
       res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8', 'cache-control': 'no-store' });

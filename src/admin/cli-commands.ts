@@ -42,18 +42,40 @@ export interface AdminCommand {
   /** Options as shown in the help, e.g. `--file FILE.json`. */
   optionsHelp?: string;
   summary: string;
-  /** The API's answer and how to show it to a person; null when the command wrote its output itself. */
-  run(ctx: CommandContext): Promise<{ doc: Json; human(): string } | null>;
+  /**
+   * The API's answer and how to show it to a person; null when the command wrote its output
+   * itself. `failed`: the answer is shown, but the call failed (exit 1 with this message).
+   */
+  run(ctx: CommandContext): Promise<{ doc: Json; human(): string; failed?: string } | null>;
 }
 
 /** A wrong command line: exit 2 with the usage. */
 export class UsageError extends Error {}
+
+/** The admin API refused the call; `doc` is its JSON answer, when it gave one. */
+class ApiError extends Error {
+  constructor(message: string, readonly doc: Json) {
+    super(message);
+  }
+}
 
 /** A table with left-aligned columns. */
 function table(headers: readonly string[], rows: ReadonlyArray<readonly string[]>): string {
   const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const line = (cells: readonly string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();
   return [line(headers), ...rows.map(line)].join('\n') + '\n';
+}
+
+/** Where a tenant field came from, for people. */
+function fromText(source: unknown): string {
+  return source === 'file' ? 'the config file' : source === 'admin' ? 'an admin API override' : 'unknown';
+}
+
+/** A tenant's source column: `file`, `admin API`, or `file + override`. */
+function sourceText(source: Json): string {
+  if (!source) return '-';
+  if (!source.inFile) return 'admin API';
+  return source.overridden ? 'file + override' : 'file';
 }
 
 /** `YYYY-MM` → [first instant, first instant of the next month) as ISO strings. */
@@ -83,7 +105,7 @@ export const COMMANDS: readonly AdminCommand[] = [
     summary: 'every tenant',
     async run({ api }) {
       const doc = await api('GET', '/admin/v1/tenants');
-      return { doc, human: () => table(['ID', 'STATUS', 'PLAN', 'HOSTS', 'BROKERS'], doc.tenants.map((t: Json) => [t.id, t.status, t.plan, t.hosts.join(',') || '-', String(t.brokers.length)])) };
+      return { doc, human: () => table(['ID', 'STATUS', 'PLAN', 'HOSTS', 'BROKERS', 'SOURCE'], doc.tenants.map((t: Json) => [t.id, t.status, t.plan, t.hosts.join(',') || '-', String(t.brokers.length), sourceText(t.source)])) };
     },
   },
   {
@@ -97,7 +119,8 @@ export const COMMANDS: readonly AdminCommand[] = [
         human: () =>
           table(['FIELD', 'VALUE'], [
             ['id', doc.id],
-            ['status', doc.status],
+            ['status', `${doc.status} (from ${fromText(doc.source?.status)})`],
+            ['record', `from ${fromText(doc.source?.record)}${doc.source?.overridden ? ' (reset to the file: queen-edge tenants reset ID)' : ''}`],
             ['plan', doc.plan],
             ['hosts', doc.hosts.join(', ') || '-'],
             ['brokers', doc.brokers.join(', ')],
@@ -131,6 +154,15 @@ export const COMMANDS: readonly AdminCommand[] = [
       },
     }),
   ),
+  {
+    words: ['tenants', 'reset'],
+    args: ['ID'],
+    summary: "drop the admin API's overrides (suspend, resume, put) of a tenant of the config file: the file's entry applies again",
+    async run({ api, args: [id] }) {
+      const doc = await api('DELETE', `/admin/v1/tenants/${id}/overrides`);
+      return { doc, human: () => `tenant ${doc.id} reset to the config file (${doc.status}, plan ${doc.plan})\n` };
+    },
+  },
   {
     words: ['usage'],
     args: ['TENANT'],
@@ -171,15 +203,34 @@ export const COMMANDS: readonly AdminCommand[] = [
     async run({ api, args: [tenant, to], values }) {
       if (to !== undefined && to !== 'on' && to !== 'off') throw new UsageError('maintenance: expected on or off');
       const broker = typeof values.broker === 'string' ? values.broker : undefined;
-      const doc =
+      // A 502 still lists every broker's outcome: shown, then exit 1.
+      const answer = await withBrokers(
         to === undefined
-          ? await api('GET', `/admin/v1/tenants/${tenant}/maintenance${broker ? `?broker=${encodeURIComponent(broker)}` : ''}`)
-          : await api('PUT', `/admin/v1/tenants/${tenant}/maintenance`, JSON.stringify({ mode: values.pop === true ? 'pop' : 'push', enabled: to === 'on', ...(broker ? { broker } : {}) }));
+          ? api('GET', `/admin/v1/tenants/${tenant}/maintenance${broker ? `?broker=${encodeURIComponent(broker)}` : ''}`)
+          : api('PUT', `/admin/v1/tenants/${tenant}/maintenance`, JSON.stringify({ mode: values.pop === true ? 'pop' : 'push', enabled: to === 'on', ...(broker ? { broker } : {}) })),
+      );
       const mode = (on: boolean) => (on ? 'on' : 'off');
-      return { doc, human: () => table(['BROKER', 'MAINTENANCE', 'POP_MAINTENANCE'], doc.brokers.map((b: Json) => [b.url, mode(b.maintenance), mode(b.popMaintenance)])) };
+      const row = (b: Json) => ('error' in b ? [b.url, '?', '?', b.error] : [b.url, mode(b.maintenance), mode(b.popMaintenance), '-']);
+      // The ERROR column only when a broker failed.
+      const headers = ['BROKER', 'MAINTENANCE', 'POP_MAINTENANCE', ...(answer.failed ? ['ERROR'] : [])];
+      return {
+        doc: answer.doc,
+        human: () => table(headers, answer.doc.brokers.map((b: Json) => row(b).slice(0, headers.length))),
+        ...(answer.failed ? { failed: answer.failed } : {}),
+      };
     },
   },
 ];
+
+/** The answer of a maintenance call, including a refusal that still lists the brokers. */
+async function withBrokers(call: Promise<Json>): Promise<{ doc: Json; failed?: string }> {
+  try {
+    return { doc: await call };
+  } catch (err) {
+    if (err instanceof ApiError && Array.isArray(err.doc?.brokers)) return { doc: err.doc, failed: err.message };
+    throw err;
+  }
+}
 
 /** Options every command takes. */
 const SHARED: Options = { url: { type: 'string' }, token: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' } };
@@ -190,13 +241,32 @@ export const ADMIN_GROUPS: ReadonlySet<string> = new Set(COMMANDS.map((c) => c.w
 /** The help for the commands whose words start with `group` (all when empty). */
 export function adminUsage(group?: string): string {
   const shown = COMMANDS.filter((c) => group === undefined || c.words[0] === group);
-  const lines = shown.map((c) => [`queen-edge ${[...c.words, ...c.args, ...(c.optional ?? []).map((a) => `[${a}]`), ...(c.optionsHelp ? [c.optionsHelp] : [])].join(' ')}`, c.summary] as const);
-  const width = Math.max(...lines.map(([l]) => l.length));
-  return `usage:\n${lines.map(([l, s]) => `  ${l.padEnd(width)}  ${s}`).join('\n')}
-options: --url URL      admin listener (default $QUEEN_EDGE_ADMIN_URL or http://127.0.0.1:9090)
+  // Each command on its line (continued, indented, past 80 columns), its summary below it.
+  const entries = shown.map((c) => {
+    const synopsis = `queen-edge ${[...c.words, ...c.args, ...(c.optional ?? []).map((a) => `[${a}]`), ...(c.optionsHelp ? [c.optionsHelp] : [])].join(' ')}`;
+    return `${wrap(synopsis, '  ', '        ')}\n${wrap(c.summary, '      ', '      ')}`;
+  });
+  return `usage:\n${entries.join('\n')}
+options: --url URL      admin listener
+                        (default $QUEEN_EDGE_ADMIN_URL or http://127.0.0.1:9090)
          --token TOKEN  server.admin.token (default $QUEEN_EDGE_ADMIN_TOKEN)
          --json         the API's JSON instead of a table
 `;
+}
+
+/** `text` in lines of at most `width` columns, broken at spaces: the first prefixed by `first`, the rest by `rest`. */
+export function wrap(text: string, first: string, rest: string, width = 80): string {
+  const lines: string[] = [];
+  let line = first;
+  for (const word of text.split(' ')) {
+    const prefix = lines.length === 0 ? first : rest;
+    if (line !== prefix && line.length + 1 + word.length > width) {
+      lines.push(line);
+      line = rest + word;
+    } else line += line === prefix ? word : ` ${word}`;
+  }
+  lines.push(line);
+  return lines.join('\n');
 }
 
 /** Parses with strict checks, turning node's errors into usage errors. */
@@ -214,20 +284,22 @@ function findCommand(positionals: readonly string[]): AdminCommand | undefined {
 }
 
 /** The call's failure as a person should read it. */
-function callError(status: number, doc: Json, text: string, base: string): Error {
+function callError(status: number, doc: Json, text: string, base: string): ApiError {
   if (doc?.code === 'admin_disabled') {
-    return new Error(
+    return new ApiError(
       `the admin API at ${base} is off: set server.admin.token in the configuration (config/default.yaml reads $QUEEN_EDGE_ADMIN_TOKEN), restart the proxy, and pass the same token with --token or $QUEEN_EDGE_ADMIN_TOKEN`,
+      doc,
     );
   }
   const problems = Array.isArray(doc?.problems) ? doc.problems.map((p: string) => `\n  ${p}`).join('') : '';
-  return new Error(`${status} ${doc?.code ?? ''}: ${doc?.error ?? text}${problems}`);
+  return new ApiError(`${status} ${doc?.code ?? ''}: ${doc?.error ?? text}${problems}`, doc);
 }
 
 /** Runs one admin command; resolves to the process exit code. */
 export async function runAdminCli(argv: string[], io: CliIo): Promise<number> {
   const allOptions: Options = Object.assign({}, SHARED, ...COMMANDS.map((c) => c.options ?? {}));
   let group: string | undefined;
+  let json = false;
   try {
     // A lenient pass first, knowing every option, only to find which command the words name.
     const { positionals, values: loose } = parse(argv, allOptions, false);
@@ -239,6 +311,7 @@ export async function runAdminCli(argv: string[], io: CliIo): Promise<number> {
     }
     if (command === undefined) throw new UsageError(positionals.length ? `unknown command: ${positionals.join(' ')}` : 'missing command');
     const { positionals: all, values } = parse(argv, { ...SHARED, ...command.options }, true);
+    json = values.json === true;
     const args = all.slice(command.words.length);
     if (args.length < command.args.length) throw new UsageError(`missing ${command.args[args.length]}`);
     const most = command.args.length + (command.optional?.length ?? 0);
@@ -270,13 +343,19 @@ export async function runAdminCli(argv: string[], io: CliIo): Promise<number> {
       else await pipeline(res.body, io.stdout, { end: false });
     };
     const shown = await command.run({ args: args.map(encodeURIComponent), values, api, download });
-    if (shown) io.stdout.write(values.json === true ? `${JSON.stringify(shown.doc, null, 2)}\n` : shown.human());
+    if (shown) io.stdout.write(json ? `${JSON.stringify(shown.doc, null, 2)}\n` : shown.human());
+    if (shown?.failed) {
+      io.stderr.write(`queen-edge: ${shown.failed}\n`);
+      return 1;
+    }
     return 0;
   } catch (err) {
     if (err instanceof UsageError) {
       io.stderr.write(`queen-edge: ${err.message}\n${adminUsage(group)}`);
       return 2;
     }
+    // Scripts asking for JSON get the API's refusal as JSON too.
+    if (json && err instanceof ApiError && err.doc !== null && err.doc !== undefined) io.stdout.write(`${JSON.stringify(err.doc, null, 2)}\n`);
     io.stderr.write(`queen-edge: ${(err as Error).message}\n`);
     return 1;
   }

@@ -57,3 +57,31 @@ export async function serveConsole(path: string, req: IncomingMessage, res: Serv
   else res.end(body);
   return true;
 }
+
+const HOW_TO_ENABLE =
+  'The console and the admin API are off: no server.admin.token is configured. Set one (config/default.yaml reads $QUEEN_EDGE_ADMIN_TOKEN, ' +
+  'e.g. QUEEN_EDGE_ADMIN_TOKEN=$(openssl rand -hex 24) npm start), restart queen-edge, open /console again and sign in with that token (docs/console.md).';
+
+const OFF_PAGE = Buffer.from(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>queen-edge console is off</title></head>
+<body><h1>The queen-edge console is off</h1>
+<p>No <code>server.admin.token</code> is configured, so the console and the admin API are switched off.</p>
+<ol><li>Choose a token, e.g. <code>openssl rand -hex 24</code>.</li>
+<li>Start queen-edge with it: <code>QUEEN_EDGE_ADMIN_TOKEN=&lt;token&gt; npm start</code> (config/default.yaml reads that variable), or set <code>server.admin.token</code> in your configuration.</li>
+<li>Open this page again and sign in with the token.</li></ol>
+<p>See docs/console.md.</p></body></html>
+`);
+
+/**
+ * Answers a console path while no admin token is configured: how to turn the console on, as a
+ * page for browsers and as the admin API's `admin_disabled` JSON otherwise (404 either way: there
+ * is no console here). False for paths outside the console.
+ */
+export function serveConsoleOff(path: string, req: IncomingMessage, res: ServerResponse): boolean {
+  if (!(path === '/console' || path.startsWith('/console/'))) return false;
+  const html = (req.headers.accept ?? '').includes('text/html');
+  const body = html ? OFF_PAGE : Buffer.from(JSON.stringify({ error: HOW_TO_ENABLE, code: 'admin_disabled' }));
+  res.writeHead(404, { ...CONSOLE_HEADERS, 'cache-control': 'no-store', 'content-type': html ? TYPES.html! : 'application/json', 'content-length': String(body.length) });
+  res.end(req.method === 'HEAD' ? undefined : body);
+  return true;
+}

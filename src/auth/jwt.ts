@@ -173,6 +173,11 @@ class Verifier implements TokenVerifier {
   readonly #refusedKeys: () => ReadonlySet<string>;
   readonly #anyKey: boolean;
   #pem: Promise<KeyObject> | null = null;
+  /**
+   * Verifications under way, by token: a burst of requests carrying one new token (h2 streams
+   * opened at once) costs one signature check and one place in the signature gate, not one each.
+   */
+  readonly #verifying = new Map<string, Promise<Identity | EdgeError>>();
 
   constructor(cfg: AuthConfig, log: Logger, clock: () => number, keys: KeyContext, ownsJwks: boolean) {
     this.#cfg = cfg;
@@ -200,6 +205,21 @@ class Verifier implements TokenVerifier {
     const hit = this.cached(token);
     if (hit) return hit;
     if (!this.#anyKey) return deny('no verification key configured');
+    const under = this.#verifying.get(token);
+    if (under !== undefined) {
+      // Only a success is shared: a refusal may be the other request's (its address over the gate).
+      const shared = await under;
+      if (!(shared instanceof EdgeError)) return shared;
+    }
+    const verifying = this.#verifyOnce(token, gate);
+    if (under === undefined) {
+      this.#verifying.set(token, verifying);
+      void verifying.finally(() => this.#verifying.delete(token));
+    }
+    return verifying;
+  }
+
+  async #verifyOnce(token: string, gate: SignatureGate | undefined): Promise<Identity | EdgeError> {
     try {
       return await this.#verifyUncached(token, gate);
     } catch (err) {

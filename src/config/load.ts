@@ -45,7 +45,7 @@ export function substituteEnv(value: unknown, env: NodeJS.ProcessEnv, problems: 
         return v;
       }
       if (def !== undefined) return def;
-      problems.push(`${path || '(root)'}: environment variable ${name} is not set and has no default`);
+      problems.push(`${path || '(root)'}: environment variable ${name} is ${v === undefined ? 'not set' : 'empty'} and has no default`);
       return '';
     });
     if (origin.vars.length === 0) return value;
@@ -106,9 +106,11 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   let result = configSchema.safeParse(substituted);
   if (!result.success && coerceWanted(substituted, result.error.issues, origins)) result = configSchema.safeParse(substituted);
   if (!result.success) {
+    // A variable already reported as missing is not reported again as a value of the wrong type.
+    const missing = new Set(problems.map((p) => p.slice(0, p.indexOf(': '))));
     for (const issue of result.error.issues) {
       const p = pathKey(issue.path);
-      problems.push(problemText(p, issue.message, origins.get(p)));
+      if (!missing.has(p)) problems.push(problemText(p, issue.message, origins.get(p)));
     }
   }
   if (problems.length > 0 || !result.success) throw new ConfigError(problems);
@@ -124,6 +126,9 @@ export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = proc
     throw new ConfigError([`${path}: ${(err as Error).message}`]);
   }
   const doc = parseDocument(text, { prettyErrors: true });
-  if (doc.errors.length > 0) throw new ConfigError(doc.errors.map((e) => `${path}: ${e.message}`));
+  if (doc.errors.length > 0) {
+    // After a syntax error the parser is lost: the errors that follow it only echo the first.
+    throw new ConfigError([`${path}: ${doc.errors[0]!.message.trimEnd()}`]);
+  }
   return parseConfig(doc.toJS(), env);
 }

@@ -168,6 +168,10 @@ export const configSchema = z.strictObject({
     /** added: `pretty` for people, `json` for log collectors, `auto` = pretty on a terminal. */
     format: z.enum(['auto', 'json', 'pretty']).default('auto'),
     accessLog: z.boolean().default(true),
+    /** added: `iso` writes `time` as an ISO 8601 string instead of epoch milliseconds (JSON lines). */
+    time: z.enum(['epoch', 'iso']).default('epoch'),
+    /** added: `level` as a name ("info") instead of a number (30) (JSON lines). */
+    levelNames: z.boolean().default(false),
   }).prefault({}),
   /** added: how shared limits are decided (docs/limits.md, "Leased mode"). */
   limits: z.strictObject({
@@ -233,6 +237,8 @@ export const configSchema = z.strictObject({
   /** added: upstream pools and health (docs/clusters.md). */
   upstream: z.strictObject({
     connections: z.number().int().positive().default(128),
+    /** added: fraction of `connections` one tenant's requests (parked polls aside) may hold on one broker; the rest wait in its own queue (docs/clusters.md). */
+    tenantShare: z.number().gt(0).max(1).default(0.25),
     connectTimeoutMs: z.number().int().positive().default(2000),
     /** Upstream timeout for requests that are not long polls. */
     requestTimeoutMs: z.number().int().positive().default(30000),

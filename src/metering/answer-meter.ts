@@ -29,6 +29,14 @@ export interface AnswerMeter {
   discard(): void;
 }
 
+/**
+ * Decoding for metering stops (the answer is metered as undecodable) past this many decoded bytes
+ * and past this ratio to the compressed bytes read: JSON answers compress 5 to 20 times, a gzip
+ * bomb about 1000 times, and each decoded byte costs scanner time the relay does not need.
+ */
+const DECODED_FLOOR_BYTES = 8 * 1024 * 1024;
+const MAX_RATIO = 100;
+
 function outcomeOf(facts: AnswerFacts | null): MeterOutcome {
   return facts === null ? { facts: null, problem: 'malformed' } : { facts, problem: null };
 }
@@ -68,16 +76,20 @@ class DecodingMeter implements AnswerMeter {
   #ended = false;
   #done: ((outcome: MeterOutcome) => void) | null = null;
   #resume: (() => void) | null = null;
+  #read = 0;
+  #decoded = 0;
 
   constructor(decoder: Transform) {
     this.#decoder = decoder;
-    decoder.on('data', (chunk: Buffer) => this.#scanner.write(chunk));
-    decoder.on('error', () => {
-      this.#failed = true;
-      // A relay paused for this decoder must not wait for a drain that will never come.
-      this.#resume?.();
-      this.#finish();
+    decoder.on('data', (chunk: Buffer) => {
+      if (this.#failed) return;
+      this.#decoded += chunk.length;
+      if (this.#decoded > Math.max(DECODED_FLOOR_BYTES, MAX_RATIO * this.#read)) {
+        decoder.destroy();
+        this.#fail();
+      } else this.#scanner.write(chunk);
     });
+    decoder.on('error', () => this.#fail());
     decoder.on('end', () => {
       this.#ended = true;
       this.#finish();
@@ -85,7 +97,16 @@ class DecodingMeter implements AnswerMeter {
   }
 
   write(chunk: Buffer): boolean {
+    this.#read += chunk.length;
     return this.#failed || this.#decoder.write(chunk);
+  }
+
+  #fail(): void {
+    if (this.#failed) return;
+    this.#failed = true;
+    // A relay paused for this decoder must not wait for a drain that will never come.
+    this.#resume?.();
+    this.#finish();
   }
 
   onDrain(resume: () => void): void {

@@ -24,8 +24,28 @@ const REDACT = [
 const LOG_BUFFER_BYTES = 4096;
 const LOG_FLUSH_MS = 250;
 
-export function createLogger(level: string, destination?: NodeJS.WritableStream | ReturnType<typeof pino.destination>): Logger {
-  return pino({ level, redact: { paths: REDACT, censor: '[redacted]' }, base: { pid: process.pid } }, destination ?? bufferedStdout());
+/** Marks a destination whose lines are read by people (pino-pretty): the access log writes them a sentence. */
+export const HUMAN_DESTINATION: unique symbol = Symbol('queen-edge.human-destination');
+
+/** How lines date and name their level (`log.time`, `log.levelNames`); pino's defaults when absent. */
+export interface LineStyle {
+  /** `epoch`: milliseconds (pino's default); `iso`: an ISO 8601 string. */
+  readonly time?: 'epoch' | 'iso';
+  /** `level` as a name (`"info"`) instead of pino's number (30). */
+  readonly levelNames?: boolean;
+}
+
+export function createLogger(level: string, destination?: NodeJS.WritableStream | ReturnType<typeof pino.destination>, style: LineStyle = {}): Logger {
+  return pino(
+    {
+      level,
+      redact: { paths: REDACT, censor: '[redacted]' },
+      base: { pid: process.pid },
+      ...(style.time === 'iso' ? { timestamp: pino.stdTimeFunctions.isoTime } : {}),
+      ...(style.levelNames ? { formatters: { level: (label: string) => ({ level: label }) } } : {}),
+    },
+    destination ?? bufferedStdout(),
+  );
 }
 
 function bufferedStdout(): ReturnType<typeof pino.destination> {
@@ -58,16 +78,20 @@ function loadPretty(): PrettyFactory | null {
   }
 }
 
-/** The process's logger as the `log:` section asks, on stdout. */
-export function processLogger(cfg: { level: string; format: LogFormat }, isTty = process.stdout.isTTY === true): Logger {
-  if (resolveLogFormat(cfg.format, isTty) === 'json') return createLogger(cfg.level);
+/** The process's logger as the `log:` section asks, on stdout (a pretty one on `prettyOut` when given: tests). */
+export function processLogger(cfg: { level: string; format: LogFormat } & LineStyle, isTty = process.stdout.isTTY === true, prettyOut?: NodeJS.WritableStream): Logger {
+  const style: LineStyle = { ...(cfg.time ? { time: cfg.time } : {}), ...(cfg.levelNames ? { levelNames: true } : {}) };
+  if (resolveLogFormat(cfg.format, isTty) === 'json') return createLogger(cfg.level, undefined, style);
   const pretty = loadPretty();
   if (pretty === null) {
-    const log = createLogger(cfg.level);
+    const log = createLogger(cfg.level, undefined, style);
     log.warn('log.format pretty needs the optional package pino-pretty, which is not installed: logging JSON');
     return log;
   }
-  return createLogger(cfg.level, pretty({ colorize: isTty, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname', singleLine: false }));
+  // One line per entry: a request's fields are one sentence (access-log.ts), others follow on the line.
+  const human = pretty({ colorize: isTty, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname', singleLine: true, ...(prettyOut ? { destination: prettyOut } : {}) });
+  (human as unknown as Record<symbol, boolean>)[HUMAN_DESTINATION] = true;
+  return createLogger(cfg.level, human);
 }
 
 /** A logger that writes nothing (tests and tools). */

@@ -37,6 +37,8 @@ export interface MetricSources {
   brokers(): readonly { readonly brokers: readonly { readonly url: string; readonly healthy: boolean; readonly inflight: number }[] }[];
   usage(): ReadonlyMap<string, UsageTotals>;
   flush(): { readonly flushes: number; readonly failures: number; readonly lagMs: number };
+  /** Configuration reloads (reloads.ts); absent: the reload families stay empty. */
+  reloads?(): { readonly lastAtMs: number; readonly last: { readonly result: 'applied' | 'refused' } | null; readonly counts: Readonly<Record<'applied' | 'refused', number>> };
 }
 
 /** A tenant's metered totals as the usage counters read them. */
@@ -291,6 +293,38 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
         this.inc({ tenant, direction: 'ingress' }, c.ingressBytes);
         this.inc({ tenant, direction: 'egress' }, c.egressBytes);
       }
+    },
+  });
+  // Every worker applies the same reloads: a cluster's figure is the max (or min for success), not a sum.
+  new Gauge({
+    name: 'queen_edge_config_last_reload_timestamp_seconds',
+    help: 'When the configuration was last reloaded (applied or refused); 0 when never since the start.',
+    registers: [registry],
+    aggregator: 'max',
+    collect() {
+      this.set((sources.reloads?.().lastAtMs ?? 0) / 1000);
+    },
+  });
+  new Gauge({
+    name: 'queen_edge_config_last_reload_success',
+    help: 'Whether the last configuration reload was applied (1) or refused, the running configuration kept (0); 1 when none was tried.',
+    registers: [registry],
+    aggregator: 'min',
+    collect() {
+      this.set(sources.reloads?.().last?.result === 'refused' ? 0 : 1);
+    },
+  });
+  new Counter({
+    name: 'queen_edge_config_reloads_total',
+    help: 'Configuration reloads by result: applied or refused.',
+    labelNames: ['result'] as const,
+    registers: [registry],
+    aggregator: 'max',
+    collect() {
+      this.reset();
+      const counts = sources.reloads?.().counts ?? { applied: 0, refused: 0 };
+      this.inc({ result: 'applied' }, counts.applied);
+      this.inc({ result: 'refused' }, counts.refused);
     },
   });
   collectDefaultMetrics({ register: registry });

@@ -34,7 +34,14 @@ export function brokerIdentity(url: string): string {
   let host = u.hostname.toLowerCase();
   if (host.length > 1 && host.endsWith('.')) host = host.slice(0, -1);
   const bare = host.startsWith('[') ? host.slice(1, -1) : host;
-  if (host === 'localhost' || host.endsWith('.localhost') || (isIPv4(bare) && LOOPBACK.check(bare, 'ipv4')) || (isIPv6(bare) && LOOPBACK.check(bare, 'ipv6'))) {
+  // An IPv4-mapped IPv6 address (`[::ffff:10.0.0.5]`, which the URL parser writes `[::ffff:a00:5]`)
+  // reaches the same IPv4 socket on a dual-stack host: name it by its IPv4 form.
+  const mapped = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(bare);
+  if (mapped) {
+    const [hi, lo] = [parseInt(mapped[1]!, 16), parseInt(mapped[2]!, 16)];
+    host = `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`;
+  }
+  if (host === 'localhost' || host.endsWith('.localhost') || (isIPv4(host) && LOOPBACK.check(host, 'ipv4')) || (isIPv6(bare) && LOOPBACK.check(bare, 'ipv6'))) {
     host = 'loopback';
   }
   return `${host}:${u.port || DEFAULT_PORT[u.protocol] || ''}`;

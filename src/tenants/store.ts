@@ -41,6 +41,13 @@ export interface TenantStore extends TenantDirectory {
   setStatus(id: string, status: 'active' | 'suspended'): Promise<WriteResult>;
   /** Records the storage bytes a tenant uses (from the control plane). */
   setStorageUsed(id: string, bytes: number): Promise<WriteResult>;
+  /**
+   * Where a tenant's record and status come from: `file` (the configuration) or `admin` (written
+   * through the admin API, over the file's entry or as a tenant of its own). Undefined: no tenant.
+   */
+  sourceOf(id: string): { readonly record: 'file' | 'admin'; readonly status: 'record' | 'admin'; readonly inFile: boolean } | undefined;
+  /** Drops the admin API's overrides of a tenant of the file (record and status): the file's entry applies again. */
+  resetToFile(id: string): Promise<WriteResult>;
   /** Reloads from Redis now; resolves when a snapshot taken after the call is in place. */
   refresh(): Promise<void>;
   /**
@@ -55,8 +62,8 @@ export interface TenantStore extends TenantDirectory {
   onChange(listener: () => void): () => void;
   /** Counts the snapshots that changed something; tests and callers wait on it after a write. */
   readonly generation: number;
-  /** 'redis' when backed by Redis, 'static' for the file alone. */
-  readonly backing: 'redis' | 'static';
+  /** 'redis' when backed by Redis, 'memory' for writes kept in this process only, 'static' for the file alone. */
+  readonly backing: 'redis' | 'memory' | 'static';
   close(): Promise<void>;
 }
 
@@ -67,6 +74,11 @@ export interface TenantStoreDeps {
   readonly redis?: RedisClient;
   /** Safety-net full reload period; default 5000 ms. */
   readonly refreshMs?: number;
+  /**
+   * Without Redis, accept admin writes and keep them in this process's memory (lost on exit):
+   * the demo's console can suspend and resume. One process only: without Redis there is one.
+   */
+  readonly memoryOverrides?: boolean;
 }
 
 /** Delay before a failed reload is tried again. */
@@ -78,7 +90,7 @@ function fileProblems(built: Built): string[] {
 }
 
 class Directory implements TenantStore {
-  readonly backing: 'redis' | 'static';
+  readonly backing: 'redis' | 'memory' | 'static';
   #cfg: RawConfig;
   readonly #log: Logger;
   readonly #redis: RedisClient | null;
@@ -100,12 +112,12 @@ class Directory implements TenantStore {
   #again = false;
   #failing = false;
 
-  constructor(cfg: RawConfig, log: Logger, redis: RedisClient | null, owned: boolean) {
+  constructor(cfg: RawConfig, log: Logger, redis: RedisClient | null, owned: boolean, memoryOverrides = false) {
     this.#cfg = cfg;
     this.#log = log;
     this.#redis = redis;
     this.#owned = owned;
-    this.backing = redis ? 'redis' : 'static';
+    this.backing = redis ? 'redis' : memoryOverrides ? 'memory' : 'static';
     this.#keys = directoryKeys(cfg.redis.keyPrefix);
     this.#file = { plans: cfg.plans, tenants: cfg.tenants, auth: cfg.auth };
     this.#snap = buildSnapshot(this.#file, NO_RECORDS).snapshot;
@@ -122,6 +134,30 @@ class Directory implements TenantStore {
 
   recordOf(id: string): RawTenant | undefined {
     return this.#snap.records.get(id);
+  }
+
+  sourceOf(id: string): ReturnType<TenantStore['sourceOf']> {
+    const record = this.#snap.records.get(id);
+    if (record === undefined) return undefined;
+    const inFile = this.#file.tenants[id] !== undefined;
+    // The snapshot keeps the file's own object for a tenant the file decides.
+    return { record: record === this.#file.tenants[id] ? 'file' : 'admin', status: this.#records.status[id] === undefined ? 'record' : 'admin', inFile };
+  }
+
+  async resetToFile(id: string): Promise<WriteResult> {
+    const refusal = this.#cannotWrite(id);
+    if (refusal) return refusal;
+    if (this.#file.tenants[id] === undefined) return { ok: false, problems: [`tenant "${id}" is not in the configuration file: nothing to reset to`] };
+    const r = this.#records;
+    const tenants = new Map(r.tenants);
+    tenants.delete(id);
+    const deleted = new Set(r.deleted);
+    deleted.delete(id);
+    const status = { ...r.status };
+    delete status[id];
+    const k = this.#keys;
+    await this.#commit({ ...r, tenants, deleted, status }, (redis) => redis.multi().del(k.tenant(id)).srem(k.tenants, id).srem(k.deleted, id).hdel(k.status, id).exec(), `tenant:${id}`);
+    return { ok: true };
   }
 
   reloadFile(reloaded: FileDirectory): WriteResult {
@@ -219,7 +255,8 @@ class Directory implements TenantStore {
     deleted.delete(id);
     const status = { ...r.status };
     delete status[id];
-    const trial = buildSnapshot(this.#file, { ...r, tenants: new Map(r.tenants).set(id, text), deleted, status }, this.#snap);
+    const next = { ...r, tenants: new Map(r.tenants).set(id, text), deleted, status };
+    const trial = buildSnapshot(this.#file, next, this.#snap);
     const refused = trial.rejected.find((x) => x.kind === 'tenant' && x.id === id && x.source === 'redis');
     if (refused) return refused.conflict ? { ok: false, problems: refused.problems, conflict: true } : { ok: false, problems: refused.problems };
     // Among records the lower id wins a clash, so a new record could push a tenant in force out of
@@ -227,55 +264,69 @@ class Directory implements TenantStore {
     const displaced = trial.rejected.find((x) => x.kind === 'tenant' && x.id !== id && x.conflict && trial.snapshot.byId.get(x.id) !== this.#snap.byId.get(x.id));
     if (displaced) return { ok: false, problems: displaced.problems.map((p) => `would displace tenant "${displaced.id}": ${p}`), conflict: true };
     const k = this.#keys;
-    await redis.multi().set(k.tenant(id), text).sadd(k.tenants, id).srem(k.deleted, id).hdel(k.status, id).exec();
-    await this.#announce(`tenant:${id}`);
+    await this.#commit(next, (redis) => redis.multi().set(k.tenant(id), text).sadd(k.tenants, id).srem(k.deleted, id).hdel(k.status, id).exec(), `tenant:${id}`);
     return { ok: true };
   }
 
   async deleteTenant(id: string): Promise<boolean> {
     if (this.#cannotWrite(id)) return false;
-    const redis = this.#redis!;
     const existed = this.#snap.byId.has(id);
     const k = this.#keys;
-    await redis.multi().del(k.tenant(id)).srem(k.tenants, id).sadd(k.deleted, id).hdel(k.status, id).hdel(k.storage, id).exec();
-    await this.#announce(`tenant:${id}`);
+    const r = this.#records;
+    const tenants = new Map(r.tenants);
+    tenants.delete(id);
+    const status = { ...r.status };
+    delete status[id];
+    const storage = { ...r.storage };
+    delete storage[id];
+    const next = { ...r, tenants, deleted: new Set(r.deleted).add(id), status, storage };
+    await this.#commit(next, (redis) => redis.multi().del(k.tenant(id)).srem(k.tenants, id).sadd(k.deleted, id).hdel(k.status, id).hdel(k.storage, id).exec(), `tenant:${id}`);
     return existed;
   }
 
   async putPlan(id: string, raw: unknown): Promise<WriteResult> {
     const refusal = this.#cannotWrite(id);
     if (refusal) return refusal;
-    const redis = this.#redis!;
     const parsed = planSchema.safeParse(raw);
     if (!parsed.success) return { ok: false, problems: problemsOf(parsed.error) };
-    await redis.multi().set(this.#keys.plan(id), JSON.stringify(parsed.data)).sadd(this.#keys.plans, id).exec();
-    await this.#announce(`plan:${id}`);
+    const text = JSON.stringify(parsed.data);
+    const next = { ...this.#records, plans: new Map(this.#records.plans).set(id, text) };
+    await this.#commit(next, (redis) => redis.multi().set(this.#keys.plan(id), text).sadd(this.#keys.plans, id).exec(), `plan:${id}`);
     return { ok: true };
   }
 
   async setStatus(id: string, status: 'active' | 'suspended'): Promise<WriteResult> {
     const refusal = this.#cannotWrite(id);
     if (refusal) return refusal;
-    const redis = this.#redis!;
     if (!this.#snap.byId.has(id)) return { ok: false, problems: [`unknown tenant "${id}"`] };
-    await redis.hset(this.#keys.status, id, status);
-    await this.#announce(`status:${id}`);
+    const next = { ...this.#records, status: { ...this.#records.status, [id]: status } };
+    await this.#commit(next, (redis) => redis.hset(this.#keys.status, id, status), `status:${id}`);
     return { ok: true };
   }
 
   async setStorageUsed(id: string, bytes: number): Promise<WriteResult> {
     const refusal = this.#cannotWrite(id);
     if (refusal) return refusal;
-    const redis = this.#redis!;
     if (!Number.isSafeInteger(bytes) || bytes < 0) return { ok: false, problems: ['bytes: must be a non-negative integer'] };
-    await redis.hset(this.#keys.storage, id, String(bytes));
-    await this.#announce(`storage:${id}`);
+    const next = { ...this.#records, storage: { ...this.#records.storage, [id]: String(bytes) } };
+    await this.#commit(next, (redis) => redis.hset(this.#keys.storage, id, String(bytes)), `storage:${id}`);
     return { ok: true };
+  }
+
+  /** Applies a write: to Redis (then every instance reloads), or in memory, to `next` at once. */
+  async #commit(next: RedisRecords, write: (redis: RedisClient) => Promise<unknown>, what: string): Promise<void> {
+    if (this.#redis) {
+      await write(this.#redis);
+      await this.#announce(what);
+      return;
+    }
+    this.#records = next;
+    this.#install(buildSnapshot(this.#file, next, this.#snap));
   }
 
   /** The refusal when writing is impossible (no Redis) or the id unusable; null to go ahead. */
   #cannotWrite(id: string): WriteResult | null {
-    if (!this.#redis) return { ok: false, problems: ['no Redis configured: tenants and plans come from the config file only'] };
+    if (this.backing === 'static') return { ok: false, problems: ['no Redis configured: tenants and plans come from the config file only'] };
     if (!ID_PATTERN.test(id)) return { ok: false, problems: [`id: must match ${ID_PATTERN.source}`] };
     return null;
   }
@@ -359,7 +410,7 @@ class Directory implements TenantStore {
 /** Builds the store: Redis-backed (started: subscribed, loaded, refreshing) or the file alone. */
 export async function createTenantStore(cfg: RawConfig, deps: TenantStoreDeps): Promise<TenantStore> {
   const redis = deps.redis ?? connectRedis(cfg.redis);
-  const store = new Directory(cfg, deps.log, redis, !deps.redis && redis !== null);
+  const store = new Directory(cfg, deps.log, redis, !deps.redis && redis !== null, deps.memoryOverrides === true);
   await store.start(deps.refreshMs ?? 5000);
   return store;
 }

@@ -12,6 +12,12 @@ export type FailureKind = 'connect' | 'reset' | 'status5xx' | 'timeout';
 /** Probes one broker: resolves true when it is fit for traffic, otherwise false or why not (for the log line); never rejects. */
 export type Probe = (url: string, timeoutMs: number) => Promise<boolean | string>;
 
+/**
+ * Checks that suspicions start run at most this many times per intervalMs, and never while the
+ * periodic check just ran: HAProxy's `fastinter` beside `inter`.
+ */
+const FAST_CHECKS_PER_INTERVAL = 4;
+
 /** A change of a broker's health, as logged and as given to listeners. */
 export interface HealthChange {
   readonly url: string;
@@ -25,7 +31,7 @@ export interface HealthChange {
 export interface HealthCheckerOptions {
   intervalMs: number;
   timeoutMs: number;
-  /** Consecutive failures (checks, 5xx, timeouts) that mark a broker down. */
+  /** Consecutive failed checks (periodic, or started by a suspicious failure) that mark a broker down. */
   downAfter: number;
   /** Consecutive successful checks that bring a down broker back. */
   upAfter: number;
@@ -47,8 +53,12 @@ export interface HealthChecker {
   lastChange(url: string): HealthChange | undefined;
   /**
    * A proxied request failed. `connect` marks the broker down at once (it refuses connections:
-   * waiting for more proof only sends it more requests); `reset`, `status5xx` and `timeout` count
-   * toward downAfter, since one reset can be a keep-alive race rather than a sick broker. The caller does not report the timeout of a long poll, which is normal.
+   * waiting for more proof only sends it more requests). `reset`, `status5xx` and `timeout` are
+   * suspicions only, since a tenant's own request can end that way on a well broker (a query that
+   * outlives the upstream timeout, input the broker answers with 500): each starts a health check
+   * now, unless one is running or started less than a quarter of intervalMs ago, and only a failed
+   * check counts toward downAfter (docs/clusters.md). The caller does not report the timeout of a
+   * long poll.
    */
   reportFailure(url: string, kind: FailureKind): void;
   /**
@@ -70,6 +80,8 @@ interface BrokerHealth {
   failures: number;
   successes: number;
   probing: boolean;
+  /** Clock time the last check started, periodic or not. */
+  probedAt: number;
   last: HealthChange | undefined;
 }
 
@@ -133,7 +145,7 @@ class ActiveAndPassiveHealth implements HealthChecker {
 
   track(urls: Iterable<string>): void {
     for (const url of urls) {
-      if (!this.#brokers.has(url)) this.#brokers.set(url, { healthy: true, failures: 0, successes: 0, probing: false, last: undefined });
+      if (!this.#brokers.has(url)) this.#brokers.set(url, { healthy: true, failures: 0, successes: 0, probing: false, probedAt: -Infinity, last: undefined });
     }
   }
 
@@ -158,7 +170,9 @@ class ActiveAndPassiveHealth implements HealthChecker {
       if (b.healthy) this.#set(url, b, false, 'connect failure');
       return;
     }
-    this.#failed(url, b, kind === 'status5xx' ? 'status 5xx' : kind === 'reset' ? 'connection reset' : 'timeout');
+    // Spaced, so a tenant that makes its own requests fail cannot turn them into a probe flood.
+    if (b.probing || this.#closed || this.#clock() - b.probedAt < this.#opts.intervalMs / FAST_CHECKS_PER_INTERVAL) return;
+    void this.#check(url, b, kind === 'status5xx' ? 'a 5xx answer' : kind === 'reset' ? 'a connection reset' : 'a timeout');
   }
 
   reportSuccess(url: string): void {
@@ -194,8 +208,10 @@ class ActiveAndPassiveHealth implements HealthChecker {
     }
   }
 
-  async #check(url: string, b: BrokerHealth): Promise<void> {
+  /** One health check; `after` names the proxied failure that started it, if one did. */
+  async #check(url: string, b: BrokerHealth, after?: string): Promise<void> {
     b.probing = true;
+    b.probedAt = this.#clock();
     let verdict: boolean | string;
     try {
       verdict = await this.#probe(url, this.#opts.timeoutMs);
@@ -206,7 +222,8 @@ class ActiveAndPassiveHealth implements HealthChecker {
     // The broker may have been untracked (or the checker closed) while the probe ran.
     if (this.#closed || this.#brokers.get(url) !== b) return;
     if (verdict !== true) {
-      this.#failed(url, b, typeof verdict === 'string' ? `health check failed: ${verdict}` : 'health check failed');
+      const check = after === undefined ? 'health check' : `health check after ${after}`;
+      this.#failed(url, b, typeof verdict === 'string' ? `${check} failed: ${verdict}` : `${check} failed`);
       return;
     }
     b.failures = 0;

@@ -14,7 +14,7 @@ export type MaintenanceSwitch = 'push' | 'pop';
 /** One broker's switches as it reported them, or why it could not be asked. */
 export type BrokerMaintenanceState =
   | { readonly url: string; readonly maintenance: boolean; readonly popMaintenance: boolean }
-  | { readonly url: string; readonly error: string };
+  | { readonly url: string; readonly error: string; /** The broker's HTTP status when it answered with something else than 200. */ readonly status?: number };
 
 export interface BrokerMaintenance {
   /** Both switches of `url`, a broker of `tenantId`. Never rejects. */
@@ -24,6 +24,13 @@ export interface BrokerMaintenance {
 }
 
 const PATHS: Record<MaintenanceSwitch, string> = { push: '/api/v1/system/maintenance', pop: '/api/v1/system/maintenance/pop' };
+
+/** The broker answered, with a status other than 200: it is up but refused or lacks the route. */
+class BrokerAnswered extends Error {
+  constructor(readonly status: number, message: string) {
+    super(message);
+  }
+}
 
 /** The identity the edge mints broker tokens for when an operator calls a system route. */
 function operatorIdentity(tenantId: string): Identity {
@@ -42,16 +49,18 @@ export function createBrokerMaintenance(deps: { minter: UpstreamMinter | null; t
       signal: AbortSignal.timeout(deps.timeoutMs),
     });
     const text = await res.body.text();
-    if (res.statusCode !== 200) throw new Error(`broker answered ${res.statusCode}${text ? `: ${text.slice(0, 200)}` : ''}`);
+    if (res.statusCode !== 200) throw new BrokerAnswered(res.statusCode, `broker answered ${res.statusCode}${text ? `: ${text.slice(0, 200)}` : ''}`);
     return JSON.parse(text) as Record<string, unknown>;
   };
+  const failure = (url: string, err: unknown): BrokerMaintenanceState =>
+    err instanceof BrokerAnswered ? { url, error: err.message, status: err.status } : { url, error: `broker did not answer: ${(err as Error).message}` };
 
   const read = async (url: string, tenantId: string): Promise<BrokerMaintenanceState> => {
     try {
       const doc = await call(url, tenantId, 'GET', PATHS.push);
       return { url, maintenance: doc.maintenanceMode === true, popMaintenance: doc.popMaintenanceMode === true };
     } catch (err) {
-      return { url, error: (err as Error).message };
+      return failure(url, err);
     }
   };
 
@@ -61,7 +70,7 @@ export function createBrokerMaintenance(deps: { minter: UpstreamMinter | null; t
       try {
         await call(url, tenantId, 'POST', PATHS[which], { enabled });
       } catch (err) {
-        return { url, error: (err as Error).message };
+        return failure(url, err);
       }
       return read(url, tenantId);
     },

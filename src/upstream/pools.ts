@@ -6,6 +6,12 @@
  * for up to the long-poll timeout, so under the request pool's cap the poll beyond it would wait
  * inside undici and then park for its whole timeout again. They are bounded per tenant by the
  * plan's `parkedPolls` instead.
+ *
+ * The request pool is shared by every tenant listing the broker, so each tenant may have only its
+ * share of it in flight (`upstream.tenantShare` of `connections`, docs/clusters.md): one tenant's
+ * slow requests cannot take every connection and leave the others queued inside undici. A
+ * tenant's requests beyond its share wait in a queue of its own (HAProxy's `maxconn` per server),
+ * at most `connections` of them and for at most `requestTimeoutMs`; beyond that they are refused.
  */
 import { Pool } from 'undici';
 import type { RawConfig } from '../config/schema.js';
@@ -13,14 +19,48 @@ import type { RawConfig } from '../config/schema.js';
 export interface BrokerPools {
   /** The pool for `url`; `parked` selects the uncapped pool for `wait=true` pops. */
   get(url: string, parked: boolean): Pool;
+  /**
+   * Takes one of the tenant's places on the request pool of `url`: true at once while the tenant
+   * has fewer than its share in flight there, else a promise that resolves true when a place is
+   * handed over, in order of arrival, or false when the wait timed out; false at once when the
+   * tenant's queue is full. Every true must be matched by one leave().
+   */
+  enter(url: string, tenant: string): boolean | Promise<boolean>;
+  /** Gives back a place taken by enter(), to the tenant's next waiting request if there is one. */
+  leave(url: string, tenant: string): void;
+  /** Requests per tenant that one broker's request pool takes at once. */
+  readonly tenantCap: number;
   /** Closes, once their requests in flight end, the pools of brokers not in `urls`. */
   retain(urls: ReadonlySet<string>): void;
   close(): Promise<void>;
 }
 
+/** A request waiting for one of its tenant's places. */
+interface Waiter {
+  readonly resolve: (entered: boolean) => void;
+  readonly timer: NodeJS.Timeout;
+}
+
+/** One tenant's places on one broker's request pool. */
+interface Share {
+  inflight: number;
+  /** In order of arrival. */
+  readonly waiting: Waiter[];
+}
+
 export function createBrokerPools(cfg: RawConfig['upstream']): BrokerPools {
   const requests = new Map<string, Pool>();
   const parkedPools = new Map<string, Pool>();
+  /** Places per broker, then per tenant; entries leave when nothing is in flight or waiting. */
+  const held = new Map<string, Map<string, Share>>();
+  // At least one, so a small pool still serves every tenant.
+  const cap = Math.max(1, Math.floor(cfg.connections * cfg.tenantShare));
+  const drop = (url: string, tenant: string, share: Share): void => {
+    if (share.inflight > 0 || share.waiting.length > 0) return;
+    const tenants = held.get(url);
+    tenants?.delete(tenant);
+    if (tenants?.size === 0) held.delete(url);
+  };
   const open = (url: string, connections: number | null): Pool =>
     new Pool(url, {
       connections,
@@ -31,6 +71,7 @@ export function createBrokerPools(cfg: RawConfig['upstream']): BrokerPools {
       keepAliveMaxTimeout: 30000,
     });
   return {
+    tenantCap: cap,
     get(url: string, parked: boolean): Pool {
       const map = parked ? parkedPools : requests;
       let pool = map.get(url);
@@ -39,6 +80,41 @@ export function createBrokerPools(cfg: RawConfig['upstream']): BrokerPools {
         map.set(url, pool);
       }
       return pool;
+    },
+    enter(url: string, tenant: string): boolean | Promise<boolean> {
+      let tenants = held.get(url);
+      if (tenants === undefined) held.set(url, (tenants = new Map()));
+      let share = tenants.get(tenant);
+      if (share === undefined) tenants.set(tenant, (share = { inflight: 0, waiting: [] }));
+      if (share.inflight < cap) {
+        share.inflight++;
+        return true;
+      }
+      if (share.waiting.length >= cfg.connections) return false;
+      const s = share;
+      return new Promise<boolean>((resolve) => {
+        const waiter: Waiter = {
+          resolve,
+          timer: setTimeout(() => {
+            s.waiting.splice(s.waiting.indexOf(waiter), 1);
+            drop(url, tenant, s);
+            resolve(false);
+          }, cfg.requestTimeoutMs),
+        };
+        s.waiting.push(waiter);
+      });
+    },
+    leave(url: string, tenant: string): void {
+      const share = held.get(url)?.get(tenant);
+      if (share === undefined) return;
+      const next = share.waiting.shift();
+      if (next !== undefined) {
+        clearTimeout(next.timer);
+        next.resolve(true);
+        return;
+      }
+      share.inflight--;
+      drop(url, tenant, share);
     },
     retain(urls: ReadonlySet<string>): void {
       for (const map of [requests, parkedPools]) {
@@ -50,6 +126,14 @@ export function createBrokerPools(cfg: RawConfig['upstream']): BrokerPools {
       }
     },
     async close(): Promise<void> {
+      for (const tenants of held.values()) {
+        for (const share of tenants.values()) {
+          for (const w of share.waiting.splice(0)) {
+            clearTimeout(w.timer);
+            w.resolve(false);
+          }
+        }
+      }
       const all = [...requests.values(), ...parkedPools.values()];
       requests.clear();
       parkedPools.clear();

@@ -106,9 +106,16 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
           return edgeError('no_upstream', tried ? 'no broker accepted the connection' : undefined);
         }
         x.broker = broker;
+        // Parked polls have their own pool, bounded per tenant by the plan's parkedPolls.
+        const shared = !req.parked;
+        const entered = shared ? pools.enter(broker, tenant.id) : true;
+        if (entered !== true && !(await entered)) {
+          return edgeError('rate_limited', `too many requests in flight to one broker (${pools.tenantCap} at a time)`, { retryAfterSec: 1 });
+        }
         clusters.begin(broker);
         const result = await forwardOnce(pools.get(broker, req.parked), req, res, x);
         clusters.end(broker);
+        if (shared) pools.leave(broker, tenant.id);
         if (result.failure === null) {
           if (result.status >= 500) clusters.reportFailure(broker, 'status5xx');
           else clusters.reportSuccess(broker);
@@ -125,7 +132,8 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
           else if (result.sent) x.answerLost = true;
           return null;
         }
-        // A parked poll that ran out of time ended the way parked polls end.
+        // A parked poll that ran out of time ended the way parked polls end. Other failures are
+        // suspicions the health checker confirms with a check of its own (docs/clusters.md).
         if (!(result.failure === 'timeout' && req.parked)) clusters.reportFailure(broker, result.failure === 'protocol' ? 'reset' : result.failure);
         if (result.status !== 0) return null;
         if (result.failure === 'connect' && !result.sent && !clientGone(res)) {

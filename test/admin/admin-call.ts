@@ -1,5 +1,7 @@
-/** Calls to the admin listener of a test edge (test helper). */
+/** Calls to the admin listener of a test edge, and the admin CLI against it (test helper). */
+import { PassThrough } from 'node:stream';
 import { request } from 'undici';
+import { runAdminCli } from '../../src/admin/cli-commands.js';
 import { readReply, type EdgeHarness } from '../helpers/edge.js';
 
 export const ADMIN_TOKEN = 'admin-token-for-tests-0123456789';
@@ -35,4 +37,16 @@ export async function metric(h: EdgeHarness, name: string): Promise<number> {
  */
 export async function usageSettled(h: EdgeHarness): Promise<boolean> {
   return (await metric(h, 'queen_edge_metering_flush_lag_seconds')) === 0;
+}
+
+/** Runs an admin CLI command against `h`'s admin listener with the test token; its exit code and output. */
+export async function runCli(h: EdgeHarness, ...argv: string[]): Promise<{ code: number; out: string; err: string }> {
+  const stdout = new PassThrough();
+  const stderr = new PassThrough();
+  let out = '';
+  let err = '';
+  stdout.on('data', (c: Buffer) => (out += c.toString()));
+  stderr.on('data', (c: Buffer) => (err += c.toString()));
+  const code = await runAdminCli(argv, { stdout, stderr, env: { QUEEN_EDGE_ADMIN_URL: h.adminUrl, QUEEN_EDGE_ADMIN_TOKEN: ADMIN_TOKEN } });
+  return { code, out, err };
 }

@@ -8,7 +8,7 @@ import { runAdminCli } from '../../src/admin/cli-commands.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix } from '../helpers/redis.js';
-import { ADMIN_TOKEN } from './admin-call.js';
+import { ADMIN_TOKEN, runCli } from './admin-call.js';
 
 const prefix = uniquePrefix();
 let broker: BrokerDouble;
@@ -27,23 +27,14 @@ afterAll(async () => {
   r.disconnect();
 });
 
-async function cli(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
-  const stdout = new PassThrough();
-  const stderr = new PassThrough();
-  let out = '';
-  let err = '';
-  stdout.on('data', (c: Buffer) => (out += c.toString()));
-  stderr.on('data', (c: Buffer) => (err += c.toString()));
-  const code = await runAdminCli(argv, { stdout, stderr, env: { QUEEN_EDGE_ADMIN_URL: h.adminUrl, QUEEN_EDGE_ADMIN_TOKEN: ADMIN_TOKEN } });
-  return { code, out, err };
-}
+const cli = (...argv: string[]) => runCli(h, ...argv);
 
 describe('queen-edge tenants / usage', () => {
   it('tenants list as a table and as JSON; get shows the record', async () => {
     const table = await cli('tenants', 'list');
     expect(table.code).toBe(0);
-    expect(table.out.split('\n')[0]).toMatch(/^ID\s+STATUS\s+PLAN\s+HOSTS\s+BROKERS$/);
-    expect(table.out).toMatch(/^acme\s+active\s+test\s+acme\.localhost\s+1$/m);
+    expect(table.out.split('\n')[0]).toMatch(/^ID\s+STATUS\s+PLAN\s+HOSTS\s+BROKERS\s+SOURCE$/);
+    expect(table.out).toMatch(/^acme\s+active\s+test\s+acme\.localhost\s+1\s+file$/m);
     const json = await cli('tenants', 'list', '--json');
     expect(JSON.parse(json.out).tenants[0]).toMatchObject({ id: 'acme' });
     const get = await cli('tenants', 'get', 'acme');

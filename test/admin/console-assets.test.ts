@@ -1,8 +1,9 @@
 /**
  * The console's static files on the admin listener: served from the package (uPlot from
- * node_modules) with the console's security headers, nothing else under /console, and nothing at
- * all when no admin token is configured.
+ * node_modules) with the console's security headers, nothing else under /console, and without an
+ * admin token only a page saying how to turn the console on.
  */
+import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEdge, testConfig, type EdgeHarness } from '../helpers/edge.js';
 import { ADMIN_TOKEN, admin } from './admin-call.js';
@@ -47,5 +48,18 @@ describe('/console static files', () => {
     }
     expect((await admin(edge, 'POST', '/console', { token: null })).status).toBe(404);
     expect((await admin(off, 'GET', '/console', { token: null })).status).toBe(404);
+  });
+
+  it('without an admin token, /console explains how to turn it on: a page for browsers, JSON otherwise', async () => {
+    const page = await request(`${off.adminUrl}/console`, { headers: { accept: 'text/html,application/xhtml+xml' } });
+    expect(page.statusCode).toBe(404);
+    expect(page.headers['content-type']).toBe('text/html; charset=utf-8');
+    expect(page.headers['content-security-policy']).toContain("default-src 'none'");
+    const html = await page.body.text();
+    expect(html).toContain('QUEEN_EDGE_ADMIN_TOKEN=&lt;token&gt; npm start');
+    expect(html).not.toContain('<script');
+    const json = await admin(off, 'GET', '/console/app.js', { token: null });
+    expect(json.status).toBe(404);
+    expect(json.json).toMatchObject({ code: 'admin_disabled', error: expect.stringContaining('Set one (config/default.yaml reads $QUEEN_EDGE_ADMIN_TOKEN') });
   });
 });

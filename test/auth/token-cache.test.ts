@@ -4,6 +4,7 @@
  * signature-check count does not move), the flooder's share stays within its byte bound, and a
  * token over auth.maxTokenBytes is refused before any signature check.
  */
+import { connect as h2connect } from 'node:http2';
 import { createHmac } from 'node:crypto';
 import { Agent, request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -83,6 +84,26 @@ describe('token cache shares', () => {
     // The other tenant's token is still a hit: answered without a new signature check.
     expect((await call(edge, 'GET', '/api/v1/pop/queue/q', { token: bToken, host: 'b.localhost' })).status).toBe(204);
     expect(await metric('queen_edge_token_verifications_total', 'tb')).toBe(bChecks);
+  });
+
+  it('a burst of requests carrying one new token costs one signature check (they were each checked, and past the per-address gate refused 429)', async () => {
+    const before = await metric('queen_edge_token_verifications_total', 'ta');
+    const burst = hs256({ ...fresh(), sub: 'burst' }, SECRET_A);
+    // One h2 session, 40 streams opened at once: their heads arrive together, before any check ends.
+    const session = h2connect(edge.url, { rejectUnauthorized: false });
+    try {
+      const statuses = await Promise.all(
+        Array.from({ length: 40 }, () => {
+          const stream = session.request({ ':path': '/api/v1/pop/queue/q', ':authority': 'a.localhost', authorization: `Bearer ${burst}` });
+          stream.resume();
+          return new Promise<number>((r) => stream.once('response', (h) => r(Number(h[':status']))));
+        }),
+      );
+      expect(new Set(statuses)).toEqual(new Set([204]));
+    } finally {
+      session.destroy();
+    }
+    expect(await metric('queen_edge_token_verifications_total', 'ta')).toBe(before + 1);
   });
 
   it('a correctly signed token over auth.maxTokenBytes (8 KiB) is refused before any signature check', async () => {

@@ -169,6 +169,15 @@ describe('the operator console', { timeout: 60_000 }, () => {
     await confirm();
     await page.waitForSelector('#tenants tr[data-tenant="acme"][data-status="active"]', { timeout: UI_TIMEOUT });
     await waitFor(async () => (await acmeStatus()) !== 403, UI_TIMEOUT, 'acme served again');
+
+    // The resume overrides the config file's status: the row says so, and Reset to file drops it.
+    const reset = '#tenants tr[data-tenant="acme"] button:has-text("Reset to file")';
+    await page.waitForSelector(reset, { timeout: UI_TIMEOUT });
+    expect(await page.innerText('#tenants tr[data-tenant="acme"] td.status')).toContain('override');
+    await page.click(reset);
+    await confirm();
+    await page.waitForSelector(reset, { state: 'detached', timeout: UI_TIMEOUT });
+    expect((await admin(edge, 'GET', '/admin/v1/tenants/acme')).json.source).toMatchObject({ status: 'file', overridden: false });
   });
 
   it("draws a tenant's hourly charts from its usage (24 h and 7 d)", async () => {
@@ -238,6 +247,19 @@ describe('the operator console', { timeout: 60_000 }, () => {
     await page.click('dialog[open] button[value="ok"]');
     await page.waitForFunction(() => (globalThis as any).document.querySelector('#plans tr[data-plan="starter"]')?.innerText.includes('60 req/s'), undefined, { timeout: UI_TIMEOUT });
     expect((await admin(edge, 'GET', '/admin/v1/plans/starter')).json.limits.requestsPerSec).toBe(60);
+  });
+
+  it('a sign-in link (/console#token=..., as npm run demo prints) signs in and drops the token from the address', async () => {
+    const linked = await browser.newPage();
+    try {
+      await linked.goto(`${edge.adminUrl}/console#token=${ADMIN_TOKEN}`);
+      await linked.waitForSelector('#refusals', { timeout: UI_TIMEOUT });
+      expect(linked.url()).toMatch(/\/console#\/overview$/);
+      await linked.click('#nav a[data-page="tenants"]');
+      await linked.waitForSelector('#tenants tr[data-tenant="acme"]', { timeout: UI_TIMEOUT });
+    } finally {
+      await linked.close();
+    }
   });
 
   it('signing out forgets the token; nothing was blocked by the CSP and no script failed', async () => {

@@ -4,7 +4,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, loadConfigFile, parseConfig, substituteEnv } from '../../src/config/load.js';
 import { compileTables } from '../../src/tables.js';
-import { buildSnapshot, NO_RECORDS } from '../../src/tenants/snapshot.js';
 
 const minimal = {
   plans: { free: { limits: { requestsPerSec: 1, requestBurst: 1, messagesPerSec: 1, messageBurst: 1, parkedPolls: 1, maxPayloadBytes: 1, maxBatch: 1 }, quotas: { messagesPerMonth: 1, ingressBytesPerMonth: 1 }, storageBytes: 1 } },
@@ -29,7 +28,7 @@ describe('configuration', () => {
     expect(cfg.redis.url).toBeNull();
     expect(cfg.auth.secret).toBeNull();
     expect(cfg.tenants.default!.brokers).toEqual(['http://127.0.0.1:6632']);
-    expect(buildSnapshot(cfg, NO_RECORDS).snapshot.byId.get('default')!.hosts).toEqual(['localhost', '127.0.0.1']);
+    expect(compileTables(cfg).tenants[0]!.hosts).toEqual(['localhost', '127.0.0.1']);
   });
 
   it('substitutes ${VAR} and ${VAR:-default} as strings; an empty whole-value variable is null', () => {

@@ -1,6 +1,7 @@
 /** The CLI as a process: usage, dispatch to the admin commands, exit 2 with every config problem. */
 import { afterEach, describe, expect, it } from 'vitest';
 import { readFile } from 'node:fs/promises';
+import { createServer, type AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
 import { testConfig } from '../helpers/edge.js';
 import { edgeTracker, freePort, type EdgeProcess } from './edge-process.js';
@@ -16,7 +17,11 @@ describe('queen-edge command line', { timeout: 60_000 }, () => {
   it('--help prints the usage and exits 0', async () => {
     const edge = await start({}, ['--help']);
     expect((await edge.exited).code).toBe(0);
-    expect(edge.lines.map((l) => l.msg).join('\n')).toMatch(/^usage: queen-edge \[--config PATH\]/);
+    const help = edge.lines.map((l) => l.msg).join('\n');
+    expect(help).toMatch(/^usage: queen-edge \[--config PATH\]/);
+    expect(help).toContain('queen-edge validate [--config PATH]');
+    // A terminal's width.
+    expect(help.split('\n').filter((l) => l.length > 80)).toEqual([]);
   });
 
   it('unknown arguments: usage on stderr, exit 2', async () => {
@@ -88,6 +93,19 @@ describe('queen-edge command line', { timeout: 60_000 }, () => {
     const usage = await start({}, ['usage']);
     expect((await usage.exited).code).toBe(2);
     expect(usage.stderr()).toContain('queen-edge usage TENANT');
+  });
+
+  it('--admin-port moves the admin listener; a port already taken is one line naming it, not a stack', async () => {
+    const taken = createServer();
+    await new Promise<void>((done) => taken.listen(0, '127.0.0.1', done));
+    const port = (taken.address() as AddressInfo).port;
+    try {
+      const edge = await start(onPortZero, ['--config', '{config}', '--admin-port', String(port)]);
+      expect((await edge.exited).code).toBe(1);
+      expect(edge.stderr()).toMatch(new RegExp(`^queen-edge: admin listener cannot listen on 127\\.0\\.0\\.1:${port}: address already in use \\(EADDRINUSE\\).*--admin-port\\)\n$`));
+    } finally {
+      taken.close();
+    }
   });
 
   it('an invalid config exits 2 and lists every problem', async () => {

@@ -16,7 +16,7 @@ afterEach(async () => {
 
 // Starts the demo under tsx and runs curl and node: seconds each on a loaded machine.
 describe('npm run demo', { timeout: 60_000 }, () => {
-  it('prints a token and curls that push, pop and ack through the edge, and the browser page link', async () => {
+  it('prints a token and curls that push, pop and ack through the edge (pasted twice too), the browser page link and a console link', async () => {
     const { scripts } = JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
     expect(scripts.demo).toBe('tsx examples/demo.ts');
     const child = spawn(process.execPath, ['--import', 'tsx', 'examples/demo.ts', '--port', '0', '--admin-port', '0', '--browser-port', '0'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -52,6 +52,28 @@ describe('npm run demo', { timeout: 60_000 }, () => {
     expect(page.statusCode).toBe(200);
     expect(await page.body.text()).toContain('Queen from the browser');
     expect(decodeURIComponent(link[2]!)).toMatch(/^https:\/\/localhost:\d+$/);
+
+    // Pasted again: the message is acked, the pop finds nothing, and the ack step says so (no Node stack).
+    const twice = await run('bash', ['-c', block], { cwd: ROOT });
+    expect(twice.stderr).toContain('nothing to ack: the pop answered no message');
+    expect(twice.stderr).not.toContain('SyntaxError');
+
+    // The console link: its page, and its token reads and (in memory, no Redis) suspends the demo tenant.
+    const consoleLink = /^ {2}(http:\/\/127\.0\.0\.1:\d+)\/console#token=(\w+)$/m.exec(out)!;
+    const consolePage = await request(`${consoleLink[1]}/console`);
+    expect(consolePage.statusCode).toBe(200);
+    expect(await consolePage.body.text()).toContain('queen-edge console');
+    const adminCall = async (method: 'GET' | 'POST', path: string) => {
+      const r = await request(`${consoleLink[1]}${path}`, { method, headers: { authorization: `Bearer ${consoleLink[2]}` } });
+      return { status: r.statusCode, json: (await r.body.json()) as any };
+    };
+    const listed = await adminCall('GET', '/admin/v1/tenants');
+    expect(listed.json.tenants).toEqual([expect.objectContaining({ id: 'default', status: 'active' })]);
+    expect((await adminCall('GET', '/admin/v1/plans')).json).toMatchObject({ writable: true });
+    expect((await adminCall('POST', '/admin/v1/tenants/default/suspend')).json).toMatchObject({ status: 'suspended' });
+    const refused = await run('bash', ['-c', `${block.split('\n')[0]}\n${pushLine}`]);
+    expect(JSON.parse(refused.stdout)).toMatchObject({ code: 'cluster_suspended' });
+    expect((await adminCall('POST', '/admin/v1/tenants/default/resume')).json).toMatchObject({ status: 'active' });
 
     child.kill('SIGINT');
     expect(await exited).toBe(0);

@@ -104,6 +104,12 @@ export interface BrokerDouble {
    * that status with a JSON error body. Faulted requests are still recorded. Replaces any fault set.
    */
   fault(kind: BrokerFault, count?: number): void;
+  /**
+   * Makes every request for which `rule` returns a fault misbehave that way, until cleared, ahead of
+   * fault(): one tenant's slow or failing route while the rest of the broker stays well.
+   */
+  faultWhen(rule: (r: RecordedRequest) => BrokerFault | null): void;
+  /** Clears fault() and faultWhen(). */
   clearFaults(): void;
   /** Stops listening and destroys all sockets (a crash). Parked pops are dropped unanswered. */
   close(): Promise<void>;
@@ -621,6 +627,7 @@ class QueenBrokerDouble implements BrokerDouble {
   #options: Options;
   #state: State = emptyState();
   #fault: { kind: BrokerFault; remaining: number } | null = null;
+  #faultRule: ((r: RecordedRequest) => BrokerFault | null) | null = null;
   #port: number;
   readonly maintenance = { push: false, pop: false };
 
@@ -687,8 +694,13 @@ class QueenBrokerDouble implements BrokerDouble {
     this.#fault = { kind, remaining: count };
   }
 
+  faultWhen(rule: (r: RecordedRequest) => BrokerFault | null): void {
+    this.#faultRule = rule;
+  }
+
   clearFaults(): void {
     this.#fault = null;
+    this.#faultRule = null;
   }
 
   async close(): Promise<void> {
@@ -743,7 +755,7 @@ class QueenBrokerDouble implements BrokerDouble {
   }
 
   #serve(ex: Exchange, rawHeaders: string[]): void {
-    const fault = this.#takeFault();
+    const fault = this.#faultRule?.(ex.rec) ?? this.#takeFault();
     if (fault !== null) return this.#misbehave(ex, fault);
     const limit = this.#options.headerLimitBytes;
     if (limit !== undefined && headerBytes(rawHeaders) > limit) {

@@ -1,6 +1,7 @@
 /** A real pino logger whose JSON lines tests can read back. */
 import { Writable } from 'node:stream';
 import { createLogger, type Logger } from '../../src/observability/log.js';
+import { waitFor } from './redis.js';
 
 /** One parsed log line; fields beyond level and msg depend on the call. */
 export type LogLine = Record<string, unknown> & { level: number; msg: string };
@@ -20,4 +21,11 @@ export function capturingLogger(level = 'debug'): CapturedLog {
     },
   });
   return { log: createLogger(level, sink), lines };
+}
+
+/** The access-log line of the request `reqId`, once written (the log stream is asynchronous). */
+export async function accessLine(captured: CapturedLog, reqId: unknown): Promise<LogLine> {
+  const find = () => captured.lines.find((l) => l.msg === 'request' && l.reqId === reqId);
+  await waitFor(() => find() !== undefined, 5000, `the access line of ${String(reqId)}`);
+  return find()!;
 }

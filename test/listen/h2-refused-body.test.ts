@@ -24,7 +24,8 @@ let rw: string;
 
 beforeAll(async () => {
   broker = await startBrokerDouble();
-  edge = await startEdge(testConfig([broker.url], { server: { bodyLimitBytes: 1000 } }));
+  // A pool share that takes all 256 streams of one tenant (in flight or queued): the refusal tested is the session's.
+  edge = await startEdge(testConfig([broker.url], { server: { bodyLimitBytes: 1000 }, upstream: { connections: 256, tenantShare: 1 } }));
   rw = await token({ roles: ['read-write'], tenant: 'acme' });
   session = await h2Session(edge.url);
 });

@@ -40,3 +40,11 @@ describe('openAnswerMeter', () => {
     expect(await meter(openAnswerMeter(null), answer.subarray(0, answer.length - 1))).toEqual({ facts: null, problem: 'malformed' });
   });
 });
+
+describe('a compressed answer bomb', () => {
+  it('stops decoding past the bound and meters the answer as undecodable', async () => {
+    // 64 MiB of JSON whitespace gzips to about 64 KB: a 1000:1 ratio no real answer has.
+    const bomb = gzipSync(Buffer.concat([Buffer.from('['), Buffer.alloc(64 * 1024 * 1024, 0x20), Buffer.from(']')]), { level: 1 });
+    expect(await meter(openAnswerMeter('gzip'), bomb)).toEqual({ facts: null, problem: 'undecodable' });
+  });
+});

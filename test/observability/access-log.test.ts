@@ -1,9 +1,15 @@
-/** The access line is the line pino would write for the same record, whatever the client put in it. */
+/**
+ * The access line is the line pino would write for the same record, whatever the client put in it;
+ * through the edge it says who asked for what: client address, host, path, statuses.
+ */
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
-import { describe, expect, it } from 'vitest';
-import { accessLogWriter, type AccessRecord } from '../../src/observability/access-log.js';
-import { createLogger } from '../../src/observability/log.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
+import { call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { accessLine, capturingLogger } from '../helpers/logs.js';
+import { accessLogWriter, PATH_CHARS, targetParts, type AccessRecord } from '../../src/observability/access-log.js';
+import { createLogger, processLogger } from '../../src/observability/log.js';
 
 function capture(): { stream: Writable; lines: string[] } {
   const lines: string[] = [];
@@ -30,6 +36,11 @@ const record = (over: Partial<AccessRecord> = {}): AccessRecord => ({
   broker: 'http://b1:6632',
   proto: '2.0',
   trace: '"}{"level":60',
+  client: '203.0.113.9',
+  host: 'acme.example"\n',
+  path: '/api/v1/pop/queue/q"\u0000',
+  queryLength: 17,
+  upstreamStatus: 201,
   ...over,
 });
 
@@ -43,7 +54,7 @@ const withoutTime = (line: string) => {
 describe('access log line', () => {
   it.each([
     ['an admitted request with hostile sub and trace', record()],
-    ['a refusal without tenant, route, identity or broker', record({ tenant: null, sub: null, route: null, code: 'unauthorized', status: 401, broker: null, trace: null, method: 'DELETE' })],
+    ['a refusal without tenant, route, identity or broker', record({ tenant: null, sub: null, route: null, code: 'unauthorized', status: 401, broker: null, trace: null, method: 'DELETE', upstreamStatus: null })],
   ])('equals pino\'s own line for %s, bindings of child loggers included', async (_name, r) => {
     const ours = capture();
     const theirs = capture();
@@ -52,6 +63,35 @@ describe('access log line', () => {
     await new Promise((resolve) => setImmediate(resolve));
     expect(ours.lines).toHaveLength(1);
     expect(withoutTime(ours.lines[0]!)).toEqual(withoutTime(theirs.lines[0]!));
+  });
+
+  it('log.time iso and log.levelNames: the same line as pino\'s with those settings', async () => {
+    const ours = capture();
+    const theirs = capture();
+    const style = { time: 'iso', levelNames: true } as const;
+    accessLogWriter(createLogger('info', ours.stream, style))(record());
+    createLogger('info', theirs.stream, style).info(record(), 'request');
+    await new Promise((resolve) => setImmediate(resolve));
+    const line = JSON.parse(ours.lines[0]!) as Record<string, unknown>;
+    expect(line.level).toBe('info');
+    expect(line.time).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+    const other = JSON.parse(theirs.lines[0]!) as Record<string, unknown>;
+    expect({ ...line, time: 0 }).toEqual({ ...other, time: 0 });
+  });
+
+  it('a path longer than PATH_CHARS is cut and marked; the query is only counted', () => {
+    expect(targetParts(`/p/${'x'.repeat(2 * PATH_CHARS)}?token=secret`)).toEqual({ path: `/p/${'x'.repeat(PATH_CHARS - 3)}…`, queryLength: 12 });
+    expect(targetParts('/api/v1/push')).toEqual({ path: '/api/v1/push', queryLength: 0 });
+  });
+
+  it('log.format pretty: one line per request, a sentence with client, method, host, path and status', async () => {
+    const out = capture();
+    const log = processLogger({ level: 'info', format: 'pretty' }, false, out.stream);
+    accessLogWriter(log)(record({ host: 'acme.example', path: '/api/v1/push' }));
+    await new Promise<void>((resolve) => log.flush(() => resolve()));
+    await expect.poll(() => out.lines.length).toBe(1);
+    expect(out.lines[0]).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] INFO: 203\.0\.113\.9 POST acme\.example\/api\/v1\/push\?\(17 chars\) → 201 \(broker 201\) 3 ms /);
+    expect(out.lines[0]).toContain('tenant acme route push');
   });
 
   it('writes nothing while the level is above info, and follows a level change', async () => {
@@ -71,5 +111,37 @@ describe('access log line', () => {
     accessLogWriter(log)(record());
     await new Promise((resolve) => setImmediate(resolve));
     expect(JSON.parse(out.lines[0]!)).toMatchObject({ msg: 'request', sub: record().sub, level: 30 });
+  });
+});
+
+describe('access log line of a request through the edge', () => {
+  let broker: BrokerDouble;
+  let h: EdgeHarness;
+  const captured = capturingLogger('info');
+  const line = (reqId: unknown) => accessLine(captured, reqId);
+
+  beforeAll(async () => {
+    broker = await startBrokerDouble({ name: 'b1' });
+    h = await startEdge(testConfig([broker.url], { log: { level: 'info' } }), { log: captured.log });
+  });
+  afterAll(async () => {
+    await h?.close();
+    await broker?.close();
+  });
+
+  it('carries the client address, host, path, query length (not the query) and the broker\'s status', async () => {
+    const tok = await token({ roles: ['read-write'], tenant: 'acme' });
+    await call(h, 'POST', '/api/v1/push', { token: tok, body: { items: [{ queue: 'logged', payload: 1 }] } });
+    const r = await call(h, 'GET', '/api/v1/pop/queue/logged?consumerGroup=secret-group&batch=1', { token: tok, host: 'ACME.localhost:8443' });
+    expect(r.status).toBe(200);
+    const logged = await line(r.headers['x-request-id']);
+    expect(logged).toMatchObject({ client: '127.0.0.1', host: 'acme.localhost', method: 'GET', path: '/api/v1/pop/queue/logged', queryLength: 'consumerGroup=secret-group&batch=1'.length, status: 200, upstreamStatus: 200, tenant: 'acme', route: 'pop.queue' });
+    expect(JSON.stringify(logged)).not.toContain('secret-group');
+  });
+
+  it('an edge refusal has no upstream status', async () => {
+    const r = await call(h, 'POST', '/api/v1/push', { body: { items: [] } });
+    expect(r.status).toBe(401);
+    expect(await line(r.headers['x-request-id'])).toMatchObject({ status: 401, code: 'unauthorized', upstreamStatus: null, path: '/api/v1/push', queryLength: 0 });
   });
 });

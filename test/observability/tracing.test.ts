@@ -2,13 +2,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, forwarded, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
-import { capturingLogger } from '../helpers/logs.js';
-import { waitFor } from '../helpers/redis.js';
+import { accessLine as accessLineOf, capturingLogger } from '../helpers/logs.js';
 
 let broker: BrokerDouble;
 let h: EdgeHarness;
 const captured = capturingLogger('info');
-const lines = captured.lines;
 
 beforeAll(async () => {
   broker = await startBrokerDouble({ name: 'b1' });
@@ -20,11 +18,7 @@ afterAll(async () => {
   await broker?.close();
 });
 
-/** The access-log line of a request, once written (the log stream is asynchronous). */
-async function accessLine(reqId: unknown) {
-  await waitFor(() => lines.some((l) => l.msg === 'request' && l.reqId === reqId), 5000, `the access line of ${String(reqId)}`);
-  return lines.find((l) => l.msg === 'request' && l.reqId === reqId);
-}
+const accessLine = (reqId: unknown) => accessLineOf(captured, reqId);
 
 describe('traceparent', () => {
   it('is forwarded to the broker unchanged (with tracestate) and its trace id is in the access log line', async () => {

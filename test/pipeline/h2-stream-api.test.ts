@@ -7,7 +7,7 @@
 import http2 from 'node:http2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
-import { h2Session, SHORT_DEADLINES, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { forwarded, h2Session, SHORT_DEADLINES, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 
 let broker: BrokerDouble;
 let edge: EdgeHarness;
@@ -67,19 +67,19 @@ describe('h2 on the stream API', () => {
   });
 
   it('an expectation other than 100-continue gets 417, and nothing is forwarded', async () => {
-    const before = broker.requests.length;
+    const before = forwarded(broker).length;
     const o = await request({ ':method': 'GET', ':path': '/api/v1/resources', expect: 'something-else' }).outcome;
     expect(o.status).toBe(417);
-    expect(broker.requests.length).toBe(before);
+    expect(forwarded(broker).length).toBe(before);
   });
 
   it('CONNECT gets 405, and nothing is forwarded', async () => {
-    const before = broker.requests.length;
+    const before = forwarded(broker).length;
     const stream = session.request({ ':method': 'CONNECT', ':authority': 'acme.localhost:443' });
     stream.on('error', () => {});
     const status = await new Promise<number>((resolve) => stream.once('response', (h) => resolve(Number(h[':status']))));
     expect(status).toBe(405);
-    expect(broker.requests.length).toBe(before);
+    expect(forwarded(broker).length).toBe(before);
     stream.close();
   });
 

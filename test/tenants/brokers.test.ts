@@ -13,6 +13,12 @@ describe('brokerIdentity', () => {
     expect(brokerIdentity('http://queen.internal:443')).toBe('queen.internal:443');
   });
 
+  it('an IPv4-mapped IPv6 address is the IPv4 broker it reaches', () => {
+    const same = ['http://10.0.0.5:6632', 'http://[::ffff:10.0.0.5]:6632', 'http://[::ffff:a00:5]:6632', 'http://[0:0:0:0:0:ffff:a00:5]:6632', 'http://167772165:6632'];
+    expect(new Set(same.map(brokerIdentity))).toEqual(new Set(['10.0.0.5:6632']));
+    expect(brokerIdentity('http://[::ffff:10.0.0.6]:6632')).not.toBe(brokerIdentity('http://10.0.0.5:6632'));
+  });
+
   it('different hosts or ports stay apart', () => {
     expect(brokerIdentity('http://127.0.0.1:6632')).not.toBe(brokerIdentity('http://127.0.0.1:6633'));
     expect(brokerIdentity('http://10.0.0.1:6632')).not.toBe(brokerIdentity('http://10.0.0.2:6632'));

@@ -80,16 +80,25 @@ describe('clusters: lanes on the ring', () => {
     for (const k of others) expect(c.pick(t, k)).toBe(ownerOf(k));
   });
 
-  it('marks a broker down after downAfter 5xx answers, not before', () => {
-    const { c } = clusters({ downAfter: 3 });
+  it('marks a broker down on 5xx answers only once its health checks fail too', async () => {
+    const { c, up, probed } = clusters({ downAfter: 2 });
     const t = tenant('t1');
     const [k] = lanesOf(1, 1);
     c.pick(t, k!);
-    c.reportFailure(B[1]!, 'status5xx');
-    c.reportFailure(B[1]!, 'timeout');
+    for (let i = 0; i < 5; i++) c.reportFailure(B[1]!, 'status5xx');
+    expect(probed).toEqual([B[1]]);
+    // The check passed: the lane stays.
+    await new Promise((resolve) => setImmediate(resolve));
     expect(c.pick(t, k!)).toBe(B[1]);
-    c.reportFailure(B[1]!, 'status5xx');
-    expect(c.pick(t, k!)).toBe(ownerOf(k!, [1]));
+    up.set(B[1]!, false);
+    // Further 5xx answers start checks (one per healthTimeoutMs) that now fail: two of them mark it down.
+    await vi.waitFor(
+      () => {
+        c.reportFailure(B[1]!, 'status5xx');
+        expect(c.pick(t, k!)).toBe(ownerOf(k!, [1]));
+      },
+      { timeout: 3000, interval: 20 },
+    );
   });
 
   it('skips excluded brokers along the ring, and has none left when all are excluded', () => {

@@ -45,6 +45,11 @@ async function closedUrl(): Promise<string> {
   return `http://127.0.0.1:${port}`;
 }
 
+/** Resolves once the checks started so far have been judged (a scripted probe resolves at once). */
+function checksDone(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
 function logSink() {
   return capturingLogger('info');
 }
@@ -168,34 +173,51 @@ describe('health checker, active checks over real sockets', () => {
 });
 
 describe('health checker, passive signals', () => {
-  it('marks a broker down at once on a connect failure, after downAfter resets', () => {
+  it('marks a broker down at once on a connect failure', () => {
     const { h, changes, lines } = checker();
     h.track(['http://b1', 'http://b2']);
     h.reportFailure('http://b1', 'connect');
     expect(h.isHealthy('http://b1')).toBe(false);
-    h.reportFailure('http://b2', 'reset');
     expect(h.isHealthy('http://b2')).toBe(true);
-    h.reportFailure('http://b2', 'reset');
-    expect(h.isHealthy('http://b2')).toBe(false);
-    expect(changes.map((c) => [c.url, c.healthy, c.reason])).toEqual([
-      ['http://b1', false, 'connect failure'],
-      ['http://b2', false, '2 consecutive failures, last: connection reset'],
-    ]);
-    expect(lines.filter((l) => l.msg === 'broker down').map((l) => l.url)).toEqual(['http://b1', 'http://b2']);
+    expect(changes.map((c) => [c.url, c.healthy, c.reason])).toEqual([['http://b1', false, 'connect failure']]);
+    expect(lines.filter((l) => l.msg === 'broker down').map((l) => l.url)).toEqual(['http://b1']);
   });
 
-  it('counts 5xx and timeouts toward downAfter; a success in between restarts the count', () => {
-    const { h } = checker({ downAfter: 3 });
+  it('a reset, 5xx or timeout only starts a check: one at a time, none within a quarter interval of the last, and a passing one changes nothing', async () => {
+    let now = 0;
+    const probed: string[] = [];
+    const { h, changes } = checker({ intervalMs: 400, clock: () => now, probe: async (url) => (probed.push(url), true) });
     h.track(['http://b1']);
-    h.reportFailure('http://b1', 'status5xx');
+    for (let i = 0; i < 10; i++) for (const kind of ['reset', 'status5xx', 'timeout'] as const) h.reportFailure('http://b1', kind);
+    expect(probed).toEqual(['http://b1']);
+    await checksDone();
+    now = 99;
     h.reportFailure('http://b1', 'timeout');
-    h.reportSuccess('http://b1');
-    h.reportFailure('http://b1', 'status5xx');
-    h.reportFailure('http://b1', 'status5xx');
+    expect(probed).toHaveLength(1);
+    now = 100;
+    h.reportFailure('http://b1', 'timeout');
+    expect(probed).toHaveLength(2);
+    await checksDone();
     expect(h.isHealthy('http://b1')).toBe(true);
-    h.reportFailure('http://b1', 'timeout');
+    expect(changes).toEqual([]);
+  });
+
+  it('counts the failed checks that suspicions start toward downAfter; a success in between restarts the count', async () => {
+    let now = 0;
+    const { h } = checker({ downAfter: 2, clock: () => now, probe: async () => 'timeout (500 ms)' });
+    h.track(['http://b1']);
+    const suspect = async (kind: 'reset' | 'status5xx' | 'timeout') => {
+      now += 500;
+      h.reportFailure('http://b1', kind);
+      await checksDone();
+    };
+    await suspect('timeout');
+    h.reportSuccess('http://b1');
+    await suspect('status5xx');
+    expect(h.isHealthy('http://b1')).toBe(true);
+    await suspect('reset');
     expect(h.isHealthy('http://b1')).toBe(false);
-    expect(h.lastChange('http://b1')?.reason).toBe('3 consecutive failures, last: timeout');
+    expect(h.lastChange('http://b1')?.reason).toBe('2 consecutive failures, last: health check after a connection reset failed: timeout (500 ms)');
   });
 
   it('does not bring a down broker back on passive successes alone', () => {

@@ -1,7 +1,8 @@
 /**
  * Passive health is keyed on whether a request is a parked poll, not on comparing its timeout
  * with the request timeout: a short `wait=true` poll that runs out of time is no evidence against
- * its broker, while an ordinary request that times out is.
+ * its broker, while an ordinary request that times out starts a health check, which marks the
+ * broker down if it fails too.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
@@ -16,8 +17,9 @@ beforeAll(async () => {
   edge = await startEdge(
     testConfig([broker.url], {
       server: { admin: { token: ADMIN_TOKEN }, longPoll: { slackMs: 200 } },
-      // One failure marks a broker down; the only active check is the one at start.
-      upstream: { downAfter: 1, healthIntervalMs: 600_000, requestTimeoutMs: 1500 },
+      // One failed check marks a broker down. Besides the one at start, the only checks are those a
+      // suspicious failure starts (at most one a second), and a down broker stays down.
+      upstream: { downAfter: 1, upAfter: 1000, healthIntervalMs: 4000, healthTimeoutMs: 500, requestTimeoutMs: 1500 },
     }),
   );
   await broker.waitForRequests(1, (r) => r.path === '/health');
@@ -31,7 +33,7 @@ afterAll(async () => {
 const healthy = async (): Promise<boolean> => (await admin(edge, 'GET', '/admin/v1/brokers')).json.clusters[0].brokers[0].healthy;
 
 describe('passive health', () => {
-  it('a 1-second parked poll that times out leaves its broker up; an ordinary request that times out marks it down', async () => {
+  it('a 1-second parked poll that times out leaves its broker up; an ordinary request that times out, with a check that times out too, marks it down', async () => {
     const rw = await token({ roles: ['read-write'], tenant: 'acme' });
     // The poll's edge timeout (1000 + 200 ms slack) is below the request timeout (1500 ms).
     broker.fault('hang', 1);
@@ -39,9 +41,11 @@ describe('passive health', () => {
     expect(poll.status).toBe(504);
     expect(await healthy()).toBe(true);
 
-    broker.fault('hang', 1);
+    // The read, then the health check it starts.
+    broker.fault('hang', 2);
     const read = await call(edge, 'GET', '/api/v1/pop/queue/q', { token: rw });
     expect(read.status).toBe(504);
-    expect(await healthy()).toBe(false);
+    await broker.waitForRequests(2, (r) => r.path === '/health');
+    await expect.poll(healthy, { timeout: 5000 }).toBe(false);
   });
 });

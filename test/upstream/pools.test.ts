@@ -15,4 +15,38 @@ describe('broker pools', () => {
     expect(pools.get(b, false)).not.toBe(dropped[0]);
     await pools.close();
   });
+
+  it('enter() gives each tenant its share of one broker’s pool at once, counted per broker and per tenant; leave() hands a place to the first waiting', async () => {
+    const pools = createBrokerPools(testConfig(['http://127.0.0.1:1'], { upstream: { connections: 10, tenantShare: 0.3 } }).upstream);
+    const [a, b] = ['http://127.0.0.1:1', 'http://127.0.0.1:2'];
+    expect(pools.tenantCap).toBe(3);
+    expect([1, 2, 3].map(() => pools.enter(a, 't1'))).toEqual([true, true, true]);
+    const handed: number[] = [];
+    const waiting = [1, 2].map((i) => (pools.enter(a, 't1') as Promise<boolean>).then((ok) => ok && handed.push(i)));
+    // Another tenant on the same broker, and the same tenant on another broker, have their own.
+    expect(pools.enter(a, 't2')).toBe(true);
+    expect(pools.enter(b, 't1')).toBe(true);
+    pools.leave(a, 't1');
+    pools.leave(a, 't1');
+    await Promise.all(waiting);
+    expect(handed).toEqual([1, 2]);
+    // Handed over, not freed: the tenant still has its share in flight.
+    expect(pools.enter(a, 't1')).toBeInstanceOf(Promise);
+    await pools.close();
+  });
+
+  it('refuses at once when the tenant already has `connections` waiting, and a wait longer than requestTimeoutMs', async () => {
+    const pools = createBrokerPools(testConfig(['http://127.0.0.1:1'], { upstream: { connections: 2, tenantShare: 0.1, requestTimeoutMs: 50 } }).upstream);
+    const a = 'http://127.0.0.1:1';
+    // A share below one connection is still one request.
+    expect(pools.tenantCap).toBe(1);
+    expect(pools.enter(a, 't1')).toBe(true);
+    const waits = [pools.enter(a, 't1'), pools.enter(a, 't1')];
+    expect(pools.enter(a, 't1')).toBe(false);
+    expect(await Promise.all(waits)).toEqual([false, false]);
+    // The timed-out waits left the queue: a place given back is free again.
+    pools.leave(a, 't1');
+    expect(pools.enter(a, 't1')).toBe(true);
+    await pools.close();
+  });
 });

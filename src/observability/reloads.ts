@@ -1,0 +1,48 @@
+/**
+ * What became of the configuration reloads (SIGHUP): the last one's time, result and problems,
+ * and counts by result. Read by the admin API (`GET /admin/v1/config`) and by /metrics, so an
+ * operator sees a refused file without reading the logs.
+ */
+
+/** The last reload, as the admin API shows it. */
+export interface LastReload {
+  /** When it was tried (ISO 8601). */
+  readonly at: string;
+  readonly result: 'applied' | 'refused';
+  /** Why it was refused (each `path: message`); empty when applied. */
+  readonly problems: readonly string[];
+  /** Changed sections that apply only after a restart (applied reloads). */
+  readonly restartNeeded: readonly string[];
+}
+
+export class ReloadHistory {
+  #last: LastReload | null = null;
+  #atMs = 0;
+  readonly counts = { applied: 0, refused: 0 };
+
+  constructor(private readonly clock: () => number = Date.now) {}
+
+  applied(restartNeeded: readonly string[]): void {
+    this.#record('applied', [], restartNeeded);
+  }
+
+  refused(problems: readonly string[]): void {
+    this.#record('refused', problems, []);
+  }
+
+  /** The last reload, or null when none was tried since the start. */
+  get last(): LastReload | null {
+    return this.#last;
+  }
+
+  /** Epoch ms of the last reload; 0 when none. */
+  get lastAtMs(): number {
+    return this.#atMs;
+  }
+
+  #record(result: LastReload['result'], problems: readonly string[], restartNeeded: readonly string[]): void {
+    this.#atMs = this.clock();
+    this.counts[result]++;
+    this.#last = { at: new Date(this.#atMs).toISOString(), result, problems: [...problems], restartNeeded: [...restartNeeded] };
+  }
+}

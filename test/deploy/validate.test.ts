@@ -1,0 +1,52 @@
+/** `queen-edge validate`: checks a file without serving; every problem with its path and a hint, exit 0 or 2. */
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { testConfig } from '../helpers/edge.js';
+import { connectionRefused, edgeTracker, freePort } from './edge-process.js';
+
+const edges = edgeTracker();
+afterEach(() => edges.cleanup());
+
+// Each test starts the CLI under tsx: seconds on a loaded machine.
+describe('queen-edge validate', { timeout: 60_000 }, () => {
+  it('a valid file: one line, exit 0, and no listener is opened', async () => {
+    const port = await freePort();
+    const edge = await edges.start(testConfig(['http://127.0.0.1:1'], { server: { https: { port } } }), ['validate', '--config', '{config}']);
+    expect((await edge.exited).code).toBe(0);
+    expect(edge.lines.map((l) => l.msg)).toEqual([expect.stringMatching(/config\.yaml: valid \(1 tenant, 1 plan\)$/)]);
+    expect(await connectionRefused(port)).toBe(true);
+  });
+
+  it('an invalid file: every problem with its path and a hint, an empty variable called empty, exit 2', async () => {
+    const edge = await edges.start(
+      { server: { bogus: 1, https: { port: 'x' } }, redis: { url: '${EMPTY_URL}' }, plans: {}, tenants: { t: { plan: 'free', brokers: ['nope'] } } },
+      ['validate', '--config', '{config}'],
+      { EMPTY_URL: '' },
+    );
+    expect((await edge.exited).code).toBe(2);
+    const err = edge.stderr();
+    expect(err).toMatch(/config\.yaml: 4 problems\n/);
+    expect(err).toContain('redis.url: environment variable EMPTY_URL is empty and has no default\n    hint: export EMPTY_URL=');
+    expect(err).toContain('server: Unrecognized key: "bogus"\n    hint: remove it or fix its spelling');
+    expect(err).toContain('server.https.port: Invalid input: expected number, received string\n    hint: write a number');
+    expect(err).toContain('tenants.t.brokers[0]: Invalid URL\n    hint: a full URL with its scheme');
+  });
+
+  it('an unquoted ${VAR} in a flow mapping: the YAML error once, with the hint to quote it', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'qe-validate-'));
+    const file = join(dir, 'edge.yaml');
+    await writeFile(file, 'server:\n  https: { host: 0.0.0.0, port: ${PORT:-8443} }\nplans: {}\ntenants: {}\n');
+    try {
+      const edge = await edges.start({}, ['validate', '--config', file]);
+      expect((await edge.exited).code).toBe(2);
+      const err = edge.stderr();
+      expect(err).toContain('1 problem\n');
+      expect(err).toContain('at line 2, column 34');
+      expect(err).toContain('hint: a ${VAR} inside { ... } must be quoted: port: "${PORT:-8443}"');
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
