@@ -17,12 +17,11 @@ import { createHash, createPublicKey } from 'node:crypto';
 import { readFileSync, statSync } from 'node:fs';
 import type { JWK } from 'jose';
 import type { RawTenantAuth } from '../config/schema.js';
+import { defaultPort, urlHost, urlPort } from '../net/url-host.js';
 
 /** What decides which tokens a set of `auth` settings accepts (a tenant's own, or the global ones). */
 export type TrustSettings = Pick<RawTenantAuth, 'secret' | 'publicKey' | 'jwksUrl' | 'issuer' | 'audience'>;
 
-const LOOPBACK = new Set(['localhost', '127.0.0.1', '[::1]', '[::ffff:127.0.0.1]', '[::ffff:7f00:1]']);
-const DEFAULT_PORT: Readonly<Record<string, string>> = { 'http:': '80', 'https:': '443' };
 
 /** The JWKS URL as compared (see the top of this file); the text itself when it does not parse. */
 export function canonicalJwksUrl(text: string): string {
@@ -32,11 +31,9 @@ export function canonicalJwksUrl(text: string): string {
   } catch {
     return text;
   }
-  let host = url.hostname.toLowerCase().replace(/\.$/, '');
-  if (LOOPBACK.has(host) || /^127(\.\d{1,3}){3}$/.test(host)) host = 'loopback';
-  const port = url.port === '' || url.port === DEFAULT_PORT[url.protocol] ? '' : `:${url.port}`;
+  const port = defaultPort(url) ? '' : `:${urlPort(url)}`;
   const path = url.pathname.length > 1 ? url.pathname.replace(/\/+$/, '') : url.pathname;
-  return `${url.protocol}//${host}${port}${path}`;
+  return `${url.protocol}//${urlHost(url)}${port}${path}`;
 }
 
 /** Members of a public JWK that its RFC 7638 thumbprint covers, by key type. */
