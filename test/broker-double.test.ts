@@ -85,7 +85,7 @@ class RawConnection {
 }
 
 const fakeJwt = (claims: object) =>
-  ['{"alg":"none"}', JSON.stringify(claims)].map((s) => Buffer.from(s).toString('base64url')).join('.') + '.sig';
+  `${['{"alg":"none"}', JSON.stringify(claims)].map((s) => Buffer.from(s).toString('base64url')).join('.')}.sig`;
 
 let broker: BrokerDouble;
 beforeEach(async () => {
