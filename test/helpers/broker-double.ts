@@ -1115,7 +1115,15 @@ function encodeAnswer(plain: Buffer, coding: NonNullable<AnswerFixtures['content
 async function streamBigPop(res: ServerResponse, big: NonNullable<AnswerFixtures['bigPop']>): Promise<void> {
   const data = Buffer.alloc(big.messageBytes, 'x');
   const send = async (chunk: Buffer) => {
-    if (!res.write(chunk)) await new Promise<void>((resolve) => res.once('drain', resolve).once('close', resolve));
+    if (res.write(chunk)) return;
+    // Both listeners go once either fires: a 64 MiB answer waits for drain many times.
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        res.off('drain', done).off('close', done);
+        resolve();
+      };
+      res.once('drain', done).once('close', done);
+    });
   };
   res.writeHead(200, { 'content-type': 'application/json' });
   try {
