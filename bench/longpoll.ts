@@ -89,7 +89,12 @@ async function openPolls(port: number, n: number, token: string, concurrency: nu
     }
   };
   await Promise.all(Array.from({ length: concurrency }, worker));
-  return { polls, close: () => sockets.forEach((s) => s.destroy()) };
+  return {
+    polls,
+    close: () => {
+      for (const s of sockets) s.destroy();
+    },
+  };
 }
 
 /** Opens `n` parked pops as h2 streams, H2_POLLS_PER_SESSION to a connection. */
@@ -118,7 +123,12 @@ async function openH2Polls(base: string, n: number, token: string): Promise<Open
       stream.resume();
     }
   }
-  return { polls, close: () => sessions.forEach((s) => s.destroy()) };
+  return {
+    polls,
+    close: () => {
+      for (const s of sessions) s.destroy();
+    },
+  };
 }
 
 function doubleCall(port: number, method: string, path: string): Promise<Record<string, number>> {
@@ -168,7 +178,11 @@ export async function runLongPolls(edge: EdgeProcess, doublePort: number, n: num
   const parkDeadline = Date.now() + 120_000;
   // Polls refused or cut by the edge never park: wait for the ones still waiting for an answer.
   const waiting = () => polls.filter((p) => p.status === 0).length;
-  while ((parked = (await doubleCall(doublePort, 'GET', '/__bench/stats')).parked ?? 0) < waiting() && Date.now() < parkDeadline) await sleep(200);
+  for (;;) {
+    parked = (await doubleCall(doublePort, 'GET', '/__bench/stats')).parked ?? 0;
+    if (parked >= waiting() || Date.now() >= parkDeadline) break;
+    await sleep(200);
+  }
   const secondsToPark = (Date.now() - t0) / 1000;
 
   edge.resetLoopDelay();

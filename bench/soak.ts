@@ -110,7 +110,13 @@ tenants:
   const base = `https://127.0.0.1:${httpsPort}`;
   const agent = new Agent({ connect: { rejectUnauthorized: false }, connections: CONCURRENCY + PARKED + 8, keepAliveTimeout: 30000 });
   for (let i = 0; i < 100; i++) {
-    const ok = await request(`http://127.0.0.1:${adminPort}/livez`).then((r) => (r.body.dump(), r.statusCode === 200), () => false);
+    const ok = await request(`http://127.0.0.1:${adminPort}/livez`).then(
+      (r) => {
+        r.body.dump();
+        return r.statusCode === 200;
+      },
+      () => false,
+    );
     if (ok) break;
     await sleep(100);
   }

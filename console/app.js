@@ -31,7 +31,6 @@ const nf1 = new Intl.NumberFormat('en-US', { maximumFractionDigits: 1 });
 const nf2 = new Intl.NumberFormat('en-US', { maximumFractionDigits: 2 });
 const num = (n) => nf.format(n);
 const rate = (n, unit) => (n === null || n === undefined ? '—' : `${nf1.format(n)} ${unit}`);
-const ms = (n) => (n === null || n === undefined ? '—' : `${nf2.format(n)} ms`);
 
 function bytes(n) {
   if (n === null || n === undefined) return '—';
@@ -407,7 +406,7 @@ function chart(name, title, unit, labels, xs, series, target) {
     cursor: { drag: { x: false, y: false } },
     scales: { x: { time: true } },
     axes: [{ stroke: '#5b6470', grid: { stroke: '#eef0f3' }, values: timeTicks }, { stroke: '#5b6470', grid: { stroke: '#eef0f3' }, size: unit === 'B' ? 84 : 60, values: (_u, ticks) => ticks.map((v) => (unit === 'B' ? bytes(v) : nf.format(v))) }],
-    series: [{ label: 'Hour (UTC)', value: (_u, v) => (v === null ? '—' : utc(v * 1000).slice(0, 16) + ' UTC') }, ...labels.map((l, i) => ({ label: l, stroke: COLORS[i % COLORS.length], width: 2, fill: labels.length === 1 ? 'rgba(36,82,197,.08)' : undefined, value: (_u, v) => (v === null ? '—' : unit === 'B' ? bytes(v) : `${num(v)} ${unit}`) }))],
+    series: [{ label: 'Hour (UTC)', value: (_u, v) => (v === null ? '—' : `${utc(v * 1000).slice(0, 16)} UTC`) }, ...labels.map((l, i) => ({ label: l, stroke: COLORS[i % COLORS.length], width: 2, fill: labels.length === 1 ? 'rgba(36,82,197,.08)' : undefined, value: (_u, v) => (v === null ? '—' : unit === 'B' ? bytes(v) : `${num(v)} ${unit}`) }))],
   };
   window.qeCharts[name] = new uPlot(opts, [xs, ...series], box);
 }
@@ -433,7 +432,10 @@ async function renderTenant(id, current) {
   const col = (f) => rows.map((r) => r[f]);
 
   const rangeButtons = RANGES.map(([key, label]) =>
-    h('button', { type: 'button', 'aria-pressed': String(key === chosenRange), onclick: () => ((chosenRange = key), route()) }, label),
+    h('button', { type: 'button', 'aria-pressed': String(key === chosenRange), onclick: () => {
+        chosenRange = key;
+        route();
+      } }, label),
   );
   const charts = h('div', { class: 'charts', id: 'charts' });
   const total = u.total;

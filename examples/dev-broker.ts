@@ -86,14 +86,15 @@ export async function startDevBroker(port = 0): Promise<DevBroker> {
     return p.leases.get(group);
   };
 
-  const push = (body: any): unknown[] => {
-    if (!body || !Array.isArray(body.items)) throw new HttpError(400, 'items must be an array');
+  const push = (body: JsonRecord): unknown[] => {
+    if (!Array.isArray(body.items)) throw new HttpError(400, 'items must be an array');
     const now = new Date().toISOString();
     const touched = new Set<string>();
-    const out = body.items.map((item: any, index: number) => {
+    const out = body.items.map((raw: unknown, index: number) => {
+      const item = record(raw);
       if (!item || typeof item.queue !== 'string' || item.queue === '' || !('payload' in item)) throw new HttpError(400, `items[${index}]: queue and payload are required`);
-      const p = partitionOf(item.queue, typeof item.partition === 'string' && item.partition !== '' ? item.partition : 'Default');
-      const transactionId = typeof item.transactionId === 'string' && item.transactionId !== '' ? item.transactionId : randomUUID();
+      const p = partitionOf(item.queue, nonEmpty(item.partition, 'Default'));
+      const transactionId = nonEmpty(item.transactionId, randomUUID());
       const seen = p.byTransaction.get(transactionId);
       if (seen !== undefined) return { index, message_id: p.messages[seen]!.id, transaction_id: transactionId, queueName: item.queue, status: 'duplicate' };
       const message: Message = { id: randomUUID(), transactionId, data: item.payload, createdAt: now };
@@ -129,9 +130,9 @@ export async function startDevBroker(port = 0): Promise<DevBroker> {
     return null;
   };
 
-  const ack = (a: any, group: string): object => {
-    const base = { transactionId: a?.transactionId ?? null, success: false, error: null as string | null, leaseReleased: false, dlq: false, noop: false };
-    const p = typeof a?.partitionId === 'string' ? byId.get(a.partitionId) : undefined;
+  const ack = (a: JsonRecord, group: string): object => {
+    const base = { transactionId: a.transactionId ?? null, success: false, error: null as string | null, leaseReleased: false, dlq: false, noop: false };
+    const p = typeof a.partitionId === 'string' ? byId.get(a.partitionId) : undefined;
     const offset = p && typeof a.transactionId === 'string' ? p.byTransaction.get(a.transactionId) : undefined;
     if (!p || offset === undefined) return { ...base, error: 'message not found' };
     const cursor = p.cursors.get(group) ?? 0;
@@ -139,7 +140,7 @@ export async function startDevBroker(port = 0): Promise<DevBroker> {
     const lease = liveLease(p, group, Date.now());
     if (!lease || (a.leaseId !== undefined && a.leaseId !== lease.leaseId)) return { ...base, error: 'invalid or expired lease' };
     if (offset >= lease.to) return { ...base, error: 'position beyond leased batch' };
-    const status = a.status === undefined || ['completed', 'success', 'acked', 'ok'].includes(a.status) ? 'completed' : a.status === 'dlq' ? 'dlq' : 'failed';
+    const status = a.status === undefined || (typeof a.status === 'string' && ['completed', 'success', 'acked', 'ok'].includes(a.status)) ? 'completed' : a.status === 'dlq' ? 'dlq' : 'failed';
     // completed and dlq move the cursor past the message; failed leaves it there to be delivered again.
     p.cursors.set(group, status === 'failed' ? offset : offset + 1);
     const released = status === 'failed' || offset + 1 >= lease.to;
@@ -202,17 +203,21 @@ export async function startDevBroker(port = 0): Promise<DevBroker> {
     if (req.method === 'POST' && path === '/api/v1/push') return send(res, 201, push(await jsonBody(req)));
     if (req.method === 'POST' && path === '/api/v1/ack') {
       const body = await jsonBody(req);
-      return send(res, 200, [{ index: 0, ...ack(body, body?.consumerGroup || QUEUE_MODE) }]);
+      return send(res, 200, [{ index: 0, ...ack(body, nonEmpty(body.consumerGroup, QUEUE_MODE)) }]);
     }
     if (req.method === 'POST' && path === '/api/v1/ack/batch') {
       const body = await jsonBody(req);
-      if (!Array.isArray(body?.acknowledgments)) throw new HttpError(400, 'acknowledgments must be an array');
-      return send(res, 200, body.acknowledgments.map((a: any, index: number) => ({ index, ...ack(a, a?.consumerGroup || body.consumerGroup || QUEUE_MODE) })));
+      if (!Array.isArray(body.acknowledgments)) throw new HttpError(400, 'acknowledgments must be an array');
+      return send(res, 200, body.acknowledgments.map((raw: unknown, index: number) => {
+          const a = record(raw) ?? {};
+          return { index, ...ack(a, nonEmpty(a.consumerGroup, nonEmpty(body.consumerGroup, QUEUE_MODE))) };
+        }),
+      );
     }
     const extendMatch = /^\/api\/v1\/lease\/([^/]+)\/extend$/.exec(path);
     if (req.method === 'POST' && extendMatch) {
       const body = await jsonBody(req);
-      return send(res, 200, extend(decodeURIComponent(extendMatch[1]!), Number(body?.seconds ?? 60) || 60));
+      return send(res, 200, extend(decodeURIComponent(extendMatch[1]!), Number(body.seconds ?? 60) || 60));
     }
     throw new HttpError(404, `the development broker does not implement ${req.method} ${path}`);
   };
@@ -242,7 +247,16 @@ function send(res: ServerResponse, status: number, body: unknown): void {
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) }).end(text);
 }
 
-async function jsonBody(req: IncomingMessage): Promise<any> {
+/** A JSON body read field by field; each use checks the type of the fields it reads. */
+type JsonRecord = Record<string, unknown>;
+
+const record = (v: unknown): JsonRecord | undefined => (typeof v === 'object' && v !== null ? (v as JsonRecord) : undefined);
+
+/** `v` when it is a non-empty string, else `fallback`. */
+const nonEmpty = (v: unknown, fallback: string): string => (typeof v === 'string' && v !== '' ? v : fallback);
+
+/** The request's JSON body; an empty body, or one that is not an object, reads as `{}` (no fields). */
+async function jsonBody(req: IncomingMessage): Promise<JsonRecord> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {
@@ -251,9 +265,9 @@ async function jsonBody(req: IncomingMessage): Promise<any> {
     chunks.push(chunk);
   }
   const text = Buffer.concat(chunks).toString('utf8');
-  if (text === '') return undefined;
+  if (text === '') return {};
   try {
-    return JSON.parse(text);
+    return record(JSON.parse(text)) ?? {};
   } catch (err) {
     throw new HttpError(400, `invalid JSON: ${(err as Error).message}`);
   }

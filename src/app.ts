@@ -183,7 +183,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     tenants,
     reloads,
     reload(next) {
-      let nextRoutes;
+      let nextRoutes: typeof routes;
       try {
         nextRoutes = compileRoutes(compileTables(next).routes);
         // Synchronous from here: no request sees new tenants with old routes, or the reverse.

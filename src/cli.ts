@@ -124,7 +124,7 @@ async function main(argv: string[]): Promise<number> {
     const { runAdminCli } = await import('./admin/cli-commands.js');
     return runAdminCli(argv, { stdout: process.stdout, stderr: process.stderr, env: process.env });
   }
-  let args;
+  let args: GatewayArgs;
   try {
     args = gatewayArgs(argv, process.env);
   } catch (err) {
@@ -140,7 +140,7 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   if (args.validate) return validate(args.configPath);
-  let config;
+  let config: RawConfig;
   try {
     config = await loadConfigFile(args.configPath);
     // The directory's rules (ids, hosts, shared brokers) are configuration problems too: exit 2, no stack.

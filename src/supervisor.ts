@@ -278,13 +278,15 @@ export async function runPrimary(config: RawConfig, count: number, deps: { log: 
     if (stopping) {
       if (code !== 0 && state.ready) failed = true;
       log.info(fields, 'worker exited');
-      return end();
+      end();
+      return;
     }
     if (!started) {
       // A worker that cannot start at all (port taken, Redis unreachable) would fail the same way again: give up like a single process would.
       log.error(fields, 'worker failed to start: stopping');
       failed = true;
-      return stop('startup failure');
+      stop('startup failure');
+      return;
     }
     const next = nextRestart(streaks[state.slot]!, clock() - state.forkedAt, policy);
     streaks[state.slot] = next.streak;
@@ -360,7 +362,10 @@ function metricsCollector(): {
         }, COLLECT_TIMEOUT_MS);
         const done = (err: Error | null): void => {
           clearTimeout(timer);
-          if (err) return rejectText(err);
+          if (err) {
+            rejectText(err);
+            return;
+          }
           Promise.resolve(AggregatorRegistry.aggregate(answers).metrics()).then(resolveText, rejectText);
         };
         const c = { waiting, answers, done };
@@ -420,8 +425,8 @@ export async function runWorker(): Promise<number> {
   let registry: App['metrics'] | null = null;
   const collected = (id: number): void => {
     const answer = (metrics: WorkerMetrics): void => void process.send!({ type: 'queen-edge:collected', id, metrics } satisfies ToPrimary);
-    if (registry === null) return answer([]);
-    registry.getMetricsAsJSON().then(answer, () => answer([]));
+    if (registry === null) answer([]);
+    else registry.getMetricsAsJSON().then(answer, () => answer([]));
   };
   const configured = new Promise<RawConfig>((resolveConfig) => {
     process.on('message', (msg: ToWorker) => {

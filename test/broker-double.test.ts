@@ -44,9 +44,44 @@ const pop = (broker: BrokerDouble, path: string) => call(broker, 'GET', `/api/v1
 const ackBatch = (broker: BrokerDouble, acknowledgments: unknown[], consumerGroup?: string) =>
   call(broker, 'POST', '/api/v1/ack/batch', { consumerGroup, acknowledgments });
 
+/** A message of a pop's answer: the fields these tests read. */
+interface PoppedMessage {
+  transactionId: string;
+  partitionId: string;
+  partition: string;
+  leaseId: string;
+  data: unknown;
+  producerSub: string | null;
+}
+
+/** One item of a push or ack answer. */
+interface ItemResult {
+  status?: string;
+  success?: boolean;
+  error?: string | null;
+  noop?: boolean;
+  leaseReleased?: boolean;
+  dlq?: boolean;
+}
+
+/** A pop's answer with messages. */
+interface PopAnswer {
+  leaseId: string;
+  partitionId: string;
+  messages: PoppedMessage[];
+}
+
+/** An ack item as the batch ack takes it. */
+interface AckItem {
+  transactionId: string;
+  partitionId: string;
+  leaseId: string;
+  status: string | undefined;
+}
+
 /** Acks shaped from a pop's messages. */
-function acksFor(popped: any, statuses: Array<string | undefined>): unknown[] {
-  return popped.messages.map((m: any, i: number) => ({
+function acksFor(popped: { messages: PoppedMessage[] }, statuses: Array<string | undefined>): AckItem[] {
+  return popped.messages.map((m, i) => ({
     transactionId: m.transactionId,
     partitionId: m.partitionId,
     leaseId: m.leaseId,
@@ -85,7 +120,7 @@ class RawConnection {
 }
 
 const fakeJwt = (claims: object) =>
-  ['{"alg":"none"}', JSON.stringify(claims)].map((s) => Buffer.from(s).toString('base64url')).join('.') + '.sig';
+  `${['{"alg":"none"}', JSON.stringify(claims)].map((s) => Buffer.from(s).toString('base64url')).join('.')}.sig`;
 
 let broker: BrokerDouble;
 beforeEach(async () => {
@@ -172,7 +207,7 @@ describe('seed walkthrough, steps 1-7', () => {
     // 7. another group sees both
     const analytics = await pop(broker, 'demo?consumerGroup=analytics&batch=10');
     expect(analytics.status).toBe(200);
-    expect(analytics.json.messages.map((m: any) => m.transactionId)).toEqual(['evt-1', 'evt-2']);
+    expect(analytics.json.messages.map((m: PoppedMessage) => m.transactionId)).toEqual(['evt-1', 'evt-2']);
     expect(analytics.json.leaseId).not.toBe(body.leaseId);
   });
 });
@@ -184,11 +219,11 @@ describe('push', () => {
       { queue: 'q', transactionId: 't', payload: 2 },
       { queue: 'q', transactionId: 't', payload: 3 },
     ]);
-    expect(res.json.map((e: any) => e.status)).toEqual(['queued', 'queued', 'duplicate']);
+    expect(res.json.map((e: ItemResult) => e.status)).toEqual(['queued', 'queued', 'duplicate']);
     expect(res.json[0].transaction_id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
     expect(res.json[2].message_id).toBe(res.json[1].message_id);
     const popped = await pop(broker, 'q/partition/Default?batch=10');
-    expect(popped.json.messages.map((m: any) => m.data)).toEqual([1, 2]);
+    expect(popped.json.messages.map((m: PoppedMessage) => m.data)).toEqual([1, 2]);
   });
 
   it('answers an empty items array with 201 []', async () => {
@@ -226,7 +261,7 @@ describe('push', () => {
     await push(broker, [{ queue: 'q', payload: 1 }], { authorization: `Bearer ${fakeJwt({ sub: 'producer-7' })}` });
     await push(broker, [{ queue: 'q', payload: 2 }], { authorization: fakeJwt({ sub: 'bare-token' }) });
     const popped = await pop(broker, 'q?batch=10');
-    expect(popped.json.messages.map((m: any) => m.producerSub)).toEqual(['producer-7', 'bare-token']);
+    expect(popped.json.messages.map((m: PoppedMessage) => m.producerSub)).toEqual(['producer-7', 'bare-token']);
   });
 });
 
@@ -302,7 +337,7 @@ describe('leases', () => {
       { queue: 'l', transactionId: 'b', payload: 2 },
     ]);
     const first = await pop(broker, 'l?consumerGroup=g');
-    expect(first.json.messages.map((m: any) => m.transactionId)).toEqual(['a']);
+    expect(first.json.messages.map((m: PoppedMessage) => m.transactionId)).toEqual(['a']);
     expect((await pop(broker, 'l?consumerGroup=g')).status).toBe(204);
     expect((await pop(broker, 'l?consumerGroup=h')).json.messages[0].transactionId).toBe('a');
     await ackBatch(broker, acksFor(first.json, ['completed']), 'g');
@@ -318,8 +353,8 @@ describe('leases', () => {
     ]);
     const res = await pop(broker, 'm?partitions=2&batch=3');
     const msgs = res.json.messages;
-    expect(msgs.map((m: any) => [m.partition, m.transactionId])).toEqual([['p1', 'a'], ['p1', 'b'], ['p2', 'c']]);
-    expect(new Set(msgs.map((m: any) => m.leaseId))).toEqual(new Set([res.json.leaseId]));
+    expect(msgs.map((m: PoppedMessage) => [m.partition, m.transactionId])).toEqual([['p1', 'a'], ['p1', 'b'], ['p2', 'c']]);
+    expect(new Set(msgs.map((m: PoppedMessage) => m.leaseId))).toEqual(new Set([res.json.leaseId]));
     expect(res.json.partition).toBe('p1');
     expect(msgs[2].partitionId).not.toBe(res.json.partitionId);
     const before = Date.now();
@@ -362,7 +397,7 @@ describe('leases', () => {
 });
 
 describe('ack as an offset commit', () => {
-  async function popThree(group = 'g'): Promise<any> {
+  async function popThree(group = 'g'): Promise<PopAnswer> {
     await push(broker, [1, 2, 3].map((n) => ({ queue: 'k', transactionId: `m${n}`, payload: n })));
     return (await pop(broker, `k?consumerGroup=${group}&batch=10`)).json;
   }
@@ -387,7 +422,7 @@ describe('ack as an offset commit', () => {
 
   it('refuses invalid leases and unknown consumers per item with HTTP 200', async () => {
     const popped = await popThree();
-    const [a] = acksFor(popped, []) as any[];
+    const [a] = acksFor(popped, []);
     const res = await ackBatch(
       broker,
       [
@@ -398,7 +433,7 @@ describe('ack as an offset commit', () => {
       'g',
     );
     expect(res.status).toBe(200);
-    expect(res.json.map((e: any) => [e.success, e.error])).toEqual([
+    expect(res.json.map((e: ItemResult) => [e.success, e.error])).toEqual([
       [false, 'invalid or expired lease'],
       [false, 'consumer not found'],
       [false, 'transactionId and partitionId are required'],
@@ -409,18 +444,18 @@ describe('ack as an offset commit', () => {
   it('clamps the cursor at the lowest negative ack and redelivers from there', async () => {
     const popped = await popThree();
     const res = await ackBatch(broker, acksFor(popped, ['completed', 'retry', 'ok']), 'g');
-    expect(res.json.map((e: any) => [e.success, e.noop, e.leaseReleased])).toEqual([
+    expect(res.json.map((e: ItemResult) => [e.success, e.noop, e.leaseReleased])).toEqual([
       [true, false, true],
       [true, false, true],
       [true, true, true],
     ]);
     const again = await pop(broker, 'k?consumerGroup=g&batch=10');
-    expect(again.json.messages.map((m: any) => m.transactionId)).toEqual(['m2', 'm3']);
+    expect(again.json.messages.map((m: PoppedMessage) => m.transactionId)).toEqual(['m2', 'm3']);
   });
 
   it('treats an unknown status as failed, and lets dlq beat failed at the same offset', async () => {
     const popped = await popThree();
-    const acks = acksFor(popped, []) as any[];
+    const acks = acksFor(popped, []);
     const res = await ackBatch(
       broker,
       [
@@ -429,7 +464,7 @@ describe('ack as an offset commit', () => {
       ],
       'g',
     );
-    expect(res.json.map((e: any) => [e.success, e.dlq, e.noop])).toEqual([
+    expect(res.json.map((e: ItemResult) => [e.success, e.dlq, e.noop])).toEqual([
       [true, false, true],
       [true, true, false],
     ]);
@@ -437,7 +472,7 @@ describe('ack as an offset commit', () => {
       { queue: 'k', partition: 'Default', partitionId: popped.partitionId, transactionId: 'm1', consumerGroup: 'g', data: 1, error: 'unparseable payload' },
     ]);
     const again = await pop(broker, 'k?consumerGroup=g&batch=10');
-    expect(again.json.messages.map((m: any) => m.transactionId)).toEqual(['m2', 'm3']);
+    expect(again.json.messages.map((m: PoppedMessage) => m.transactionId)).toEqual(['m2', 'm3']);
     const typo = await ackBatch(broker, [{ ...acksFor(again.json, [])[0] as object, status: 'complet' }], 'g');
     expect(typo.json[0]).toMatchObject({ success: true, dlq: false, leaseReleased: true });
     expect((await pop(broker, 'k?consumerGroup=g')).json.messages[0].transactionId).toBe('m2');
@@ -445,7 +480,7 @@ describe('ack as an offset commit', () => {
 });
 
 describe('transactions', () => {
-  async function leased(): Promise<any> {
+  async function leased(): Promise<PopAnswer> {
     await push(broker, [{ queue: 's1', partition: 'acct-42', transactionId: 'order-1', payload: 1 }]);
     return (await pop(broker, 's1?consumerGroup=billing')).json;
   }
@@ -511,7 +546,7 @@ describe('namespace and task pops', () => {
     await push(broker, [{ queue: 'ns-b', payload: 'b' }, { queue: 'other', payload: 'o' }]);
     const byNamespace = await call(broker, 'GET', '/api/v1/pop?namespace=shop&batch=10');
     expect(byNamespace.json.queue).toBe('ns-b');
-    expect(byNamespace.json.messages.map((m: any) => m.data)).toEqual(['b']);
+    expect(byNamespace.json.messages.map((m: PoppedMessage) => m.data)).toEqual(['b']);
     expect((await call(broker, 'GET', '/api/v1/pop?task=bill')).status).toBe(204);
     const missing = await call(broker, 'GET', '/api/v1/pop');
     expect(missing.status).toBe(400);

@@ -16,6 +16,7 @@ export interface CliIo {
   env: NodeJS.ProcessEnv;
 }
 
+// biome-ignore lint/suspicious/noExplicitAny: the admin API's JSON answers are printed field by field as docs/reference.md shapes them; the CLI does not re-validate them
 type Json = any;
 type Options = NonNullable<ParseArgsConfig['options']>;
 
@@ -63,7 +64,7 @@ class ApiError extends Error {
 function table(headers: readonly string[], rows: ReadonlyArray<readonly string[]>): string {
   const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const line = (cells: readonly string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();
-  return [line(headers), ...rows.map(line)].join('\n') + '\n';
+  return `${[line(headers), ...rows.map(line)].join('\n')}\n`;
 }
 
 /** Where a tenant field came from, for people. */

@@ -50,7 +50,10 @@ export async function serveConsole(path: string, req: IncomingMessage, res: Serv
   if (!locate || (req.method !== 'GET' && req.method !== 'HEAD')) return false;
   const file = locate();
   let body = cache.get(file);
-  if (!body) cache.set(file, (body = await readFile(file)));
+  if (!body) {
+    body = await readFile(file);
+    cache.set(file, body);
+  }
   const ext = file.slice(file.lastIndexOf('.') + 1);
   res.writeHead(200, { ...CONSOLE_HEADERS, 'content-type': TYPES[ext] ?? 'application/octet-stream', 'content-length': String(body.length) });
   if (req.method === 'HEAD') res.end();

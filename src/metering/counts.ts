@@ -105,7 +105,10 @@ export function parseDayHash(dayStartMs: number, hash: Readonly<Record<string, s
     if (field[2] !== ':' || !Number.isInteger(hh) || hh < 0 || hh > 23 || !Number.isFinite(n)) continue;
     const start = dayStartMs + hh * HOUR_MS;
     let c = hours.get(start);
-    if (!c) hours.set(start, (c = new UsageCounts()));
+    if (!c) {
+      c = new UsageCounts();
+      hours.set(start, c);
+    }
     const numeric = BY_SHORT.get(name);
     if (numeric) c[numeric] += n;
     else if (name.startsWith(REFUSAL_PREFIX)) {
@@ -134,7 +137,10 @@ export function rollUp(hours: ReadonlyMap<number, UsageCounts>, granularity: Gra
   for (const [hour, c] of hours) {
     const start = bucketStart(hour, granularity);
     let b = buckets.get(start);
-    if (!b) buckets.set(start, (b = new UsageCounts()));
+    if (!b) {
+      b = new UsageCounts();
+      buckets.set(start, b);
+    }
     b.add(c);
   }
   return [...buckets].sort((a, b) => a[0] - b[0]).map(([start, counts]) => ({ start, counts }));

@@ -42,7 +42,10 @@ class TenantHours {
   at(hour: number): UsageCounts {
     if (hour === this.hour) return this.current!;
     let c = this.hours.get(hour);
-    if (!c) this.hours.set(hour, (c = new UsageCounts()));
+    if (!c) {
+      c = new UsageCounts();
+      this.hours.set(hour, c);
+    }
     this.hour = hour;
     this.current = c;
     return c;
@@ -87,7 +90,8 @@ export class Meter implements UsageRecorder {
     let t = this.#pending.get(x.tenantId);
     if (!t) {
       if (this.#pending.size === 0) this.#pendingSince = now;
-      this.#pending.set(x.tenantId, (t = new TenantHours()));
+      t = new TenantHours();
+      this.#pending.set(x.tenantId, t);
     }
     countExchange(t.at(now - (now % HOUR_MS)), x);
   }
@@ -136,7 +140,10 @@ export class Meter implements UsageRecorder {
     for (const [tenantId, t] of this.#pending) {
       data.set(tenantId, t.hours);
       let life = this.#lifetime.get(tenantId);
-      if (!life) this.#lifetime.set(tenantId, (life = new UsageCounts()));
+      if (!life) {
+        life = new UsageCounts();
+        this.#lifetime.set(tenantId, life);
+      }
       for (const c of t.hours.values()) life.add(c);
     }
     const batch = { seq: ++this.#seq, data, oldestMs: this.#pendingSince };

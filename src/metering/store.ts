@@ -97,12 +97,18 @@ class RedisUsageStore implements UsageStore {
       const seqKey = usageSeqKey(this.#prefix, tenantId, instanceId);
       const slot = calculateSlot(seqKey);
       let call = calls.get(slot);
-      if (!call) calls.set(slot, (call = { keys: [], args: [seq, RETENTION_DAYS * 24 * 3600, SEQ_TTL_SEC] }));
+      if (!call) {
+        call = { keys: [], args: [seq, RETENTION_DAYS * 24 * 3600, SEQ_TTL_SEC] };
+        calls.set(slot, call);
+      }
       const days = new Map<string, Array<[string, number]>>();
       for (const [hour, counts] of hours) {
         const key = usageDayKey(this.#prefix, tenantId, dayId(hour));
         let fields = days.get(key);
-        if (!fields) days.set(key, (fields = []));
+        if (!fields) {
+          fields = [];
+          days.set(key, fields);
+        }
         fields.push(...hourFields(new Date(hour).getUTCHours(), counts));
       }
       call.keys.push(seqKey, ...days.keys());
@@ -148,10 +154,16 @@ class MemoryUsageStore implements UsageStore {
     this.#applied.set(instanceId, seq);
     for (const [tenantId, hours] of batch) {
       let kept = this.#tenants.get(tenantId);
-      if (!kept) this.#tenants.set(tenantId, (kept = new Map()));
+      if (!kept) {
+        kept = new Map();
+        this.#tenants.set(tenantId, kept);
+      }
       for (const [hour, c] of hours) {
         let k = kept.get(hour);
-        if (!k) kept.set(hour, (k = new UsageCounts()));
+        if (!k) {
+          k = new UsageCounts();
+          kept.set(hour, k);
+        }
         k.add(c);
       }
     }

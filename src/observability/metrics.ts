@@ -72,11 +72,20 @@ class Tally {
 
   inc(a: string, b: string, c: string, d: string, n: number): void {
     let m1 = this.#root.get(a);
-    if (!m1) this.#root.set(a, (m1 = new Map()));
+    if (!m1) {
+      m1 = new Map();
+      this.#root.set(a, m1);
+    }
     let m2 = m1.get(b);
-    if (!m2) m1.set(b, (m2 = new Map()));
+    if (!m2) {
+      m2 = new Map();
+      m1.set(b, m2);
+    }
     let m3 = m2.get(c);
-    if (!m3) m2.set(c, (m3 = new Map()));
+    if (!m3) {
+      m3 = new Map();
+      m2.set(c, m3);
+    }
     m3.set(d, (m3.get(d) ?? 0) + n);
   }
 
@@ -108,7 +117,10 @@ class RouteHistogram {
 
   observe(route: string, value: number): void {
     let h = this.#routes.get(route);
-    if (h === undefined) this.#routes.set(route, (h = { counts: new Float64Array(this.buckets.length), sum: 0, count: 0 }));
+    if (h === undefined) {
+      h = { counts: new Float64Array(this.buckets.length), sum: 0, count: 0 };
+      this.#routes.set(route, h);
+    }
     const b = this.buckets;
     for (let i = 0; i < b.length; i++) {
       if (value <= b[i]!) {
@@ -159,7 +171,9 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
     registers: [registry],
     collect() {
       this.reset();
-      requests.forEach((tenant, route, status, code, n) => this.inc({ tenant, route, status, code }, n));
+      requests.forEach((tenant, route, status, code, n) => {
+        this.inc({ tenant, route, status, code }, n);
+      });
     },
   });
   const overhead = new RouteHistogram('queen_edge_proxy_overhead_seconds', 'Time spent in the edge per request (total minus upstream), by route name.', LATENCY_BUCKETS);
@@ -185,7 +199,9 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
     registers: [registry],
     collect() {
       this.reset();
-      decisions.forEach((tenant, decision, _c, _d, n) => this.inc({ tenant, decision }, n));
+      decisions.forEach((tenant, decision, _c, _d, n) => {
+        this.inc({ tenant, decision }, n);
+      });
     },
   });
   new Gauge({

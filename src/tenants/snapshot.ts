@@ -172,7 +172,10 @@ export function buildSnapshot(file: FileDirectory, records: RedisRecords, previo
     for (const h of raw.hosts) owner.set(canonicalHost(h), id);
     for (const b of new Set(raw.brokers.map(brokerIdentity))) {
       let users = brokerUsers.get(b);
-      if (users === undefined) brokerUsers.set(b, (users = { all: [], undeclared: [] }));
+      if (users === undefined) {
+        users = { all: [], undeclared: [] };
+        brokerUsers.set(b, users);
+      }
       users.all.push(id);
       if (!raw.tenancyAwareBrokers) users.undeclared.push(id);
     }

@@ -245,7 +245,6 @@ class Directory implements TenantStore {
   async putTenant(id: string, raw: unknown): Promise<WriteResult> {
     const refusal = this.#cannotWrite(id);
     if (refusal) return refusal;
-    const redis = this.#redis!;
     const parsed = tenantSchema.safeParse(raw);
     if (!parsed.success) return { ok: false, problems: problemsOf(parsed.error) };
     // The record is judged by the same build every reload runs, against the records in force.

@@ -177,7 +177,7 @@ class ActiveAndPassiveHealth implements HealthChecker {
 
   reportSuccess(url: string): void {
     const b = this.#brokers.get(url);
-    if (b !== undefined && b.healthy) b.failures = 0;
+    if (b?.healthy) b.failures = 0;
   }
 
   onChange(listener: (change: HealthChange) => void): () => void {

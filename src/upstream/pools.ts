@@ -83,9 +83,15 @@ export function createBrokerPools(cfg: RawConfig['upstream']): BrokerPools {
     },
     enter(url: string, tenant: string): boolean | Promise<boolean> {
       let tenants = held.get(url);
-      if (tenants === undefined) held.set(url, (tenants = new Map()));
+      if (tenants === undefined) {
+        tenants = new Map();
+        held.set(url, tenants);
+      }
       let share = tenants.get(tenant);
-      if (share === undefined) tenants.set(tenant, (share = { inflight: 0, waiting: [] }));
+      if (share === undefined) {
+        share = { inflight: 0, waiting: [] };
+        tenants.set(tenant, share);
+      }
       if (share.inflight < cap) {
         share.inflight++;
         return true;

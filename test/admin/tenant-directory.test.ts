@@ -3,7 +3,7 @@
  * tenant lists is a 409, brokers removed by a write stop being probed, the view shows only
  * records the directory accepted, and a tenant can be given its own identity provider.
  */
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { directoryKeys } from '../../src/redis/keys.js';
 import { startBrokerDouble, type BrokerDouble, type RecordedRequest } from '../helpers/broker-double.js';

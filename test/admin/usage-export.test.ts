@@ -166,7 +166,11 @@ describe('usage export over a month of hourly usage for 1,000 tenants (Redis)', 
 
   it('queen-edge usage export streams the same rows to stdout', async () => {
     let text = '';
-    const stdout = new Writable({ write: (c, _e, cb) => ((text += String(c)), cb()) });
+    const stdout = new Writable({ write: (c, _e, cb) => {
+        text += String(c);
+        cb();
+      },
+    });
     const stderr = new Writable({ write: (_c, _e, cb) => cb() });
     const code = await runAdminCli(
       ['usage', 'export', '--from', '2026-11-05T00:00:00Z', '--to', '2026-11-06T00:00:00Z', '--granularity', 'day', '--tenant', 't0002', '--url', edge.adminUrl, '--token', ADMIN_TOKEN],

@@ -41,7 +41,10 @@ function authConfig(auth: Record<string, unknown>): AuthConfig {
 /** A clock the test moves by hand. */
 function manualClock(start = Date.now()): { now: () => number; advance: (ms: number) => void } {
   let t = start;
-  return { now: () => t, advance: (ms) => void (t += ms) };
+  return { now: () => t, advance: (ms) => {
+      t += ms;
+    },
+  };
 }
 
 function expectIdentity(result: Identity | EdgeError): Identity {
@@ -111,7 +114,7 @@ describe('HS256 with a shared secret', () => {
     expect([...id.roles]).toEqual(['read-write']);
     expect(id.tenant).toBe('t1');
     expect(id.expMs).toBe((now() + 600) * 1000);
-    expect(id.claims['custom']).toBe(7);
+    expect(id.claims.custom).toBe(7);
   });
 
   it('gives null sub, tenant and empty roles when the claims are absent', async () => {
@@ -443,7 +446,7 @@ describe('JWKS', () => {
     // Past the max age, so the next verification tries a background refresh, which fails.
     clock.advance(11 * 60_000);
     expectIdentity(await v.verify(await signWith(rsa, { sub: 'stale-1' })));
-    await vi.waitFor(() => expect(lines.some((l) => String(l['msg']).startsWith('JWKS fetch failed') && l['staleKeys'] === true)).toBe(true));
+    await vi.waitFor(() => expect(lines.some((l) => String(l.msg).startsWith('JWKS fetch failed') && l.staleKeys === true)).toBe(true));
     expect(server.requests).toBe(2);
     expectIdentity(await v.verify(await signWith(rsa, { sub: 'stale-2' })));
     const stranger = await keyPair('RS256');
@@ -455,7 +458,7 @@ describe('JWKS', () => {
     const clock = manualClock();
     const { verifier: v, lines } = open(clock.now);
     await expect(v.start()).resolves.toBeUndefined();
-    expect(lines.some((l) => l['level'] === 40 && l['reason'] === 'HTTP 500')).toBe(true);
+    expect(lines.some((l) => l.level === 40 && l.reason === 'HTTP 500')).toBe(true);
     const token = await signWith(rsa, { sub: 'late' });
     expectDenied(await v.verify(token), 'verification keys unavailable');
     server.failWith(null);

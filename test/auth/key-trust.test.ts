@@ -100,7 +100,7 @@ describe('through the edge', () => {
   const pop = (token: string, host: string) => call(edge, 'GET', '/api/v1/pop/queue/q', { token, host });
 
   it("a tenant naming the global JWKS under another spelling is refused at start, as a reload refuses it: the shared issuer's claimless token never acts for it", async () => {
-    const spelled = globalIdp.url.replace('127.0.0.1', 'LOCALHOST') + '?x#y';
+    const spelled = `${globalIdp.url.replace('127.0.0.1', 'LOCALHOST')}?x#y`;
     const cfg = testConfig(brokers, { auth: { jwksUrl: globalIdp.url }, tenants: { respelled: { plan: 'test', hosts: ['respelled.localhost'], brokers: unusedBroker(), auth: { jwksUrl: spelled } } } });
     await expect(startEdge(cfg, { log: logs.log })).rejects.toThrow(/tenants\.respelled\.auth: trusts the same tokens as the global auth settings/);
   });

@@ -22,7 +22,10 @@ function identity(sub: string | null, roles: string[], tenant: string | null = n
 
 function manualClock(start = T0): { now: () => number; set: (ms: number) => void } {
   let t = start;
-  return { now: () => t, set: (ms) => void (t = ms) };
+  return { now: () => t, set: (ms) => {
+      t = ms;
+    },
+  };
 }
 
 function jwtOf(header: string): string {
@@ -48,7 +51,7 @@ describe('createMinter with HS256', () => {
     const minter = await createMinter(mintConfig(), { clock: manualClock().now });
     const payload = decodeJwt(jwtOf(await minter.authorizationFor(identity(null, ['read-only']), 'acme')));
     expect('sub' in payload).toBe(false);
-    expect(payload['roles']).toEqual(['read-only']);
+    expect(payload.roles).toEqual(['read-only']);
   });
 
   it('answers a repeat synchronously with the same header, whatever the role order', async () => {
@@ -76,7 +79,7 @@ describe('createMinter with HS256', () => {
   it('carries only the role names the broker knows', async () => {
     const minter = await createMinter(mintConfig(), { clock: manualClock().now });
     const payload = decodeJwt(jwtOf(await minter.authorizationFor(identity('u', ['read-only', 'superuser', 'ADMIN', 'admin ']), 't')));
-    expect(payload['roles']).toEqual(['read-only']);
+    expect(payload.roles).toEqual(['read-only']);
   });
 
   it('never outlives the client token', async () => {

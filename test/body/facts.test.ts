@@ -27,7 +27,7 @@ describe('body facts', () => {
   });
 
   it('refuses deep nesting without recursing', () => {
-    const deep = b('{"items":[' + '['.repeat(10000) + ']'.repeat(10000) + ']}');
+    const deep = b(`{"items":[${'['.repeat(10000)}${']'.repeat(10000)}]}`);
     const r = pushFacts(deep);
     expect(isEdgeError(r) && r.message).toMatch(/nested deeper/);
     expect(isEdgeError(pushFacts(b('{"items":[{"queue":"q","payload":"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}]}')))).toBe(false);

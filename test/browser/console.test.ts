@@ -14,6 +14,17 @@ import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.j
 import { TEST_PLAN, call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix, waitFor } from '../helpers/redis.js';
 
+/** The browser globals these tests read inside the page (tsconfig has no DOM lib). */
+interface PageGlobals {
+  document: {
+    querySelector(selector: string): { textContent: string | null; innerText: string } | null;
+    addEventListener(type: 'securitypolicyviolation', listener: (e: { violatedDirective: string; blockedURI: string }) => void): void;
+  };
+  sessionStorage: { length: number };
+  cspViolations: string[];
+  qeCharts: Record<string, { data: number[][]; ctx: { canvas: { width: number; height: number }; getImageData(x: number, y: number, w: number, h: number): { data: Uint8ClampedArray } } }>;
+}
+
 const ARTIFACTS_DIR = join(import.meta.dirname, '../artifacts');
 const CHROMIUM = '/usr/bin/chromium';
 const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'];
@@ -79,9 +90,11 @@ beforeAll(async () => {
   page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   // Whatever the CSP blocks is recorded: the console must need nothing it forbids.
   await page.addInitScript(() => {
-    const w = globalThis as any;
+    const w = globalThis as unknown as PageGlobals;
     w.cspViolations = [];
-    w.document.addEventListener('securitypolicyviolation', (e: any) => w.cspViolations.push(`${e.violatedDirective} ${e.blockedURI}`));
+    w.document.addEventListener('securitypolicyviolation', (e) => {
+      w.cspViolations.push(`${e.violatedDirective} ${e.blockedURI}`);
+    });
   });
   page.on('pageerror', (err) => pageErrors.push(err.message));
   await mkdir(ARTIFACTS_DIR, { recursive: true });
@@ -124,9 +137,9 @@ describe('the operator console', { timeout: 60_000 }, () => {
     expect(csp).toContain("frame-ancestors 'none'");
     await page.waitForSelector('#login:not([hidden])', { timeout: UI_TIMEOUT });
     await signIn('not-the-admin-token');
-    await page.waitForFunction(() => (globalThis as any).document.querySelector('#login-error')?.textContent?.includes('401'), undefined, { timeout: UI_TIMEOUT });
+    await page.waitForFunction(() => (globalThis as unknown as PageGlobals).document.querySelector('#login-error')?.textContent?.includes('401'), undefined, { timeout: UI_TIMEOUT });
     expect(await page.isVisible('#nav')).toBe(false);
-    expect(await page.evaluate(() => (globalThis as any).sessionStorage.length)).toBe(0);
+    expect(await page.evaluate(() => (globalThis as unknown as PageGlobals).sessionStorage.length)).toBe(0);
     await shot('login');
   });
 
@@ -134,13 +147,13 @@ describe('the operator console', { timeout: 60_000 }, () => {
     await signIn(ADMIN_TOKEN);
     await page.waitForSelector('#refusals', { timeout: UI_TIMEOUT });
     expect(page.url()).not.toContain(ADMIN_TOKEN);
-    expect(await page.evaluate(() => Object.keys((globalThis as any).sessionStorage))).toEqual(['queen-edge-admin-token']);
+    expect(await page.evaluate(() => Object.keys((globalThis as unknown as PageGlobals).sessionStorage))).toEqual(['queen-edge-admin-token']);
     // Traffic after the first read: a later refresh shows its rate and its refusals.
     const bad = await token({ roles: ['read-write'], tenant: 'acme' }, 'another-secret-0123456789abcdef-xyz');
     for (let i = 0; i < 40; i++) await call(edge, 'POST', '/api/v1/push', { token: acmeJwt, body: { items: [{ queue: 'orders', payload: { i } }] } });
     for (let i = 0; i < 8; i++) expect((await call(edge, 'GET', '/api/v1/pop/queue/orders', { token: bad })).status).toBe(401);
     await page.waitForSelector('#refusals code:text-is("unauthorized")', { timeout: UI_TIMEOUT });
-    await page.waitForFunction(() => /Request rate\s*[1-9]/.test((globalThis as any).document.querySelector('.cards').innerText), undefined, { timeout: UI_TIMEOUT });
+    await page.waitForFunction(() => /Request rate\s*[1-9]/.test((globalThis as unknown as PageGlobals).document.querySelector('.cards')!.innerText), undefined, { timeout: UI_TIMEOUT });
     const text = await page.innerText('main');
     expect(text).toMatch(/Workers alive\s*1\s*process/);
     expect(text).toContain('fail mode local');
@@ -155,7 +168,7 @@ describe('the operator console', { timeout: 60_000 }, () => {
     const pushed = (await admin(edge, 'GET', '/admin/v1/tenants/acme/usage?granularity=month')).json.total.messagesPushed as number;
     expect(pushed).toBeGreaterThanOrEqual(5);
     expect(await page.innerText('#tenants tr[data-tenant="acme"]')).toContain(`${pushed.toLocaleString('en-US')} msg of 5,000,000 msg`);
-    await page.waitForFunction(() => !(globalThis as any).document.querySelector('#tenants').textContent.includes('measuring'), undefined, { timeout: UI_TIMEOUT });
+    await page.waitForFunction(() => !(globalThis as unknown as PageGlobals).document.querySelector('#tenants')!.textContent!.includes('measuring'), undefined, { timeout: UI_TIMEOUT });
     await shot('tenants');
 
     await page.click('#tenants tr[data-tenant="acme"] button');
@@ -192,7 +205,7 @@ describe('the operator console', { timeout: 60_000 }, () => {
       // uPlot paints on an animation frame after its data arrives: poll until every chart's line is
       // on the canvas (or the wait runs out and the assertions below say which chart is blank).
       const measure = () => page.evaluate(() => {
-        const charts = (globalThis as any).qeCharts as Record<string, { data: number[][]; ctx: any }>;
+        const charts = (globalThis as unknown as PageGlobals).qeCharts;
         return Object.fromEntries(
           Object.entries(charts).map(([name, u]) => {
             const sum = u.data.slice(1).reduce((n, s) => n + s.reduce((a, v) => a + (v ?? 0), 0), 0);
@@ -245,7 +258,7 @@ describe('the operator console', { timeout: 60_000 }, () => {
     expect(json).toContain('"requestsPerSec": 50,');
     await page.fill('dialog[open] textarea', json.replace('"requestsPerSec": 50,', '"requestsPerSec": 60,'));
     await page.click('dialog[open] button[value="ok"]');
-    await page.waitForFunction(() => (globalThis as any).document.querySelector('#plans tr[data-plan="starter"]')?.innerText.includes('60 req/s'), undefined, { timeout: UI_TIMEOUT });
+    await page.waitForFunction(() => (globalThis as unknown as PageGlobals).document.querySelector('#plans tr[data-plan="starter"]')?.innerText.includes('60 req/s'), undefined, { timeout: UI_TIMEOUT });
     expect((await admin(edge, 'GET', '/admin/v1/plans/starter')).json.limits.requestsPerSec).toBe(60);
   });
 
@@ -265,8 +278,8 @@ describe('the operator console', { timeout: 60_000 }, () => {
   it('signing out forgets the token; nothing was blocked by the CSP and no script failed', async () => {
     await page.click('#logout');
     await page.waitForSelector('#login:not([hidden])', { timeout: UI_TIMEOUT });
-    expect(await page.evaluate(() => (globalThis as any).sessionStorage.length)).toBe(0);
-    expect(await page.evaluate(() => (globalThis as any).cspViolations)).toEqual([]);
+    expect(await page.evaluate(() => (globalThis as unknown as PageGlobals).sessionStorage.length)).toBe(0);
+    expect(await page.evaluate(() => (globalThis as unknown as PageGlobals).cspViolations)).toEqual([]);
     expect(pageErrors).toEqual([]);
   });
 });

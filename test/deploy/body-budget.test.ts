@@ -119,7 +119,7 @@ describe('one tenant uploading a herd of near-complete bodies', () => {
     // Charged: the warm-up herd, the uploads let in, and this request.
     const after = await request(`http://127.0.0.1:${httpPort}/api/v1/resources/queues`, { headers: { host: 'acme.localhost', authorization: `Bearer ${tok}` } });
     await after.body.dump();
-    expect(after.headers['ratelimit']).toMatch(new RegExp(`^"requests";r=${BURST - UPLOADS - Math.floor(TENANT_BUDGET / LENGTH) - 1};`));
+    expect(after.headers.ratelimit).toMatch(new RegExp(`^"requests";r=${BURST - UPLOADS - Math.floor(TENANT_BUDGET / LENGTH) - 1};`));
   }, 20_000);
 
   it('HTTP/2, on two sessions: adds at most its budget to the RSS', async () => {

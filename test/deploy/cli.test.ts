@@ -4,7 +4,7 @@ import { readFile } from 'node:fs/promises';
 import { createServer, type AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
 import { testConfig } from '../helpers/edge.js';
-import { edgeTracker, freePort, type EdgeProcess } from './edge-process.js';
+import { edgeTracker, freePort } from './edge-process.js';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 

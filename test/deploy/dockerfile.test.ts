@@ -31,7 +31,10 @@ function stages(all: Instruction[]): Map<string, Instruction[]> {
   const out = new Map<string, Instruction[]>();
   let current: Instruction[] = [];
   for (const i of all) {
-    if (i.op === 'FROM') out.set(/ AS (\S+)$/i.exec(i.args)?.[1] ?? String(out.size), (current = []));
+    if (i.op === 'FROM') {
+      current = [];
+      out.set(/ AS (\S+)$/i.exec(i.args)?.[1] ?? String(out.size), current);
+    }
     current.push(i);
   }
   return out;

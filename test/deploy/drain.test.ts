@@ -8,7 +8,7 @@ import { Agent, request } from 'undici';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { TEST_PLAN, TEST_SECRET, token } from '../helpers/edge.js';
 import { SHARED_REDIS_URL, uniquePrefix, waitFor } from '../helpers/redis.js';
-import { edgeTracker, freePort, type EdgeProcess } from './edge-process.js';
+import { edgeTracker, freePort } from './edge-process.js';
 
 const edges = edgeTracker();
 const start = edges.start;

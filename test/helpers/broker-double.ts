@@ -756,10 +756,14 @@ class QueenBrokerDouble implements BrokerDouble {
 
   #serve(ex: Exchange, rawHeaders: string[]): void {
     const fault = this.#faultRule?.(ex.rec) ?? this.#takeFault();
-    if (fault !== null) return this.#misbehave(ex, fault);
+    if (fault !== null) {
+      this.#misbehave(ex, fault);
+      return;
+    }
     const limit = this.#options.headerLimitBytes;
     if (limit !== undefined && headerBytes(rawHeaders) > limit) {
-      return this.#sendJson(ex, { status: 431, body: { error: 'request header fields too large' } });
+      this.#sendJson(ex, { status: 431, body: { error: 'request header fields too large' } });
+      return;
     }
     let outcome: Reply | PopPlan;
     try {
@@ -768,7 +772,10 @@ class QueenBrokerDouble implements BrokerDouble {
       // A bug in the double: answer it rather than crash the test process.
       outcome = { status: 500, body: { error: `broker double: ${(err as Error).message}` } };
     }
-    if ('attempt' in outcome) return this.#pop(ex, outcome);
+    if ('attempt' in outcome) {
+      this.#pop(ex, outcome);
+      return;
+    }
     this.#sendJson(ex, outcome);
     if (outcome.mutated) this.#wake();
   }
@@ -988,15 +995,24 @@ class QueenBrokerDouble implements BrokerDouble {
 
   #pop(ex: Exchange, plan: PopPlan): void {
     // The broker in pop maintenance answers every pop empty, with the stray-bytes 204.
-    if (this.maintenance.pop) return this.#sendEmpty(ex, 'no-content-with-body');
+    if (this.maintenance.pop) {
+      this.#sendEmpty(ex, 'no-content-with-body');
+      return;
+    }
     const big = this.#options.answers?.bigPop;
     if (big) {
       this.#settle(ex);
       return void streamBigPop(ex.res, big);
     }
     const reply = plan.attempt();
-    if (reply) return this.#sendJson(ex, reply);
-    if (!plan.wait || plan.timeoutMs === 0) return this.#sendEmpty(ex);
+    if (reply) {
+      this.#sendJson(ex, reply);
+      return;
+    }
+    if (!plan.wait || plan.timeoutMs === 0) {
+      this.#sendEmpty(ex);
+      return;
+    }
     ex.attempt = plan.attempt;
     ex.parkTimer = setTimeout(() => this.#sendEmpty(ex), plan.timeoutMs);
     this.#parked.add(ex);
@@ -1037,7 +1053,10 @@ class QueenBrokerDouble implements BrokerDouble {
   #sendEmpty(ex: Exchange, mode = this.#options.emptyPopMode): void {
     if (ex.settled) return;
     this.#settle(ex);
-    if (mode === 'json-200') return this.#write(ex.res, { status: 200, body: { messages: [], leaseId: null, success: true } });
+    if (mode === 'json-200') {
+      this.#write(ex.res, { status: 200, body: { messages: [], leaseId: null, success: true } });
+      return;
+    }
     // Node sends neither Content-Length nor Transfer-Encoding on a 204: the seed's bodiless 204.
     ex.res.writeHead(204);
     if (mode === 'no-content') {
@@ -1096,7 +1115,15 @@ function encodeAnswer(plain: Buffer, coding: NonNullable<AnswerFixtures['content
 async function streamBigPop(res: ServerResponse, big: NonNullable<AnswerFixtures['bigPop']>): Promise<void> {
   const data = Buffer.alloc(big.messageBytes, 'x');
   const send = async (chunk: Buffer) => {
-    if (!res.write(chunk)) await new Promise<void>((resolve) => res.once('drain', resolve).once('close', resolve));
+    if (res.write(chunk)) return;
+    // Both listeners go once either fires: a 64 MiB answer waits for drain many times.
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        res.off('drain', done).off('close', done);
+        resolve();
+      };
+      res.once('drain', done).once('close', done);
+    });
   };
   res.writeHead(200, { 'content-type': 'application/json' });
   try {

@@ -32,7 +32,7 @@ class JwksTestServer implements JwksServer {
 
   constructor(keys: JWK[]) {
     this.#keys = keys;
-    this.#server = createServer((req, res) => {
+    this.#server = createServer((_req, res) => {
       this.#requests++;
       const status = this.#failStatus;
       const body = status === null ? JSON.stringify({ keys: this.#keys }) : JSON.stringify({ error: 'unavailable' });

@@ -1,5 +1,5 @@
 /** The limiter with Redis going away and coming back: a private redis-server per file. */
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { RawConfig } from '../../src/config/schema.js';

@@ -26,7 +26,13 @@ function redisCfg(prefix: string, url: string | null): RawConfig['redis'] {
 /** A settable virtual clock. */
 function virtualClock(start: string) {
   let now = Date.parse(start);
-  return { now: () => now, set: (iso: string) => void (now = Date.parse(iso)), advance: (ms: number) => void (now += ms) };
+  return { now: () => now, set: (iso: string) => {
+      now = Date.parse(iso);
+    },
+    advance: (ms: number) => {
+      now += ms;
+    },
+  };
 }
 
 const input = (t: Tenant, more: Partial<AdmitInput> = {}): AdmitInput => ({ tenant: t, messages: 0, ingressBytes: 0, parkedPoll: false, ...more });

@@ -2,7 +2,7 @@
  * One tenant's bad plan must not put every tenant into fail mode: a script error answers for the
  * request that caused it; only a Redis that does not answer trips the breaker (real Redis).
  */
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RawConfig } from '../../src/config/schema.js';
 import { createLimiter, type AdmitInput, type EdgeLimiter } from '../../src/limits/limiter.js';

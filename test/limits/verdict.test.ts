@@ -116,7 +116,10 @@ describe('limitVerdict', () => {
     fc.assert(
       fc.property(fc.array(fc.integer({ min: 0, max: 400 }), { minLength: 1, maxLength: 200 }), (gaps) => {
         let at = T0;
-        const steps = gaps.map((g) => ({ at: (at += g) }));
+        const steps = gaps.map((g) => {
+          at += g;
+          return { at };
+        });
         const admitted = run(p, steps).filter((v) => v.refused === 0).length;
         return admitted <= 5 + Math.floor(((at - T0) * 10) / 1000);
       }),

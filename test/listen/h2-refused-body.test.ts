@@ -84,7 +84,7 @@ describe('h2 body over the limit without content-length', () => {
       { endStream: false },
     );
     stream.on('error', () => {});
-    stream.end('{"items":[' + 'x'.repeat(20_000) + ']}'); // a complete (well-behaved) upload
+    stream.end(`{"items":[${'x'.repeat(20_000)}]}`); // a complete (well-behaved) upload
     const status = await new Promise<number>((r) => stream.once('response', (h) => r(Number(h[':status']))));
     expect(status).toBe(413);
     stream.resume();

@@ -259,8 +259,6 @@ describe('client certificates', () => {
     await replaceFile(join(dir, 'client-ca.pem'), clientCa.cert);
     client = await makeClientCert(clientCa, 'device-1');
     stranger = await makeClientCert(await makeCa('someone else'), 'device-2');
-  });
-  beforeAll(async () => {
     const files = await writePem(dir, 'mtls', await makeServerCert(ca, ['localhost']));
     const listeners = await createListeners(serverConfig({ https: { ...files, clientCa: join(dir, 'client-ca.pem') } }), { edge, admin }, { log: silentLogger() });
     const bound = await listeners.listen();

@@ -41,7 +41,12 @@ async function usage(): Promise<Usage> {
 /** Waits until every request sent so far is metered, then returns the usage. */
 async function settled(requests: number): Promise<Usage> {
   let u = await usage();
-  await waitFor(async () => (u = await usage()).requests >= requests, 5000, `${requests} requests metered`);
+  await waitFor(
+    async () => {
+      u = await usage();
+      return u.requests >= requests;
+    },
+    5000, `${requests} requests metered`);
   return u;
 }
 

@@ -26,8 +26,7 @@ afterAll(async () => {
 function fields(line: string): string[] {
   const out: string[] = [];
   const re = /("(?:[^"]|"")*"|[^,]*)(,|$)/gy;
-  let m: RegExpExecArray | null;
-  while ((m = re.exec(line)) && m[0] !== '') {
+  for (let m = re.exec(line); m !== null && m[0] !== ''; m = re.exec(line)) {
     out.push(m[1]!);
     if (m[2] === '') break;
   }

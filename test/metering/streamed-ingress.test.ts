@@ -359,7 +359,12 @@ describe('the billing export', () => {
     expect((await call(h, 'POST', ANSWERED, { token: tok, body: 'i'.repeat(3000) })).status).toBe(200);
 
     let total = { requests: 0, ingress: 0 };
-    await waitFor(async () => (total = await exported()).requests === 2, 10_000, 'both requests in the export');
+    await waitFor(
+      async () => {
+        total = await exported();
+        return total.requests === 2;
+      },
+      10_000, 'both requests in the export');
     const brokerGot = broker.uploads.slice(before).reduce((n, u) => n + u.got, 0);
     expect(brokerGot).toBe(5000);
     expect(total.ingress).toBe(brokerGot);

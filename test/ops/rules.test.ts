@@ -121,6 +121,7 @@ describe('ops kit', { timeout: 20_000 }, () => {
     expect(dashboard.uid).toBe('queen-edge');
     for (const p of dashboard.panels.filter((q) => q.type !== 'row')) {
       expect(p.targets?.length, p.title).toBeGreaterThan(0);
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: Grafana's dashboard variable, written literally
       expect(JSON.stringify(p), p.title).toContain('"uid":"${datasource}"');
     }
   });

@@ -4,7 +4,7 @@
  * and the process's budgets before they are read, and a body that does not arrive within the body
  * deadline is refused with 408. Each push here announces its body and holds it back.
  */
-import http2 from 'node:http2';
+import type http2 from 'node:http2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, h2Session, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness } from '../helpers/edge.js';

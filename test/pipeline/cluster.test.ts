@@ -26,7 +26,10 @@ const rings = new Map<string, Ring>();
 function predicted(urls: readonly string[], key: string, hash: RingHash = 'sdk', down: readonly string[] = []): string {
   const id = `${hash} ${urls.join(' ')}`;
   let ring = rings.get(id);
-  if (ring === undefined) rings.set(id, (ring = buildRing(urls, hash)));
+  if (ring === undefined) {
+    ring = buildRing(urls, hash);
+    rings.set(id, ring);
+  }
   return urls[ringLookup(ring, key, (b) => !down.includes(urls[b]!))]!;
 }
 
@@ -145,7 +148,7 @@ describe('three brokers, SDK ring', () => {
     const counts = await splitThroughEdge(edge, b, NAMES, 'sdk', n);
     const shares = ringShares(buildRing(urls));
     console.log(`sdk ring over ${urls.join(', ')}: ${NAMES.map((x, i) => `${x} ${counts.get(x)} (${pct(counts.get(x)! / n)}, key share ${pct(shares[i]!)})`).join('; ')}`);
-    NAMES.forEach((x, i) => expect(Math.abs(counts.get(x)! / n - shares[i]!)).toBeLessThanOrEqual(shareTolerance(shares[i]!, n)));
+    for (const [i, x] of NAMES.entries()) expect(Math.abs(counts.get(x)! / n - shares[i]!)).toBeLessThanOrEqual(shareTolerance(shares[i]!, n));
   });
 
   it('moves a closed broker’s lanes to the ring’s next broker with no client-visible error, and back after restart', async () => {
@@ -347,6 +350,6 @@ describe('three brokers, avalanche ring', () => {
     for (const s of shares) expect(Math.abs(s * 3 - 1)).toBeLessThanOrEqual(0.15);
     const counts = await splitThroughEdge(edge, b, NAMES, 'avalanche', n);
     console.log(`avalanche ring over ${urls.join(', ')}: ${NAMES.map((x, i) => `${x} ${counts.get(x)} (${pct(counts.get(x)! / n)}, key share ${pct(shares[i]!)})`).join('; ')}`);
-    NAMES.forEach((x, i) => expect(Math.abs(counts.get(x)! / n - shares[i]!)).toBeLessThanOrEqual(shareTolerance(shares[i]!, n)));
+    for (const [i, x] of NAMES.entries()) expect(Math.abs(counts.get(x)! / n - shares[i]!)).toBeLessThanOrEqual(shareTolerance(shares[i]!, n));
   });
 });

@@ -94,8 +94,7 @@ beforeAll(async () => {
   let pending = '';
   sink.on('data', (c: Buffer) => {
     pending += c.toString('utf8');
-    let nl: number;
-    while ((nl = pending.indexOf('\n')) !== -1) {
+    for (let nl = pending.indexOf('\n'); nl !== -1; nl = pending.indexOf('\n')) {
       logLines.push(JSON.parse(pending.slice(0, nl)) as Record<string, unknown>);
       pending = pending.slice(nl + 1);
     }

@@ -4,7 +4,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
-import { call, forwarded, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 import { rawTls } from '../helpers/raw.js';
 
 let broker: BrokerDouble;

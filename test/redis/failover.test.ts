@@ -59,7 +59,10 @@ describe.each(['open', 'closed', 'local'] as const)('failover of the master serv
     // Three times the rate in pops, plus parked polls (1 s) cycling on every edge.
     const live: Sample[] = [];
     let stop = false;
-    const pops = offer(edges, 3 * RATE, () => stop, (i) => send(edges, i, tenant, jwt, '/api/v1/pop/queue/q').then((s) => (live.push(s), s)));
+    const pops = offer(edges, 3 * RATE, () => stop, (i) => send(edges, i, tenant, jwt, '/api/v1/pop/queue/q').then((s) => {
+        live.push(s);
+        return s;
+      }));
     const parks = Promise.all([0, 1, 2].map(async (i) => {
       const out: Sample[] = [];
       while (!stop) out.push(await send(edges, i, parker, parkerJwt, '/api/v1/pop/queue/parked?wait=true&timeout=1000'));

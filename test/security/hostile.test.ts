@@ -59,7 +59,7 @@ describe('paths', () => {
       fc.asyncProperty(path, fc.constantFrom('GET', 'POST', 'DELETE'), async (p, method) => {
         const target = encodeURI(p).replace(/%25/g, '%');
         const before = forwarded(acme).length;
-        let r;
+        let r: Awaited<ReturnType<typeof call>>;
         try {
           r = await call(edge, method as 'GET', target, { token: rw, body: method === 'POST' ? { items: [] } : undefined });
         } catch (err) {
@@ -86,7 +86,7 @@ describe('paths', () => {
     ['/api/v1/status/', '/api/v1/status/'],
     ['/api/v1/status/buffers', '/api/v1/status/buffers'],
     ['/api/v1/migration/run', '/api/v1/migration/run'],
-    ['3000 segments', '/' + 'a/'.repeat(3000)],
+    ['3000 segments', `/${'a/'.repeat(3000)}`],
   ])('%s: 404 or 400, not forwarded', async (_label, p) => {
     const before = forwarded(acme).length;
     const r = await call(edge, 'GET', p, { token: rw });
@@ -196,7 +196,7 @@ describe('headers (raw)', () => {
 
 describe('bodies and queries', () => {
   it.each([
-    ['deep nesting', '{"items":[' + '['.repeat(5000) + ']'.repeat(5000) + ']}'],
+    ['deep nesting', `{"items":[${'['.repeat(5000)}${']'.repeat(5000)}]}`],
     ['items not an array', '{"items":{"0":{"queue":"q","payload":1}}}'],
     ['not JSON', 'queue=q&payload=1'],
     ['a JSON string', '"items"'],

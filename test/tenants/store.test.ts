@@ -1,5 +1,5 @@
 /** The Redis-backed tenant directory, against the shared test Redis with a private prefix. */
-import { Redis } from 'ioredis';
+import type { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/load.js';

@@ -186,7 +186,11 @@ describe('health checker, passive signals', () => {
   it('a reset, 5xx or timeout only starts a check: one at a time, none within a quarter interval of the last, and a passing one changes nothing', async () => {
     let now = 0;
     const probed: string[] = [];
-    const { h, changes } = checker({ intervalMs: 400, clock: () => now, probe: async (url) => (probed.push(url), true) });
+    const { h, changes } = checker({ intervalMs: 400, clock: () => now, probe: async (url) => {
+        probed.push(url);
+        return true;
+      },
+    });
     h.track(['http://b1']);
     for (let i = 0; i < 10; i++) for (const kind of ['reset', 'status5xx', 'timeout'] as const) h.reportFailure('http://b1', kind);
     expect(probed).toEqual(['http://b1']);

@@ -30,11 +30,12 @@ afterEach(async () => {
 
 /** A broker double on which status reads hang and consumer-group reads get 500, and an edge with acme, evil and rude on it. */
 async function start(upstream: Record<string, unknown>): Promise<{ broker: BrokerDouble; edge: EdgeHarness }> {
-  const broker = (harness.broker = await startBrokerDouble());
+  const broker = await startBrokerDouble();
+  harness.broker = broker;
   // Queries that outlive the upstream timeout, and reads the broker answers 500 (as it answers SQL
   // errors caused by a request's input): the broker itself is well.
   broker.faultWhen((r) => (r.path === '/api/v1/status/queues' ? 'hang' : r.path === '/api/v1/consumer-groups' ? { status: 500 } : null));
-  const edge = (harness.edge = await startEdge(
+  const edge = await startEdge(
     testConfig([broker.url], {
       server: { admin: { token: ADMIN_TOKEN } },
       upstream: { connections: 8, healthIntervalMs: 500, downAfter: 2, upAfter: 1, ...upstream },
@@ -46,7 +47,8 @@ async function start(upstream: Record<string, unknown>): Promise<{ broker: Broke
         rude: { plan: 'small', hosts: ['rude.localhost'], brokers: [broker.url], tenancyAwareBrokers: true },
       },
     }),
-  ));
+  );
+  harness.edge = edge;
   await broker.waitForRequests(1, (r) => r.path === '/health');
   return { broker, edge };
 }
