@@ -33,7 +33,7 @@ import { Breaker } from './breaker.js';
 import { DenyCache, type CachedDenial } from './deny-cache.js';
 import { rateLimitHeaders, rateLimitPolicy } from './headers.js';
 import { MemoryLimitStore } from './memory-store.js';
-import { type RedisClient } from '../redis/connection.js';
+import type { RedisClient } from '../redis/connection.js';
 import { RedisLimitStore } from './redis-store.js';
 import { classifyRefusal, compileLimitPlan, monthWindow, type Decision, type LimitPlan, type RefusalClass } from './verdict.js';
 
@@ -241,7 +241,6 @@ function admitLocally(store: MemoryLimitStore, entry: PlanEntry, input: AdmitInp
 
 /** Shared limits in Redis, with the deny cache, breaker and fail modes (see the file comment). */
 class RedisLimiter implements EdgeLimiter {
-  readonly #redis: RedisClient;
   readonly #store: RedisLimitStore;
   readonly #deny: DenyCache;
   readonly #plans = new PlanCache();
@@ -261,7 +260,6 @@ class RedisLimiter implements EdgeLimiter {
   #timer: NodeJS.Timeout | null = null;
 
   constructor(cfg: RawConfig['redis'], redis: RedisClient, deps: LimiterDeps) {
-    this.#redis = redis;
     this.#store = new RedisLimitStore(redis, cfg.keyPrefix, cfg.timeoutMs);
     this.#deny = new DenyCache(deps.quotaDenialMs);
     this.#failMode = cfg.failMode;

@@ -7,7 +7,6 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Identity } from '../auth/jwt.js';
-import type { BodyAccount } from '../body/budget.js';
 import type { BodyFacts } from '../body/facts.js';
 import type { EdgeError } from '../errors.js';
 import type { Admission } from '../limits/limiter.js';
@@ -71,7 +70,8 @@ export class Exchange extends MeteredExchange<Tenant> implements ProxyExchange {
     super(recorder);
     this.id = acceptableRequestId(req.headers['x-request-id']) ?? randomUUID();
     this.headers = { 'x-request-id': this.id };
-    const t = (this.transport = transportOf(req));
+    const t = transportOf(req);
+    this.transport = t;
     this.closeOnRefusal = t.bodyFollows(req) && !cheapToDrain(t, req);
     // A body awaited with 100-continue is not coming until invited: nothing to linger for yet.
     this.linger = t.lingers && !expectsContinue(req);

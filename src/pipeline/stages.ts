@@ -129,7 +129,8 @@ export function hostTenant(x: Exchange, p: Parts): StageResult {
 export function cors(x: Exchange, p: Parts): StageResult {
   const { req } = x;
   x.openTenant = p.tenancy.orDefault(x.hostTenant);
-  const origin = (x.origin = singleValue(req.headers.origin));
+  const origin = singleValue(req.headers.origin);
+  x.origin = origin;
   if (origin === undefined) return CONTINUE;
   const policy = x.openTenant?.cors;
   const preflightMethod = singleValue(req.headers['access-control-request-method']);
@@ -151,7 +152,7 @@ export function route(x: Exchange, p: Parts): StageResult {
   const target = normalizeTarget(x.req.url ?? '/');
   if (isEdgeError(target)) return target;
   const match = p.routes.match(x.req.method ?? 'GET', target.path);
-  if (!match || match.route.exposure !== 'tenant') return edgeError('route_not_found');
+  if (match?.route.exposure !== 'tenant') return edgeError('route_not_found');
   x.target = target;
   x.params = match.params;
   x.route = match.route;

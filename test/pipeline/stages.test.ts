@@ -66,7 +66,10 @@ function exchange(head: { method?: string; url?: string; headers?: Record<string
   const headers = { host: 'acme.example', ...head.headers };
   const req = { method: head.method ?? 'GET', url: head.url ?? '/api/v1/resources/queues', headers, rawHeaders: head.raw ?? Object.entries(headers).flat(), socket: null, httpVersion: '1.1' } as unknown as EdgeRequest;
   const answer = null as { status: number; headers: unknown } | null;
-  const res = { headersSent: false, destroyed: false, once: () => res, writeHead: (status: number, h: unknown) => ((x.answer = { status, headers: h }), res), end: () => res, writeContinue: () => {} } as unknown as EdgeResponse;
+  const res = { headersSent: false, destroyed: false, once: () => res, writeHead: (status: number, h: unknown) => {
+      x.answer = { status, headers: h };
+      return res;
+    }, end: () => res, writeContinue: () => {} } as unknown as EdgeResponse;
   const x = Object.assign(new Exchange(req, res, 0, { record: () => {} } as never), { answer });
   x.tenant = tenant;
   return x;
@@ -173,7 +176,7 @@ describe('tenant stages', () => {
     S.preAdmit(full, p);
     expect(S.headsInFlight(full, p)).toMatchObject({ code: 'rate_limited' });
     expect(released).toEqual(['pre', 'pre']);
-    heads.forEach((h) => h?.());
+    for (const h of heads) h?.();
   });
 
   it('body streams a declared body on a stream route, refuses a push over the body limit before reading it, reads nothing without a body', async () => {
