@@ -19,7 +19,7 @@ import { processLogger, type Logger } from './observability/log.js';
 import { createMetrics } from './observability/metrics.js';
 import { ReloadHistory } from './observability/reloads.js';
 import { compileRoutes } from './routes/match.js';
-import { createPipeline } from './pipeline.js';
+import { createPipeline, pipelineSettings } from './pipeline.js';
 import { connectRedis, whenReady } from './redis/connection.js';
 import { createTenantStore, type TenantStore } from './tenants/store.js';
 import { createClusters } from './upstream/clusters.js';
@@ -114,7 +114,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   // Swapped whole by reload(); the pipeline reads it through this indirection on every request.
   let routes = compileRoutes(tables.routes);
   const edge = createPipeline({
-    config,
+    settings: pipelineSettings(config),
     routes: { match: (method, path) => routes.match(method, path) },
     tenants,
     storageBlocked: (id) => tenants.storageBlocked(id),

@@ -24,7 +24,7 @@ import { rollUp, UsageCounts, type Granularity } from '../metering/counts.js';
 import { alignRange, exportChunks, type ExportFormat, type ExportGranularity, type HourlyReader } from '../metering/export.js';
 import type { Logger } from '../observability/log.js';
 import type { ReloadHistory } from '../observability/reloads.js';
-import { readBody } from '../stages/body.js';
+import { readBody } from '../listen/read-body.js';
 import { ID_PATTERN, type Plan, type Tenant } from '../tenants/model.js';
 import type { TenantStore, WriteResult } from '../tenants/store.js';
 import type { ClusterSnapshot } from '../upstream/clusters.js';

@@ -112,8 +112,3 @@ export function withoutActualResponseHeaders(headers: Record<string, string>): v
   delete headers['access-control-expose-headers'];
   delete headers['timing-allow-origin'];
 }
-
-/** True for a response header the broker may send that the edge owns instead. */
-export function isCorsHeader(lowerName: string): boolean {
-  return lowerName.startsWith('access-control-');
-}

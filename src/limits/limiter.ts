@@ -33,7 +33,7 @@ import { Breaker } from './breaker.js';
 import { DenyCache, type CachedDenial } from './deny-cache.js';
 import { rateLimitHeaders, rateLimitPolicy } from './headers.js';
 import { MemoryLimitStore } from './memory-store.js';
-import { connectRedis, whenReady, type RedisClient } from '../redis/connection.js';
+import type { RedisClient } from '../redis/connection.js';
 import { RedisLimitStore } from './redis-store.js';
 import { classifyRefusal, compileLimitPlan, monthWindow, type Decision, type LimitPlan, type RefusalClass } from './verdict.js';
 
@@ -58,7 +58,7 @@ export interface Admission {
   readonly release: (() => void) | null;
 }
 
-/** The stage-9 seam. */
+/** What the request path's preAdmit and admit stages call (src/pipeline/stages.ts). */
 export interface Limiter {
   /**
    * Before the body is read (docs/limits.md, "Admit before the body"): a refusal this instance
@@ -92,19 +92,19 @@ export interface EdgeLimiter extends Limiter {
 export interface LimiterDeps {
   readonly log: Logger;
   readonly clock?: () => number;
-  /** A client owned by the caller (not closed by close()); otherwise one is made from cfg. */
+  /** The caller's client (not closed by close()); without one the limits are in memory. */
   readonly redis?: Redis | Cluster;
   /** Parked slot lifetime; default 70 s (60 s max long poll + 2 × 5 s slack). */
   readonly parkedSlotTtlMs?: number;
   /** Heartbeat period; instances unseen for 3 periods are not live. Default 1000. */
   readonly heartbeatMs?: number;
-  /** Breaker cool-down before the half-open probe. Default 1000. */
-  readonly breakerOpenMs?: number;
   /** How long a spent quota is refused from the deny cache; default the rest of the month (see DenyCache). */
   readonly quotaDenialMs?: number;
 }
 
 const DEFAULT_SLOT_TTL_MS = 70_000;
+/** Breaker cool-down before the half-open probe. */
+const BREAKER_OPEN_MS = 1000;
 const ADMITTED_BARE: Admission = Object.freeze({ refusal: null, headers: null, release: null });
 
 /** A compiled plan and its fixed RateLimit-Policy string, per tenant object and divisor. */
@@ -241,8 +241,6 @@ function admitLocally(store: MemoryLimitStore, entry: PlanEntry, input: AdmitInp
 
 /** Shared limits in Redis, with the deny cache, breaker and fail modes (see the file comment). */
 class RedisLimiter implements EdgeLimiter {
-  readonly #redis: RedisClient;
-  readonly #owned: boolean;
   readonly #store: RedisLimitStore;
   readonly #deny: DenyCache;
   readonly #plans = new PlanCache();
@@ -254,7 +252,6 @@ class RedisLimiter implements EdgeLimiter {
   readonly #clock: () => number;
   readonly #slotTtlMs: number;
   readonly #heartbeatMs: number;
-  readonly #connectWaitMs: number;
   /** Tenants whose script error was logged (once per tenant object, i.e. per plan version). */
   readonly #scriptErrorsLogged = new WeakSet<Tenant>();
   #local = new MemoryLimitStore();
@@ -262,18 +259,15 @@ class RedisLimiter implements EdgeLimiter {
   #lastMode = 'redis';
   #timer: NodeJS.Timeout | null = null;
 
-  constructor(cfg: RawConfig['redis'], redis: RedisClient, owned: boolean, deps: LimiterDeps) {
-    this.#redis = redis;
-    this.#owned = owned;
+  constructor(cfg: RawConfig['redis'], redis: RedisClient, deps: LimiterDeps) {
     this.#store = new RedisLimitStore(redis, cfg.keyPrefix, cfg.timeoutMs);
     this.#deny = new DenyCache(deps.quotaDenialMs);
     this.#failMode = cfg.failMode;
     this.#log = deps.log;
     this.#clock = deps.clock ?? Date.now;
-    this.#breaker = new Breaker(deps.breakerOpenMs ?? 1000, this.#clock);
+    this.#breaker = new Breaker(BREAKER_OPEN_MS, this.#clock);
     this.#slotTtlMs = deps.parkedSlotTtlMs ?? DEFAULT_SLOT_TTL_MS;
     this.#heartbeatMs = deps.heartbeatMs ?? 1000;
-    this.#connectWaitMs = Math.max(1000, cfg.timeoutMs * 20);
   }
 
   preAdmit(input: AdmitInput): Admission | null {
@@ -306,9 +300,7 @@ class RedisLimiter implements EdgeLimiter {
   }
 
   async start(): Promise<void> {
-    // Bounded wait for the first connection, so a normal boot does not start in fail mode; a
-    // caller's client was waited for by the caller (waiting again only slows a boot with Redis down).
-    if (this.#owned) await whenReady(this.#redis, this.#connectWaitMs);
+    // The caller waited for its client's first connection (waiting again only slows a boot with Redis down).
     await this.#store.preload().catch(() => {});
     await this.#heartbeat();
     this.#timer = setInterval(() => void this.#heartbeat(), this.#heartbeatMs);
@@ -319,7 +311,6 @@ class RedisLimiter implements EdgeLimiter {
     if (this.#timer) clearInterval(this.#timer);
     this.#timer = null;
     await this.#store.leave(this.#slots.instanceId).catch(() => {});
-    if (this.#owned) this.#redis.disconnect();
   }
 
   async #viaRedis(input: AdmitInput, now: number): Promise<Admission> {
@@ -395,12 +386,8 @@ function isScriptError(err: unknown): boolean {
   return err instanceof ReplyError && /user_script/.test((err as Error).message);
 }
 
-/** Builds the limiter: memory when no Redis is configured or given, else Redis-backed. */
+/** Builds the limiter: Redis-backed on the caller's client, else in memory (one instance). */
 export function createLimiter(cfg: RawConfig['redis'], deps: LimiterDeps): EdgeLimiter {
-  const clock = deps.clock ?? Date.now;
-  const slotTtlMs = deps.parkedSlotTtlMs ?? DEFAULT_SLOT_TTL_MS;
-  if (deps.redis) return new RedisLimiter(cfg, deps.redis, false, deps);
-  const redis = connectRedis(cfg);
-  if (!redis) return new MemoryLimiter(clock, slotTtlMs);
-  return new RedisLimiter(cfg, redis, true, deps);
+  if (deps.redis) return new RedisLimiter(cfg, deps.redis, deps);
+  return new MemoryLimiter(deps.clock ?? Date.now, deps.parkedSlotTtlMs ?? DEFAULT_SLOT_TTL_MS);
 }

@@ -95,9 +95,9 @@ export function listenerTimeouts(server: ServerConfig): ListenerTimeouts {
 export async function createListeners(
   server: ServerConfig,
   handlers: { edge: RequestHandler; admin: H1Handler },
-  deps: { log: Logger; certDir?: string },
+  deps: { log: Logger },
 ): Promise<Listeners> {
-  const certs = server.https.port === null ? null : await CertificateSet.load(server.https, { log: deps.log, baseDir: deps.certDir });
+  const certs = server.https.port === null ? null : await CertificateSet.load(server.https, { log: deps.log });
   return new EdgeListeners(server, handlers, deps.log, certs);
 }
 

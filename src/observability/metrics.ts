@@ -27,9 +27,6 @@ export interface RequestMetrics {
   parked(tenantId: string, delta: 1 | -1): void;
 }
 
-/** Counts nothing (tests and tools that build a pipeline without metrics). */
-export const NO_METRICS: RequestMetrics = Object.freeze({ request(): void {}, parked(): void {} });
-
 /**
  * Live state read at scrape time. Declared here by what the gauges read (the upstream clusters'
  * snapshot, the meter's counts and flush stats fit it), so observability imports neither folder

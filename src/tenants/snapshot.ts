@@ -17,7 +17,7 @@
 import type { z } from 'zod';
 import { planSchema, tenantSchema, type RawPlan, type RawTenant } from '../config/schema.js';
 import { brokerIdentity } from './brokers.js';
-import { sameTrust, type TrustSettings } from './resolve.js';
+import { sameTrust, type TrustSettings } from './tenancy.js';
 import { storageVerdict } from './storage.js';
 import { canonicalHost, compilePlan, compileTenant, ID_PATTERN, type Plan, type Tenant } from './model.js';
 

@@ -9,6 +9,7 @@ import type { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import { edgeError, type EdgeError } from '../errors.js';
 import type { EdgeResponse } from '../listen/servers.js';
+import { clientGone } from '../listen/transport.js';
 import { openAnswerMeter, type AnswerMeter } from '../metering/answer-meter.js';
 
 /** What can go wrong upstream, as a typed fact (never a matched message). */
@@ -94,11 +95,6 @@ export function classifyUpstreamError(err: unknown): UpstreamFailure {
 /** The refusal a client gets for a failure that happened before its response started. */
 export function failureError(failure: UpstreamFailure): EdgeError {
   return failure === 'timeout' ? edgeError('upstream_timeout') : edgeError('bad_gateway');
-}
-
-/** True once the client's side is gone; h2 compat responses report it on their stream only. */
-export function clientGone(res: EdgeResponse): boolean {
-  return 'stream' in res ? res.stream.destroyed : res.destroyed;
 }
 
 class ClientAbort extends Error {

@@ -7,12 +7,13 @@
  */
 import { edgeError, type EdgeError } from '../errors.js';
 import type { EdgeResponse } from '../listen/servers.js';
+import { clientGone } from '../listen/transport.js';
 import type { AnswerMeter } from '../metering/answer-meter.js';
 import type { AnswerFacts } from '../metering/answer-scan.js';
 import type { Logger } from '../observability/log.js';
 import type { Tenant } from '../tenants/model.js';
 import type { Clusters } from './clusters.js';
-import { clientGone, failureError, forwardOnce, type ForwardRequest, type RelayRecord } from './forward.js';
+import { failureError, forwardOnce, type ForwardRequest, type RelayRecord } from './forward.js';
 import type { BrokerPools } from './pools.js';
 
 /** The broker placement a request asks for (docs/clusters.md): a ring key, or the broker of a lease. */

@@ -94,10 +94,3 @@ export function validTracestate(v: string): boolean {
   }
   return true;
 }
-
-const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
-
-/** A client-sent X-Request-Id is kept when it is short and plain; otherwise undefined. */
-export function acceptableRequestId(v: string | string[] | undefined): string | undefined {
-  return typeof v === 'string' && REQUEST_ID.test(v) ? v : undefined;
-}

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { acceptableRequestId, contentEncodingRefusal, upstreamHeaders, validTraceparent, validTracestate } from '../../src/upstream/upstream-headers.js';
+import { acceptableRequestId } from '../../src/listen/transport.js';
+import { contentEncodingRefusal, upstreamHeaders, validTraceparent, validTracestate } from '../../src/upstream/upstream-headers.js';
 
 const TP = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
 const facts = { clientIp: '10.0.0.9', proto: 'https' as const, host: 'acme.queen.example.com', requestId: 'r1', trustProxy: false, authorization: 'Bearer t', tenantHeader: null, contentLength: 12 };

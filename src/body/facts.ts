@@ -1,61 +1,11 @@
 /**
- * Reading and parsing request bodies, only where the proxy must read them (docs/architecture.md): push
+ * Parsing request bodies, only where the proxy must read them (docs/architecture.md): push
  * items (count, lane, quota), transaction pushes, ack lease ids. The bytes forwarded are the bytes
  * received; the parse is only read, so a body the broker could read differently (duplicate keys,
  * unknown operation types) is refused (docs/security.md).
  */
 import { isUtf8 } from 'node:buffer';
 import { edgeError, isEdgeError, type EdgeError } from '../errors.js';
-import type { EdgeRequest } from '../listen/servers.js';
-import type { BodyAccount } from './body-budget.js';
-
-/**
- * Reads the whole body up to `limit` bytes; 413 beyond it (declared or measured). With `budget`
- * (a tenant's request), every byte kept is held in its account (bytes it does not hold yet are
- * taken as they arrive: over a budget, the budget's refusal), and the whole body must arrive
- * within its deadline (408 otherwise). A refusal stops reading: the caller answers it and closes
- * the connection.
- */
-export function readBody(req: EdgeRequest, limit: number, budget: { account: BodyAccount; deadlineMs: number } | null = null): Promise<Buffer | EdgeError> {
-  const declared = req.headers['content-length'];
-  if (declared !== undefined && Number(declared) > limit) return Promise.resolve(bodyTooLarge(limit));
-  return new Promise((resolve) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let done = false;
-    const settle = (v: Buffer | EdgeError) => {
-      if (done) return;
-      done = true;
-      clearTimeout(deadline);
-      req.removeListener('data', onData);
-      req.removeListener('end', onEnd);
-      req.removeListener('error', onError);
-      req.removeListener('aborted', onError);
-      // Nothing more is read of a refused body.
-      if (isEdgeError(v)) req.pause();
-      resolve(v);
-    };
-    const onData = (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > limit) return settle(bodyTooLarge(limit));
-      const over = budget !== null && size > budget.account.held ? budget.account.take(size - budget.account.held) : null;
-      if (over !== null) return settle(over);
-      chunks.push(chunk);
-    };
-    const onEnd = () => settle(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
-    const onError = () => settle(edgeError('invalid_request', 'request body aborted'));
-    const deadline = budget === null ? undefined : setTimeout(() => settle(edgeError('request_timeout', `request body not received within ${budget.deadlineMs} ms`)), budget.deadlineMs);
-    req.on('data', onData);
-    req.on('end', onEnd);
-    req.on('error', onError);
-    req.on('aborted', onError);
-  });
-}
-
-/** The 413 for a body above `limit` bytes. */
-export function bodyTooLarge(limit: number): EdgeError {
-  return edgeError('payload_too_large', `request body exceeds ${limit} bytes`);
-}
 
 /** What the pipeline needs from a JSON body. */
 export interface BodyFacts {

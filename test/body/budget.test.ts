@@ -1,7 +1,7 @@
 /** BodyBudget and HeadsInFlight: the accounts behind "Bodies in flight" (docs/limits.md). */
 import { describe, expect, it } from 'vitest';
 import { HeadsInFlight } from '../../src/limits/heads-in-flight.js';
-import { BodyBudget } from '../../src/stages/body-budget.js';
+import { BodyBudget } from '../../src/body/budget.js';
 
 describe('BodyBudget', () => {
   it("refuses past the tenant's share first, then past the process's, taking nothing when it refuses", () => {

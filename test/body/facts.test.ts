@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { isEdgeError } from '../../src/errors.js';
-import { ackFacts, pushFacts, transactionFacts } from '../../src/stages/body.js';
+import { ackFacts, pushFacts, transactionFacts } from '../../src/body/facts.js';
 
 const b = (v: unknown) => Buffer.from(typeof v === 'string' ? v : JSON.stringify(v));
 
