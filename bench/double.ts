@@ -14,7 +14,9 @@ import { fileURLToPath } from 'node:url';
 
 const JSON_HEADERS = { 'content-type': 'application/json' };
 
-const PUSH_REPLY = Buffer.from(JSON.stringify([{ index: 0, message_id: '0197f2b1-7c1e-7000-8000-000000000001', transaction_id: 'bench-1', queueName: 'bench', status: 'queued' }]));
+const PUSH_REPLY = Buffer.from(
+  JSON.stringify([{ index: 0, message_id: '0197f2b1-7c1e-7000-8000-000000000001', transaction_id: 'bench-1', queueName: 'bench', status: 'queued' }]),
+);
 const ACK_REPLY = Buffer.from(JSON.stringify([{ index: 0, transactionId: 'bench-1', success: true, noop: false }]));
 const HEALTH_REPLY = Buffer.from('{"status":"healthy"}');
 
@@ -34,7 +36,15 @@ export const POP_REPLY: Buffer = (() => {
     leaseId,
     consumerGroup: '__QUEUE_MODE__',
   });
-  const doc = (pad: string) => ({ success: true, queue: 'bench', partition: 'Default', partitionId, leaseId, consumerGroup: '__QUEUE_MODE__', messages: [message(pad)] });
+  const doc = (pad: string) => ({
+    success: true,
+    queue: 'bench',
+    partition: 'Default',
+    partitionId,
+    leaseId,
+    consumerGroup: '__QUEUE_MODE__',
+    messages: [message(pad)],
+  });
   const base = JSON.stringify(doc('')).length;
   return Buffer.from(JSON.stringify(doc('x'.repeat(Math.max(0, 580 - base)))));
 })();

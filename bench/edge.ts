@@ -29,7 +29,15 @@ export const THROTTLED_HOST = 'throttled.bench';
 /** One request per second: after the first, the deny cache answers 429 before the body is read. */
 const THROTTLED_PLAN = {
   features: [],
-  limits: { requestsPerSec: 1, requestBurst: 1, messagesPerSec: 100_000_000, messageBurst: 100_000_000, parkedPolls: 100_000, maxPayloadBytes: 2_097_152, maxBatch: 1000 },
+  limits: {
+    requestsPerSec: 1,
+    requestBurst: 1,
+    messagesPerSec: 100_000_000,
+    messageBurst: 100_000_000,
+    parkedPolls: 100_000,
+    maxPayloadBytes: 2_097_152,
+    maxBatch: 1000,
+  },
   quotas: { messagesPerMonth: 0, ingressBytesPerMonth: 0 },
   storageBytes: 1_099_511_627_776,
 };
@@ -37,7 +45,15 @@ const THROTTLED_PLAN = {
 /** Limits no benchmark reaches: the limiter runs its whole decision and always admits. */
 const UNREACHED_PLAN = {
   features: [],
-  limits: { requestsPerSec: 10_000_000, requestBurst: 10_000_000, messagesPerSec: 100_000_000, messageBurst: 100_000_000, parkedPolls: 100_000, maxPayloadBytes: 1_048_576, maxBatch: 1000 },
+  limits: {
+    requestsPerSec: 10_000_000,
+    requestBurst: 10_000_000,
+    messagesPerSec: 100_000_000,
+    messageBurst: 100_000_000,
+    parkedPolls: 100_000,
+    maxPayloadBytes: 1_048_576,
+    maxBatch: 1000,
+  },
   quotas: { messagesPerMonth: 1_000_000_000_000, ingressBytesPerMonth: 1_000_000_000_000_000 },
   storageBytes: 1_099_511_627_776,
 };
@@ -55,11 +71,28 @@ export type EdgeEntry = readonly string[];
 export async function prepareEdgeEntry(fromSource: boolean): Promise<EdgeEntry> {
   if (fromSource) return [process.execPath, '--import', 'tsx', '--import', './bench/probe.ts', 'src/cli.ts'];
   const out = join(BUILD_DIR, 'dist');
-  const tsc = spawnSync(process.execPath, [join(REPO_ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json', '--outDir', out, '--sourceMap', 'false', '--incremental', '--tsBuildInfoFile', join(BUILD_DIR, 'tsbuildinfo')], { cwd: REPO_ROOT, encoding: 'utf8' });
+  const tsc = spawnSync(
+    process.execPath,
+    [
+      join(REPO_ROOT, 'node_modules', 'typescript', 'bin', 'tsc'),
+      '-p',
+      'tsconfig.build.json',
+      '--outDir',
+      out,
+      '--sourceMap',
+      'false',
+      '--incremental',
+      '--tsBuildInfoFile',
+      join(BUILD_DIR, 'tsbuildinfo'),
+    ],
+    { cwd: REPO_ROOT, encoding: 'utf8' },
+  );
   // Type errors still emit JavaScript; only a build that produced no entry point is fatal.
   if (!existsSync(join(out, 'cli.js'))) throw new Error(`tsc produced no dist/cli.js:\n${tsc.stdout}${tsc.stderr}`);
   const ts = (await import('typescript')).default;
-  const probe = ts.transpileModule(await readFile(join(REPO_ROOT, 'bench', 'probe.ts'), 'utf8'), { compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 } });
+  const probe = ts.transpileModule(await readFile(join(REPO_ROOT, 'bench', 'probe.ts'), 'utf8'), {
+    compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
+  });
   await mkdir(BUILD_DIR, { recursive: true });
   await writeFile(join(BUILD_DIR, 'probe.mjs'), probe.outputText);
   return [process.execPath, '--import', join(BUILD_DIR, 'probe.mjs'), join(out, 'cli.js')];
@@ -72,7 +105,9 @@ export async function prepareEdgeEntry(fromSource: boolean): Promise<EdgeEntry> 
 export async function prepareBenchModule(name: string, fromSource: boolean): Promise<EdgeEntry> {
   if (fromSource) return [process.execPath, '--import', 'tsx', `bench/${name}.ts`];
   const ts = (await import('typescript')).default;
-  const js = ts.transpileModule(await readFile(join(REPO_ROOT, 'bench', `${name}.ts`), 'utf8'), { compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 } });
+  const js = ts.transpileModule(await readFile(join(REPO_ROOT, 'bench', `${name}.ts`), 'utf8'), {
+    compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
+  });
   await mkdir(BUILD_DIR, { recursive: true });
   const file = join(BUILD_DIR, `${name}.mjs`);
   await writeFile(file, js.outputText);

@@ -105,7 +105,10 @@ export async function startFloor(cert: string, key: string, brokerUrl: string, p
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', 4096, resolve));
     return { port: (server.address() as AddressInfo).port };
   }
-  const server = http2.createSecureServer({ ...tls, allowHTTP1: true, settings: { maxConcurrentStreams: 256 } }, h1 as unknown as Parameters<typeof http2.createSecureServer>[1]);
+  const server = http2.createSecureServer(
+    { ...tls, allowHTTP1: true, settings: { maxConcurrentStreams: 256 } },
+    h1 as unknown as Parameters<typeof http2.createSecureServer>[1],
+  );
   // As the edge does: HTTP/1.1 through 'request', h2 streams without the compatibility objects.
   server.removeAllListeners('stream');
   server.on('stream', (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => {

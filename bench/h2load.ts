@@ -35,7 +35,18 @@ export async function runH2Load(base: string, workload: Workload, shape: H2Shape
   const dir = await mkdtemp(join(tmpdir(), 'queen-edge-h2load-'));
   try {
     const logFile = join(dir, 'requests.log');
-    const args = ['-c', String(shape.clients), '-m', String(shape.streams), '-t', '1', '-D', `${Math.max(1, Math.round(shape.seconds))}`, '--log-file', logFile];
+    const args = [
+      '-c',
+      String(shape.clients),
+      '-m',
+      String(shape.streams),
+      '-t',
+      '1',
+      '-D',
+      `${Math.max(1, Math.round(shape.seconds))}`,
+      '--log-file',
+      logFile,
+    ];
     for (const [k, v] of Object.entries(shape.headers)) args.push('-H', `${k}: ${v}`);
     if (workload.body) {
       const bodyFile = join(dir, 'body.json');
@@ -52,7 +63,15 @@ export async function runH2Load(base: string, workload: Workload, shape: H2Shape
       child.stdout.on('data', (c: Buffer) => (out += c.toString()));
       child.stderr.on('data', (c: Buffer) => (out += c.toString()));
       child.once('error', reject);
-      child.once('exit', (code, signal) => (code === 0 ? resolve(out) : reject(new Error(`h2load ${signal === 'SIGKILL' ? `still running ${H2LOAD_GRACE_S} s after its duration: streams left unanswered` : `exited with ${code}`}:\n${out}`))));
+      child.once('exit', (code, signal) =>
+        code === 0
+          ? resolve(out)
+          : reject(
+              new Error(
+                `h2load ${signal === 'SIGKILL' ? `still running ${H2LOAD_GRACE_S} s after its duration: streams left unanswered` : `exited with ${code}`}:\n${out}`,
+              ),
+            ),
+      );
     });
     return parseH2Load(stdout, await readFile(logFile, 'utf8'), shape.seconds, workload.expectStatus);
   } finally {

@@ -30,7 +30,11 @@ export interface LoadResult {
 }
 
 /** Runs `workload` against `base` for `seconds` with `connections` keep-alive HTTP/1.1 connections. */
-export function runLoad(base: string, workload: Workload, opts: { connections: number; seconds: number; headers: Record<string, string> }): Promise<LoadResult> {
+export function runLoad(
+  base: string,
+  workload: Workload,
+  opts: { connections: number; seconds: number; headers: Record<string, string> },
+): Promise<LoadResult> {
   const latencies: number[] = [];
   const statusCounts: Record<string, number> = {};
   return new Promise((resolve, reject) => {

@@ -62,7 +62,9 @@ interface OpenPolls {
 /** Opens `n` TLS connections to the edge, at most `concurrency` handshakes at a time, and sends one parked pop on each. */
 async function openPolls(port: number, n: number, token: string, concurrency: number): Promise<OpenPolls> {
   const sockets: TLSSocket[] = [];
-  const head = Buffer.from(`GET /api/v1/pop/queue/bench?wait=true&timeout=${PARK_TIMEOUT_MS} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${token}\r\n\r\n`);
+  const head = Buffer.from(
+    `GET /api/v1/pop/queue/bench?wait=true&timeout=${PARK_TIMEOUT_MS} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${token}\r\n\r\n`,
+  );
   const polls: Poll[] = [];
   let next = 0;
   const worker = async () => {
@@ -113,7 +115,10 @@ async function openH2Polls(base: string, n: number, token: string): Promise<Open
       const p: Poll = { status: up ? 0 : -1 };
       polls.push(p);
       if (!up) continue;
-      const stream = session.request({ ':method': 'GET', ':path': `/api/v1/pop/queue/bench?wait=true&timeout=${PARK_TIMEOUT_MS}`, authorization: `Bearer ${token}` }, { endStream: true });
+      const stream = session.request(
+        { ':method': 'GET', ':path': `/api/v1/pop/queue/bench?wait=true&timeout=${PARK_TIMEOUT_MS}`, authorization: `Bearer ${token}` },
+        { endStream: true },
+      );
       stream.on('response', (headers) => {
         p.status = Number(headers[':status']);
       });
@@ -151,7 +156,12 @@ function probePush(edge: EdgeProcess, agent: Agent, token: string): Promise<numb
   return new Promise((resolve) => {
     const req = httpsRequest(
       `${edge.base}/api/v1/push`,
-      { method: 'POST', agent, rejectUnauthorized: false, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } },
+      {
+        method: 'POST',
+        agent,
+        rejectUnauthorized: false,
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+      },
       (res) => {
         res.resume();
         res.on('end', () => resolve(res.statusCode === 201 ? Number(process.hrtime.bigint() - started) / 1e6 : Number.NaN));
@@ -167,7 +177,14 @@ function percentile(sorted: readonly number[], q: number): number {
 }
 
 /** Parks `n` polls, holds them `holdSeconds`, releases them, and reports. */
-export async function runLongPolls(edge: EdgeProcess, doublePort: number, n: number, holdSeconds: number, token: string, proto: 'h1' | 'h2' = 'h1'): Promise<LongPollResult> {
+export async function runLongPolls(
+  edge: EdgeProcess,
+  doublePort: number,
+  n: number,
+  holdSeconds: number,
+  token: string,
+  proto: 'h1' | 'h2' = 'h1',
+): Promise<LongPollResult> {
   const port = Number(new URL(edge.base).port);
   const rssBefore = treeRssBytes(edge.pid);
   const heapBefore = (await edge.read()).heapUsedBytes;

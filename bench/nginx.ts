@@ -58,7 +58,9 @@ export async function startNginx(bin: string, o: { dir: string; port: number; up
   await mkdir(o.dir, { recursive: true });
   const conf = join(o.dir, 'nginx.conf');
   await writeFile(conf, nginxConfig({ ...o, runAsRoot: process.getuid?.() === 0 }));
-  const child = spawnWithLimits([bin, '-p', o.dir, '-e', join(o.dir, 'error.log'), '-c', conf, '-g', 'daemon off;'], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const child = spawnWithLimits([bin, '-p', o.dir, '-e', join(o.dir, 'error.log'), '-c', conf, '-g', 'daemon off;'], {
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
   await waitForPort(o.port, 5000, child);
   return child;
 }

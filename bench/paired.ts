@@ -43,19 +43,56 @@ const seconds = Math.max(1, Number(v.seconds));
 const dir = mkdtempSync(join(tmpdir(), 'queen-edge-paired-'));
 const cert = join(dir, 'bench.crt');
 const key = join(dir, 'bench.key');
-const tls = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', key, '-out', cert, '-days', '2', '-subj', '/CN=localhost', '-addext', 'subjectAltName=IP:127.0.0.1,DNS:localhost']);
+const tls = spawnSync('openssl', [
+  'req',
+  '-x509',
+  '-newkey',
+  'ec',
+  '-pkeyopt',
+  'ec_paramgen_curve:prime256v1',
+  '-nodes',
+  '-keyout',
+  key,
+  '-out',
+  cert,
+  '-days',
+  '2',
+  '-subj',
+  '/CN=localhost',
+  '-addext',
+  'subjectAltName=IP:127.0.0.1,DNS:localhost',
+]);
 if (tls.status !== 0) throw new Error(`openssl failed: ${tls.stderr.toString()}`);
 const double = await startFastDouble(0);
 const brokerUrl = `http://127.0.0.1:${double.port}`;
-const jwt = await new SignJWT({ roles: ['read-write'], tenant: BENCH_TENANT }).setProtectedHeader({ alg: 'HS256' }).setSubject('bench').setIssuedAt().setExpirationTime('2h').sign(new TextEncoder().encode(BENCH_SECRET));
+const jwt = await new SignJWT({ roles: ['read-write'], tenant: BENCH_TENANT })
+  .setProtectedHeader({ alg: 'HS256' })
+  .setSubject('bench')
+  .setIssuedAt()
+  .setExpirationTime('2h')
+  .sign(new TextEncoder().encode(BENCH_SECRET));
 const headers = { authorization: `Bearer ${jwt}` };
 
 async function start(name: string, dist: string): Promise<EdgeProcess> {
-  const config = edgeConfig({ port: await freePort(), adminPort: await freePort(), cert, key, brokerUrl, redisUrl: null, jwksUrl: null, accessLog: false, workers: 1, upstreamConnections: 128, maxLongPollMs: 120_000, extra: {} });
+  const config = edgeConfig({
+    port: await freePort(),
+    adminPort: await freePort(),
+    cert,
+    key,
+    brokerUrl,
+    redisUrl: null,
+    jwksUrl: null,
+    accessLog: false,
+    workers: 1,
+    upstreamConnections: 128,
+    maxLongPollMs: 120_000,
+    extra: {},
+  });
   return startEdgeProcess(name, config, { dir, entry: [process.execPath, join(resolve(dist), 'cli.js')] });
 }
 
-const load = (base: string, w: Workload) => (v.proto === 'h2' ? runH2Load(base, w, { clients: 2, streams: 100, seconds, headers }) : runLoad(base, w, { connections: 50, seconds, headers }));
+const load = (base: string, w: Workload) =>
+  v.proto === 'h2' ? runH2Load(base, w, { clients: 2, streams: 100, seconds, headers }) : runLoad(base, w, { connections: 50, seconds, headers });
 const a = await start('A', v.a);
 const b = await start('B', v.b);
 const perWorkload = new Map<string, { a: number[]; b: number[] }>();
@@ -71,7 +108,9 @@ try {
       row.a.push(usA);
       row.b.push(usB);
       perWorkload.set(w.name, row);
-      console.log(`${w.name.padEnd(10)} A ${usA.toFixed(1)} µs/req (${ra.reqPerSec.toFixed(0)}/s)  B ${usB.toFixed(1)} µs/req (${rb.reqPerSec.toFixed(0)}/s)  B/A ${(usB / usA).toFixed(3)}`);
+      console.log(
+        `${w.name.padEnd(10)} A ${usA.toFixed(1)} µs/req (${ra.reqPerSec.toFixed(0)}/s)  B ${usB.toFixed(1)} µs/req (${rb.reqPerSec.toFixed(0)}/s)  B/A ${(usB / usA).toFixed(3)}`,
+      );
     }
   }
 } finally {

@@ -19,7 +19,9 @@ function find(runs: readonly RunRecord[], scenario: ScenarioId, workload: string
 export function renderMarkdown(report: BenchReport, labels: Record<ScenarioId, string>): string {
   const out: string[] = [];
   const m = report.machine;
-  out.push(`Run ${report.date} · ${m.cpus} CPUs · Node ${m.node} · 1-min load ${m.load1AtStart} at start, ${m.load1AtEnd} at end · ${report.options.connections} connections${report.options.h2Streams ? ` (h2 rows: h2load, ${report.options.h2Connections} connections × ${report.options.h2Streams} streams)` : ''}, ${report.options.warmupSeconds} s warm-up + ${report.options.seconds} s per row${(report.options.repeat ?? 1) > 1 ? ` · every row run ${report.options.repeat} times, interleaved (all scenarios in turn, then again): the row shown is the run with the median CPU per request, its CPU cell gives the range of all runs` : ''} · edge from ${report.options.edgeFrom}${report.options.quick ? ' · **--quick**' : ''}`);
+  out.push(
+    `Run ${report.date} · ${m.cpus} CPUs · Node ${m.node} · 1-min load ${m.load1AtStart} at start, ${m.load1AtEnd} at end · ${report.options.connections} connections${report.options.h2Streams ? ` (h2 rows: h2load, ${report.options.h2Connections} connections × ${report.options.h2Streams} streams)` : ''}, ${report.options.warmupSeconds} s warm-up + ${report.options.seconds} s per row${(report.options.repeat ?? 1) > 1 ? ` · every row run ${report.options.repeat} times, interleaved (all scenarios in turn, then again): the row shown is the run with the median CPU per request, its CPU cell gives the range of all runs` : ''} · edge from ${report.options.edgeFrom}${report.options.quick ? ' · **--quick**' : ''}`,
+  );
   out.push('');
   for (const n of report.notes) out.push(`- ${n}`);
   for (const [s, why] of Object.entries(report.skipped)) out.push(`- skipped ${labels[s as ScenarioId]}: ${why}`);
@@ -29,7 +31,9 @@ export function renderMarkdown(report: BenchReport, labels: Record<ScenarioId, s
     const direct = find(report.runs, 'direct', w);
     const nginx = find(report.runs, 'nginx', w);
     out.push(`#### ${w}`, '');
-    out.push('| scenario | req/s | × direct | × nginx | p50 ms | p99 ms | p99.9 ms | p50 added | p99 added | proxy CPU µs/req | CPU × floor | CPU × nginx | CPU s / 10k req | Redis round trips / commands per req | bad answers |');
+    out.push(
+      '| scenario | req/s | × direct | × nginx | p50 ms | p99 ms | p99.9 ms | p50 added | p99 added | proxy CPU µs/req | CPU × floor | CPU × nginx | CPU s / 10k req | Redis round trips / commands per req | bad answers |',
+    );
     out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
     for (const r of report.runs.filter((x) => x.workload === w)) {
       const added = (a: number, b: number | undefined) => (b === undefined || r.scenario === 'direct' ? '-' : `${(a - b).toFixed(2)}`);
@@ -42,7 +46,9 @@ export function renderMarkdown(report: BenchReport, labels: Record<ScenarioId, s
   }
   if (report.longPolls.length > 0) {
     out.push('#### 6. parked long polls', '');
-    out.push('| clients | polls | parked at peak | s to park | RSS before MiB | RSS peak MiB | KiB / poll | of which V8 heap KiB | loop delay p50 / p99 / max ms | probe push p50 / p99 ms | proxy CPU s during hold | Redis cmd / poll | answered 204 | connection failures |');
+    out.push(
+      '| clients | polls | parked at peak | s to park | RSS before MiB | RSS peak MiB | KiB / poll | of which V8 heap KiB | loop delay p50 / p99 / max ms | probe push p50 / p99 ms | proxy CPU s during hold | Redis cmd / poll | answered 204 | connection failures |',
+    );
     out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
     for (const l of report.longPolls) {
       out.push(
@@ -83,27 +89,68 @@ function targets(report: BenchReport): string[] {
     const nginx = find(report.runs, 'nginx', w);
     const plain = find(report.runs, 'edge', w);
     const full = find(report.runs, 'full', w);
-    if (plain && nginx) check(plain.reqPerSec >= 0.6 * nginx.reqPerSec, `${w}: plain forwarding ≥ 0.6× nginx req/s: ${ratio(plain.reqPerSec, nginx.reqPerSec)} (CPU per request ${ratio(plain.cpuUsPerReq, nginx.cpuUsPerReq)} nginx's)`);
-    if (full && plain) check(full.reqPerSec >= 0.75 * plain.reqPerSec, `${w}: full pipeline ≥ 0.75× plain forwarding req/s: ${ratio(full.reqPerSec, plain.reqPerSec)} (CPU per request ${ratio(full.cpuUsPerReq, plain.cpuUsPerReq)})`);
-    if (plain?.cpuUsPerReq != null) check(plain.cpuUsPerReq <= 30, `${w}: plain forwarding ≤ 30 µs CPU per request (BENCHMARKS.md targets): ${f(plain.cpuUsPerReq)} µs`);
-    if (full?.cpuUsPerReq != null) check(full.cpuUsPerReq <= 40, `${w}: full pipeline ≤ 40 µs CPU per request (BENCHMARKS.md targets): ${f(full.cpuUsPerReq)} µs`);
+    if (plain && nginx)
+      check(
+        plain.reqPerSec >= 0.6 * nginx.reqPerSec,
+        `${w}: plain forwarding ≥ 0.6× nginx req/s: ${ratio(plain.reqPerSec, nginx.reqPerSec)} (CPU per request ${ratio(plain.cpuUsPerReq, nginx.cpuUsPerReq)} nginx's)`,
+      );
+    if (full && plain)
+      check(
+        full.reqPerSec >= 0.75 * plain.reqPerSec,
+        `${w}: full pipeline ≥ 0.75× plain forwarding req/s: ${ratio(full.reqPerSec, plain.reqPerSec)} (CPU per request ${ratio(full.cpuUsPerReq, plain.cpuUsPerReq)})`,
+      );
+    if (plain?.cpuUsPerReq != null)
+      check(plain.cpuUsPerReq <= 30, `${w}: plain forwarding ≤ 30 µs CPU per request (BENCHMARKS.md targets): ${f(plain.cpuUsPerReq)} µs`);
+    if (full?.cpuUsPerReq != null)
+      check(full.cpuUsPerReq <= 40, `${w}: full pipeline ≤ 40 µs CPU per request (BENCHMARKS.md targets): ${f(full.cpuUsPerReq)} µs`);
     const floor = find(report.runs, 'floor', w);
-    if (plain?.cpuUsPerReq != null && floor?.cpuUsPerReq) check(plain.cpuUsPerReq <= 1.15 * floor.cpuUsPerReq, `${w}: plain forwarding ≤ 1.15× the floor's CPU per request: ${ratio(plain.cpuUsPerReq, floor.cpuUsPerReq)}`);
-    if (full?.cpuUsPerReq != null && floor?.cpuUsPerReq) check(full.cpuUsPerReq <= 1.35 * floor.cpuUsPerReq, `${w}: full pipeline (exact limits, access log on) ≤ 1.35× the floor's CPU per request: ${ratio(full.cpuUsPerReq, floor.cpuUsPerReq)}`);
-    for (const [h2, h1] of [['h2-edge', plain], ['h2-full', full]] as const) {
+    if (plain?.cpuUsPerReq != null && floor?.cpuUsPerReq)
+      check(
+        plain.cpuUsPerReq <= 1.15 * floor.cpuUsPerReq,
+        `${w}: plain forwarding ≤ 1.15× the floor's CPU per request: ${ratio(plain.cpuUsPerReq, floor.cpuUsPerReq)}`,
+      );
+    if (full?.cpuUsPerReq != null && floor?.cpuUsPerReq)
+      check(
+        full.cpuUsPerReq <= 1.35 * floor.cpuUsPerReq,
+        `${w}: full pipeline (exact limits, access log on) ≤ 1.35× the floor's CPU per request: ${ratio(full.cpuUsPerReq, floor.cpuUsPerReq)}`,
+      );
+    for (const [h2, h1] of [
+      ['h2-edge', plain],
+      ['h2-full', full],
+    ] as const) {
       const r = find(report.runs, h2, w);
-      if (r?.cpuUsPerReq != null && h1?.cpuUsPerReq) check(r.cpuUsPerReq <= h1.cpuUsPerReq, `${w}: ${h2} CPU per request (${report.options.connections} h1 connections vs h2 streams) ≤ the h1 figure: ${f(r.cpuUsPerReq)} vs ${f(h1.cpuUsPerReq)} µs (${ratio(r.cpuUsPerReq, h1.cpuUsPerReq)})`);
+      if (r?.cpuUsPerReq != null && h1?.cpuUsPerReq)
+        check(
+          r.cpuUsPerReq <= h1.cpuUsPerReq,
+          `${w}: ${h2} CPU per request (${report.options.connections} h1 connections vs h2 streams) ≤ the h1 figure: ${f(r.cpuUsPerReq)} vs ${f(h1.cpuUsPerReq)} µs (${ratio(r.cpuUsPerReq, h1.cpuUsPerReq)})`,
+        );
     }
     const leased = find(report.runs, 'leased', w);
-    if (leased?.cpuUsPerReq != null && floor?.cpuUsPerReq) check(leased.cpuUsPerReq <= 1.25 * floor.cpuUsPerReq, `${w}: full pipeline in leased mode ≤ 1.25× the floor's CPU per request: ${ratio(leased.cpuUsPerReq, floor.cpuUsPerReq)}`);
+    if (leased?.cpuUsPerReq != null && floor?.cpuUsPerReq)
+      check(
+        leased.cpuUsPerReq <= 1.25 * floor.cpuUsPerReq,
+        `${w}: full pipeline in leased mode ≤ 1.25× the floor's CPU per request: ${ratio(leased.cpuUsPerReq, floor.cpuUsPerReq)}`,
+      );
     // Leased mode leases the request-rate bucket only: pushes (message rate, monthly quotas) stay exact.
-    if (leased?.redisEvalshaPerReq != null) check(leased.redisEvalshaPerReq <= 0.1, `${w}: leased mode ≤ 0.1 Redis round trips per request: ${f(leased.redisEvalshaPerReq, 3)} EVALSHA per request`);
-    if (full?.redisEvalshaPerReq != null) check(full.redisEvalshaPerReq <= 1.01, `${w}: ≤ 1 Redis round trip per request: ${f(full.redisEvalshaPerReq, 3)} EVALSHA per request (the only per-request command; ${f(full.redisCommandsPerReq, 2)} commands counting the ones the script runs inside Redis and the heartbeat)`);
+    if (leased?.redisEvalshaPerReq != null)
+      check(leased.redisEvalshaPerReq <= 0.1, `${w}: leased mode ≤ 0.1 Redis round trips per request: ${f(leased.redisEvalshaPerReq, 3)} EVALSHA per request`);
+    if (full?.redisEvalshaPerReq != null)
+      check(
+        full.redisEvalshaPerReq <= 1.01,
+        `${w}: ≤ 1 Redis round trip per request: ${f(full.redisEvalshaPerReq, 3)} EVALSHA per request (the only per-request command; ${f(full.redisCommandsPerReq, 2)} commands counting the ones the script runs inside Redis and the heartbeat)`,
+      );
   }
-  for (const [s, proto] of [['throttled', 'HTTP/1.1: the connection is closed, so each refusal pays a new TLS handshake'], ['h2-throttled', 'h2: only the stream ends']] as const) {
+  for (const [s, proto] of [
+    ['throttled', 'HTTP/1.1: the connection is closed, so each refusal pays a new TLS handshake'],
+    ['h2-throttled', 'h2: only the stream ends'],
+  ] as const) {
     const noBody = find(report.runs, s, '429 no body');
     const mib = find(report.runs, s, '429 1MiB body');
-    if (noBody?.cpuUsPerReq && mib?.cpuUsPerReq) check(mib.cpuUsPerReq < 2 * noBody.cpuUsPerReq, `a 429 for a throttled tenant with a 1 MiB body < 2× a 429 without a body (${proto}): ${f(mib.cpuUsPerReq)} vs ${f(noBody.cpuUsPerReq)} µs (${ratio(mib.cpuUsPerReq, noBody.cpuUsPerReq)})`);
+    if (noBody?.cpuUsPerReq && mib?.cpuUsPerReq)
+      check(
+        mib.cpuUsPerReq < 2 * noBody.cpuUsPerReq,
+        `a 429 for a throttled tenant with a 1 MiB body < 2× a 429 without a body (${proto}): ${f(mib.cpuUsPerReq)} vs ${f(noBody.cpuUsPerReq)} µs (${ratio(mib.cpuUsPerReq, noBody.cpuUsPerReq)})`,
+      );
   }
   for (const proto of ['h1', 'h2'] as const) {
     const runs = report.longPolls.filter((l) => (l.proto ?? 'h1') === proto);
@@ -112,7 +159,10 @@ function targets(report: BenchReport): string[] {
     // Fewer than 10,000 when the descriptor limit forbade it: projected from the measured cost per poll.
     const at10k = big.polls === 10_000 ? big.rssPeakMiB : big.rssBeforeMiB + (10_000 * big.rssPerPollKiB) / 1024;
     const how = big.polls === 10_000 ? 'measured' : `projected from ${big.polls} parked (${f(big.rssPeakMiB, 0)} MiB)`;
-    check(at10k <= 350 && big.parkedAtPeak === big.polls, `10,000 parked polls (${proto}) ≤ 350 MiB RSS: ${f(at10k, 0)} MiB, ${how}; ${big.parkedAtPeak} of ${big.polls} parked at the peak`);
+    check(
+      at10k <= 350 && big.parkedAtPeak === big.polls,
+      `10,000 parked polls (${proto}) ≤ 350 MiB RSS: ${f(at10k, 0)} MiB, ${how}; ${big.parkedAtPeak} of ${big.polls} parked at the peak`,
+    );
   }
   return lines;
 }

@@ -22,7 +22,20 @@ import { configSchema } from '../src/config/schema.js';
 import { commandCalls, connectTest, PrivateRedis } from '../test/helpers/redis.js';
 import { startJwksServer, type JwksServer } from '../test/helpers/jwks-server.js';
 import { keyPair, signWith } from '../test/helpers/tokens.js';
-import { BENCH_SECRET, BENCH_TENANT, edgeConfig, prepareBenchModule, prepareEdgeEntry, THROTTLED_HOST, THROTTLED_TENANT, REPO_ROOT, startEdgeProcess, type EdgeConfigInput, type EdgeEntry, type EdgeProcess } from './edge.js';
+import {
+  BENCH_SECRET,
+  BENCH_TENANT,
+  edgeConfig,
+  prepareBenchModule,
+  prepareEdgeEntry,
+  THROTTLED_HOST,
+  THROTTLED_TENANT,
+  REPO_ROOT,
+  startEdgeProcess,
+  type EdgeConfigInput,
+  type EdgeEntry,
+  type EdgeProcess,
+} from './edge.js';
 import { runLoad, type LoadResult, type Workload } from './load.js';
 import { H2LOAD_HINT, h2loadAvailable, runH2Load } from './h2load.js';
 import { PARK_TIMEOUT_MS, runLongPolls, type LongPollResult } from './longpoll.js';
@@ -32,7 +45,23 @@ import { childFileLimit, freePort, loadAverage, nodeProcessCount, sleep, spawnWi
 import { renderMarkdown, updateBenchmarksMd } from './report.js';
 
 /** Scenario ids, in the order they run. */
-export const SCENARIOS = ['direct', 'nginx', 'floor', 'edge', 'full', 'full-rs256', 'leased', 'workers', 'h2-floor', 'h2-edge', 'h2-full', 'throttled', 'h2-throttled', 'longpoll', 'h2-longpoll'] as const;
+export const SCENARIOS = [
+  'direct',
+  'nginx',
+  'floor',
+  'edge',
+  'full',
+  'full-rs256',
+  'leased',
+  'workers',
+  'h2-floor',
+  'h2-edge',
+  'h2-full',
+  'throttled',
+  'h2-throttled',
+  'longpoll',
+  'h2-longpoll',
+] as const;
 export type ScenarioId = (typeof SCENARIOS)[number];
 
 /** Scenarios whose proxy talks to the private Redis (the others get no Redis column). */
@@ -109,7 +138,16 @@ export type LongPollRecord = LongPollResult & { redisCommandsPerPoll: number | n
 export interface BenchReport {
   date: string;
   machine: { cpus: number; node: string; load1AtStart: number; load1AtEnd: number };
-  options: { seconds: number; warmupSeconds: number; connections: number; h2Connections?: number; h2Streams?: number; repeat?: number; quick: boolean; edgeFrom: 'tsc build' | 'tsx (source)' };
+  options: {
+    seconds: number;
+    warmupSeconds: number;
+    connections: number;
+    h2Connections?: number;
+    h2Streams?: number;
+    repeat?: number;
+    quick: boolean;
+    edgeFrom: 'tsc build' | 'tsx (source)';
+  };
   notes: string[];
   skipped: Partial<Record<ScenarioId, string>>;
   runs: RunRecord[];
@@ -125,7 +163,11 @@ export function workloads(): Workload[] {
     if (body.length !== size) throw new Error(`push body is ${body.length} bytes, not ${size}`);
     return { name, method: 'POST', path: '/api/v1/push', body, expectStatus: 201 };
   };
-  return [push('push-64B', 64), push('push-8KiB', 8192), { name: 'pop', method: 'GET', path: '/api/v1/pop/queue/bench?batch=10', body: null, expectStatus: 200 }];
+  return [
+    push('push-64B', 64),
+    push('push-8KiB', 8192),
+    { name: 'pop', method: 'GET', path: '/api/v1/pop/queue/bench?batch=10', body: null, expectStatus: 200 },
+  ];
 }
 
 /**
@@ -187,7 +229,29 @@ export function parseArgs(argv: readonly string[], log: (line: string) => void =
 async function makeCertificate(dir: string): Promise<{ cert: string; key: string }> {
   const cert = join(dir, 'bench.crt');
   const key = join(dir, 'bench.key');
-  const r = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', key, '-out', cert, '-days', '2', '-subj', '/CN=localhost', '-addext', 'subjectAltName=IP:127.0.0.1,DNS:localhost'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  const r = spawnSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:prime256v1',
+      '-nodes',
+      '-keyout',
+      key,
+      '-out',
+      cert,
+      '-days',
+      '2',
+      '-subj',
+      '/CN=localhost',
+      '-addext',
+      'subjectAltName=IP:127.0.0.1,DNS:localhost',
+    ],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
   if (r.status !== 0) throw new Error(`openssl failed: ${r.stderr.toString()}`);
   return { cert, key };
 }
@@ -205,7 +269,12 @@ async function startReporting(argv: readonly string[], name: string): Promise<{ 
 const startDouble = () => startReporting([process.execPath, '--import', 'tsx', 'bench/double.ts'], 'broker double');
 
 function token(claims: Record<string, unknown>): Promise<string> {
-  return new SignJWT(claims).setProtectedHeader({ alg: 'HS256' }).setSubject('bench').setIssuedAt().setExpirationTime('2h').sign(new TextEncoder().encode(BENCH_SECRET));
+  return new SignJWT(claims)
+    .setProtectedHeader({ alg: 'HS256' })
+    .setSubject('bench')
+    .setIssuedAt()
+    .setExpirationTime('2h')
+    .sign(new TextEncoder().encode(BENCH_SECRET));
 }
 
 /** A metering section, when the schema has one (the metering feature may land after this file). */
@@ -223,7 +292,16 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
   const report: BenchReport = {
     date: new Date().toISOString(),
     machine: { cpus: (await import('node:os')).cpus().length, node: process.version, load1AtStart: loadAverage(), load1AtEnd: 0 },
-    options: { seconds: opts.seconds, warmupSeconds: opts.warmupSeconds, connections: opts.connections, h2Connections: H2_CLIENTS, h2Streams: opts.h2Streams, repeat: opts.repeat, quick: opts.quick, edgeFrom: opts.fromSource ? 'tsx (source)' : 'tsc build' },
+    options: {
+      seconds: opts.seconds,
+      warmupSeconds: opts.warmupSeconds,
+      connections: opts.connections,
+      h2Connections: H2_CLIENTS,
+      h2Streams: opts.h2Streams,
+      repeat: opts.repeat,
+      quick: opts.quick,
+      edgeFrom: opts.fromSource ? 'tsx (source)' : 'tsc build',
+    },
     notes: [],
     skipped: {},
     runs: [],
@@ -232,7 +310,9 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
   };
   const cleanups: Array<() => Promise<void>> = [];
   const log = opts.log;
-  log(`queen-edge bench: ${loads.map((w) => w.name).join(', ')} × ${opts.connections} connections, ${opts.warmupSeconds}s warm-up + ${opts.seconds}s; 1-min load ${report.machine.load1AtStart}`);
+  log(
+    `queen-edge bench: ${loads.map((w) => w.name).join(', ')} × ${opts.connections} connections, ${opts.warmupSeconds}s warm-up + ${opts.seconds}s; 1-min load ${report.machine.load1AtStart}`,
+  );
   try {
     const certs = await makeCertificate(dir);
     const double = await startDouble();
@@ -255,14 +335,26 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
       const pair = await keyPair('RS256');
       jwks = await startJwksServer([pair.publicJwk]);
       cleanups.push(() => jwks!.close());
-      rsToken = await signWith(pair, { sub: 'bench', roles: ['read-write'], tenant: BENCH_TENANT, iat: Math.floor(Date.now() / 1000), exp: Math.floor(Date.now() / 1000) + 7200 });
+      rsToken = await signWith(pair, {
+        sub: 'bench',
+        roles: ['read-write'],
+        tenant: BENCH_TENANT,
+        iat: Math.floor(Date.now() / 1000),
+        exp: Math.floor(Date.now() / 1000) + 7200,
+      });
     }
     const metering = meteringExtra();
-    report.notes.push(metering.on ? 'metering: on (the schema has a metering section; its defaults were used)' : 'metering: the config schema has no metering section, so the bench configured none; whatever app.ts wires by default ran (src/metering/* in the profile when it does)');
+    report.notes.push(
+      metering.on
+        ? 'metering: on (the schema has a metering section; its defaults were used)'
+        : 'metering: the config schema has no metering section, so the bench configured none; whatever app.ts wires by default ran (src/metering/* in the profile when it does)',
+    );
 
     const measure = async (scenario: ScenarioId, base: string, headers: Record<string, string>, proxyPid: number | null, rows: readonly Workload[] = loads) => {
       const load = (w: Workload, seconds: number): Promise<LoadResult> =>
-        H2_SCENARIOS.has(scenario) ? runH2Load(base, w, { clients: H2_CLIENTS, streams: opts.h2Streams, seconds, headers }) : runLoad(base, w, { connections: opts.connections, seconds, headers });
+        H2_SCENARIOS.has(scenario)
+          ? runH2Load(base, w, { clients: H2_CLIENTS, streams: opts.h2Streams, seconds, headers })
+          : runLoad(base, w, { connections: opts.connections, seconds, headers });
       for (const w of rows) {
         await load(w, opts.warmupSeconds);
         const before = await snapshot(proxyPid, double.child.pid!, stats);
@@ -289,7 +381,9 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
           `  ${scenario.padEnd(10)} ${w.name.padEnd(9)} ${r.reqPerSec.toFixed(0).padStart(6)} req/s  p50 ${r.p50Ms.toFixed(2)} p99 ${r.p99Ms.toFixed(2)} p99.9 ${r.p999Ms.toFixed(2)} ms` +
             `  cpu ${rec.cpuUsPerReq === null ? '-' : rec.cpuUsPerReq.toFixed(1)} us/req` +
             (rec.redisCommandsPerReq === null ? '' : `  redis ${rec.redisCommandsPerReq.toFixed(2)} cmd/req`) +
-            (r.errors + r.timeouts + r.unexpected > 0 ? `  errors ${r.errors} timeouts ${r.timeouts} unexpected ${r.unexpected} ${JSON.stringify(r.statusCounts)}` : ''),
+            (r.errors + r.timeouts + r.unexpected > 0
+              ? `  errors ${r.errors} timeouts ${r.timeouts} unexpected ${r.unexpected} ${JSON.stringify(r.statusCounts)}`
+              : ''),
         );
       }
     };
@@ -309,7 +403,10 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
       ...o,
     });
     // Built before any measurement: tsc is a CPU hog that must not overlap a run.
-    const entry: EdgeEntry | null = SCENARIOS.some((x) => x !== 'direct' && x !== 'nginx' && !x.endsWith('floor') && wanted(x)) || opts.profile ? await prepareEdgeEntry(opts.fromSource) : null;
+    const entry: EdgeEntry | null =
+      SCENARIOS.some((x) => x !== 'direct' && x !== 'nginx' && !x.endsWith('floor') && wanted(x)) || opts.profile
+        ? await prepareEdgeEntry(opts.fromSource)
+        : null;
     const floorEntry = wanted('floor') || wanted('h2-floor') ? await prepareBenchModule('floor', opts.fromSource) : null;
     const withFloor = async (proto: 'h1' | 'h2', body: (base: string, pid: number) => Promise<void>) => {
       const floor = await startReporting([...floorEntry!, certs.cert, certs.key, brokerUrl, proto], 'floor forwarder');
@@ -330,7 +427,12 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
         await edge.stop();
       }
     };
-    const fullInput = (o: Partial<EdgeConfigInput> = {}): Partial<EdgeConfigInput> => ({ redisUrl: redis?.url ?? null, accessLog: true, extra: metering.extra, ...o });
+    const fullInput = (o: Partial<EdgeConfigInput> = {}): Partial<EdgeConfigInput> => ({
+      redisUrl: redis?.url ?? null,
+      accessLog: true,
+      extra: metering.extra,
+      ...o,
+    });
     const bearer = { authorization: `Bearer ${edgeToken}` };
 
     for (let rep = 1; rep <= opts.repeat; rep++) {
@@ -369,11 +471,15 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
       }
       if (wanted('full-rs256')) {
         log(SCENARIO_LABELS['full-rs256']);
-        await withEdge('edge-full-rs256', fullInput({ jwksUrl: jwks!.url }), (edge) => measure('full-rs256', edge.base, { authorization: `Bearer ${rsToken}` }, edge.pid));
+        await withEdge('edge-full-rs256', fullInput({ jwksUrl: jwks!.url }), (edge) =>
+          measure('full-rs256', edge.base, { authorization: `Bearer ${rsToken}` }, edge.pid),
+        );
       }
       if (wanted('leased')) {
         log(SCENARIO_LABELS.leased);
-        await withEdge('edge-leased', fullInput({ extra: { ...metering.extra, limits: { mode: 'leased' } } }), (edge) => measure('leased', edge.base, bearer, edge.pid));
+        await withEdge('edge-leased', fullInput({ extra: { ...metering.extra, limits: { mode: 'leased' } } }), (edge) =>
+          measure('leased', edge.base, bearer, edge.pid),
+        );
       }
       if (wanted('workers')) {
         log(SCENARIO_LABELS.workers);
@@ -405,12 +511,16 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
       if (wanted('throttled')) {
         log(SCENARIO_LABELS.throttled);
         const throttledToken = await token({ roles: ['read-write'], tenant: THROTTLED_TENANT });
-        await withEdge('edge-throttled', fullInput(), (edge) => measure('throttled', edge.base, { authorization: `Bearer ${throttledToken}`, host: THROTTLED_HOST }, edge.pid, throttledWorkloads()));
+        await withEdge('edge-throttled', fullInput(), (edge) =>
+          measure('throttled', edge.base, { authorization: `Bearer ${throttledToken}`, host: THROTTLED_HOST }, edge.pid, throttledWorkloads()),
+        );
       }
       if (h2 && wanted('h2-throttled')) {
         log(SCENARIO_LABELS['h2-throttled']);
         const throttledToken = await token({ roles: ['read-write'], tenant: THROTTLED_TENANT });
-        await withEdge('edge-throttled-h2', fullInput(), (edge) => measure('h2-throttled', edge.base, { authorization: `Bearer ${throttledToken}`, ':authority': THROTTLED_HOST }, edge.pid, throttledWorkloads()));
+        await withEdge('edge-throttled-h2', fullInput(), (edge) =>
+          measure('h2-throttled', edge.base, { authorization: `Bearer ${throttledToken}`, ':authority': THROTTLED_HOST }, edge.pid, throttledWorkloads()),
+        );
       }
     }
     if (opts.repeat > 1) report.runs = medianRows(report.runs);
@@ -425,7 +535,10 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
       const maxPolls = Math.floor((childFileLimit() - 1000) / perPoll);
       for (const asked of opts.polls) {
         const n = Math.min(asked, maxPolls);
-        if (n < asked) report.notes.push(`long polls (${proto}): ${asked} asked, ${n} run: the file-descriptor hard limit here is ${childFileLimit()} and cannot be raised (no CAP_SYS_RESOURCE); a parked poll needs ${perPoll} descriptor${perPoll > 1 ? 's' : ''} in the edge`);
+        if (n < asked)
+          report.notes.push(
+            `long polls (${proto}): ${asked} asked, ${n} run: the file-descriptor hard limit here is ${childFileLimit()} and cannot be raised (no CAP_SYS_RESOURCE); a parked poll needs ${perPoll} descriptor${perPoll > 1 ? 's' : ''} in the edge`,
+          );
         await withEdge(`edge-${id}-${n}`, fullInput({ upstreamConnections: n + 1024, maxLongPollMs: PARK_TIMEOUT_MS }), async (edge) => {
           const before = stats ? await redisTotals(stats) : null;
           const r = await runLongPolls(edge, double.port, n, opts.holdSeconds, edgeToken, proto);
@@ -528,7 +641,10 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   } else if (process.env.QE_BENCH_NOFILE === '1') await runBench(opts);
   else {
     // 10,000 client sockets need more descriptors than a login shell allows: run again with a raised limit.
-    const child = spawnWithLimits([process.execPath, ...process.execArgv, process.argv[1], ...process.argv.slice(2)], { stdio: 'inherit', env: { ...process.env, QE_BENCH_NOFILE: '1' } });
+    const child = spawnWithLimits([process.execPath, ...process.execArgv, process.argv[1], ...process.argv.slice(2)], {
+      stdio: 'inherit',
+      env: { ...process.env, QE_BENCH_NOFILE: '1' },
+    });
     child.on('exit', (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
   }
 }

@@ -28,7 +28,6 @@ const CONCURRENCY = Number(args.concurrency);
 const PARKED = Number(args.parked);
 const SECRET = 'soak-secret-soak-secret-soak-secret!!';
 
-
 /** A minimal broker: push 201 array, pop 200 with one message or a bodiless 204, parks `wait=true`. */
 function startBroker(port: number): Promise<Server> {
   let seq = 0;
@@ -45,7 +44,10 @@ function startBroker(port: number): Promise<Server> {
       if (url === '/health') return json(200, { status: 'healthy' });
       if (url.startsWith('/api/v1/push')) {
         const items = (JSON.parse(Buffer.concat(chunks).toString() || '{"items":[]}') as { items: unknown[] }).items;
-        return json(201, items.map((_, index) => ({ index, message_id: `m${++seq}`, transaction_id: `t${seq}`, queueName: 'soak', status: 'queued' })));
+        return json(
+          201,
+          items.map((_, index) => ({ index, message_id: `m${++seq}`, transaction_id: `t${seq}`, queueName: 'soak', status: 'queued' })),
+        );
       }
       if (url.startsWith('/api/v1/pop')) {
         const wait = url.includes('wait=true');
@@ -54,7 +56,12 @@ function startBroker(port: number): Promise<Server> {
             res.writeHead(204);
             res.end();
           } else {
-            json(200, { success: true, leaseId: `l${seq}`, partitionId: 'p1', messages: [{ id: `m${seq}`, transactionId: `t${seq}`, data: { n: seq }, partitionId: 'p1', leaseId: `l${seq}` }] });
+            json(200, {
+              success: true,
+              leaseId: `l${seq}`,
+              partitionId: 'p1',
+              messages: [{ id: `m${seq}`, transactionId: `t${seq}`, data: { n: seq }, partitionId: 'p1', leaseId: `l${seq}` }],
+            });
           }
         };
         if (!wait) return answer();
@@ -120,7 +127,11 @@ tenants:
     if (ok) break;
     await sleep(100);
   }
-  const token = await new SignJWT({ roles: ['read-write'], tenant: 'default' }).setProtectedHeader({ alg: 'HS256' }).setSubject('soak').setExpirationTime('2h').sign(new TextEncoder().encode(SECRET));
+  const token = await new SignJWT({ roles: ['read-write'], tenant: 'default' })
+    .setProtectedHeader({ alg: 'HS256' })
+    .setSubject('soak')
+    .setExpirationTime('2h')
+    .sign(new TextEncoder().encode(SECRET));
   const headers = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
 
   const answers = new Map<string, number>();
@@ -133,7 +144,12 @@ tenants:
   const one = async (i: number): Promise<void> => {
     const kind = i % 10;
     const path = kind < 5 ? '/api/v1/push' : kind < 8 ? `/api/v1/pop/queue/q${i % 50}?consumerGroup=g` : '/api/v1/ack';
-    const body = kind < 5 ? `{"items":[{"queue":"q${i % 50}","partition":"p","transactionId":"s${i}","payload":{"i":${i}}}]}` : kind < 8 ? undefined : '{"transactionId":"t1","partitionId":"p1","leaseId":"l1"}';
+    const body =
+      kind < 5
+        ? `{"items":[{"queue":"q${i % 50}","partition":"p","transactionId":"s${i}","payload":{"i":${i}}}]}`
+        : kind < 8
+          ? undefined
+          : '{"transactionId":"t1","partitionId":"p1","leaseId":"l1"}';
     try {
       const r = await request(`${base}${path}`, { method: body ? 'POST' : 'GET', headers, body, dispatcher: agent, headersTimeout: 10000, bodyTimeout: 10000 });
       const text = await r.body.text();
@@ -165,8 +181,16 @@ tenants:
   };
   const sampler = setInterval(async () => {
     const t0 = performance.now();
-    await request(`http://127.0.0.1:${adminPort}/livez`).then((r) => r.body.dump(), () => undefined);
-    samples.push({ atS: Math.round((performance.now() - started) / 1000), done: Math.min(done, TOTAL), rssMiB: Math.round((await rssKb(proxy.pid!)) / 1024), probeMs: Math.round((performance.now() - t0) * 10) / 10 });
+    await request(`http://127.0.0.1:${adminPort}/livez`).then(
+      (r) => r.body.dump(),
+      () => undefined,
+    );
+    samples.push({
+      atS: Math.round((performance.now() - started) / 1000),
+      done: Math.min(done, TOTAL),
+      rssMiB: Math.round((await rssKb(proxy.pid!)) / 1024),
+      probeMs: Math.round((performance.now() - t0) * 10) / 10,
+    });
   }, 5000);
 
   const restarts: string[] = [];

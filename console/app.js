@@ -88,7 +88,13 @@ async function api(method, path) {
 
 async function apiPut(path, body) {
   const token = sessionStorage.getItem(TOKEN_KEY);
-  const res = await fetch(path, { method: 'PUT', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body, cache: 'no-store', credentials: 'omit' });
+  const res = await fetch(path, {
+    method: 'PUT',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body,
+    cache: 'no-store',
+    credentials: 'omit',
+  });
   if (res.status === 401) throw new Unauthorized('token refused');
   const doc = await res.json();
   if (!res.ok) throw new Error(`${res.status} ${doc.code}: ${(doc.problems ?? [doc.error]).join('; ')}`);
@@ -194,20 +200,35 @@ window.addEventListener('hashchange', route);
 // ---------- Overview ----------
 
 function card(label, value, unit, note) {
-  return h('div', { class: 'card' }, h('div', { class: 'label' }, label), h('div', { class: 'value' }, value, unit ? h('small', {}, unit) : null), note ? h('div', { class: 'note' }, note) : null);
+  return h(
+    'div',
+    { class: 'card' },
+    h('div', { class: 'label' }, label),
+    h('div', { class: 'value' }, value, unit ? h('small', {}, unit) : null),
+    note ? h('div', { class: 'note' }, note) : null,
+  );
 }
 
 async function renderOverview(_arg, current) {
   const draw = (s) => {
     const modes = Object.keys(s.redis.limiterModes);
     const redisValue = !s.redis.configured ? 'none' : modes.length === 1 ? (modes[0] === 'redis' ? 'connected' : `away: ${modes[0]}`) : 'mixed';
-    const redisNote = s.redis.configured ? `limiter ${Object.entries(s.redis.limiterModes).map(([m, n]) => `${m} ×${n}`).join(', ')}; fail mode ${s.redis.failMode}; ${num(s.redis.errorsTotal)} client errors` : 'in-memory limits and usage, one instance';
+    const redisNote = s.redis.configured
+      ? `limiter ${Object.entries(s.redis.limiterModes)
+          .map(([m, n]) => `${m} ×${n}`)
+          .join(', ')}; fail mode ${s.redis.failMode}; ${num(s.redis.errorsTotal)} client errors`
+      : 'in-memory limits and usage, one instance';
     const window = s.windowSeconds === null ? 'measuring: the next refresh shows rates' : `over the last ${nf1.format(s.windowSeconds)} s`;
     const refusals = Object.entries(s.refusals.total).sort((a, b) => b[1] - a[1]);
     const down = s.brokers.filter((b) => !b.up).length;
     page(
       'Overview',
-      h('span', {}, `Live, all workers of this instance; refreshed every ${OVERVIEW_REFRESH_MS / 1000} s. `, h('span', { class: 'updated', id: 'updated' }, `Updated ${utc(s.at)}.`)),
+      h(
+        'span',
+        {},
+        `Live, all workers of this instance; refreshed every ${OVERVIEW_REFRESH_MS / 1000} s. `,
+        h('span', { class: 'updated', id: 'updated' }, `Updated ${utc(s.at)}.`),
+      ),
       h(
         'div',
         { class: 'cards four' },
@@ -236,7 +257,15 @@ async function renderOverview(_arg, current) {
               {},
               refusals.length === 0
                 ? h('tr', {}, h('td', { colspan: 3, class: 'empty' }, 'No refusals since start.'))
-                : refusals.map(([code, n]) => h('tr', {}, h('td', {}, h('code', {}, code)), h('td', { class: 'num' }, `${num(n)} req`), h('td', { class: 'num' }, rate(s.refusals.perSecond?.[code] ?? null, 'req/s')))),
+                : refusals.map(([code, n]) =>
+                    h(
+                      'tr',
+                      {},
+                      h('td', {}, h('code', {}, code)),
+                      h('td', { class: 'num' }, `${num(n)} req`),
+                      h('td', { class: 'num' }, rate(s.refusals.perSecond?.[code] ?? null, 'req/s')),
+                    ),
+                  ),
             ),
           ),
         ),
@@ -253,7 +282,15 @@ async function renderOverview(_arg, current) {
               {},
               s.brokers.length === 0
                 ? h('tr', {}, h('td', { colspan: 3, class: 'empty' }, 'No brokers.'))
-                : s.brokers.map((b) => h('tr', {}, h('td', {}, h('code', {}, b.url)), h('td', {}, b.up ? badge('up', 'ok') : badge('down', 'bad')), h('td', { class: 'num' }, `${num(b.inflight)} req`))),
+                : s.brokers.map((b) =>
+                    h(
+                      'tr',
+                      {},
+                      h('td', {}, h('code', {}, b.url)),
+                      h('td', {}, b.up ? badge('up', 'ok') : badge('down', 'bad')),
+                      h('td', { class: 'num' }, `${num(b.inflight)} req`),
+                    ),
+                  ),
             ),
           ),
         ),
@@ -274,7 +311,12 @@ async function renderOverview(_arg, current) {
 // ---------- Tenants ----------
 
 async function renderTenants(_arg, current) {
-  const [{ tenants }, { plans, writable, backing }, stats, monthUsage] = await Promise.all([api('GET', '/admin/v1/tenants'), api('GET', '/admin/v1/plans'), api('GET', '/admin/v1/stats'), api('GET', '/admin/v1/usage')]);
+  const [{ tenants }, { plans, writable, backing }, stats, monthUsage] = await Promise.all([
+    api('GET', '/admin/v1/tenants'),
+    api('GET', '/admin/v1/plans'),
+    api('GET', '/admin/v1/stats'),
+    api('GET', '/admin/v1/usage'),
+  ]);
   const planById = new Map(plans.map((p) => [p.id, p]));
   const totals = new Map(monthUsage.tenants.map((u) => [u.tenant, u.total]));
   // A tenant created between the two reads has no usage yet.
@@ -301,11 +343,20 @@ async function renderTenants(_arg, current) {
         'POST',
         `${path}/${suspended ? 'resume' : 'suspend'}`,
         `${suspended ? 'Resume' : 'Suspend'} tenant ${t.id}?`,
-        suspended ? `Its clients are served again within a second.` : `Every request of its clients is refused with 403 cluster_suspended until it is resumed. Parked polls already at a broker finish.`,
+        suspended
+          ? `Its clients are served again within a second.`
+          : `Every request of its clients is refused with 403 cluster_suspended until it is resumed. Parked polls already at a broker finish.`,
         suspended ? 'Resume' : 'Suspend',
       );
     const reset = () =>
-      change('reset', 'DELETE', `${path}/overrides`, `Reset tenant ${t.id} to the config file?`, 'The admin API\'s changes to this tenant (suspend, resume, a replaced record) are dropped: the config file\'s entry applies again.', 'Reset');
+      change(
+        'reset',
+        'DELETE',
+        `${path}/overrides`,
+        `Reset tenant ${t.id} to the config file?`,
+        "The admin API's changes to this tenant (suspend, resume, a replaced record) are dropped: the config file's entry applies again.",
+        'Reset',
+      );
     const change = async (verb, method, target, title, text, confirmLabel) => {
       if (!(await confirmDialog(title, text, confirmLabel))) return;
       try {
@@ -332,15 +383,31 @@ async function renderTenants(_arg, current) {
       ),
       h('td', {}, t.plan),
       h('td', {}, h('div', { class: 'tags' }, t.hosts.length ? t.hosts.map((x) => h('span', { class: 'tag' }, x)) : h('span', { class: 'muted' }, 'none'))),
-      h('td', {}, meter(u.messagesPushed, plan?.quotas.messagesPerMonth ?? 0, (n) => `${num(n)} msg`)),
+      h(
+        'td',
+        {},
+        meter(u.messagesPushed, plan?.quotas.messagesPerMonth ?? 0, (n) => `${num(n)} msg`),
+      ),
       h('td', {}, meter(u.ingressBytes, plan?.quotas.ingressBytesPerMonth ?? 0, bytes)),
       rateCell('req', t.id, t.effectiveLimits?.requestsPerSec ?? plan?.limits.requestsPerSec ?? 0, 'req/s'),
       rateCell('msg', t.id, plan?.limits.messagesPerSec ?? 0, 'msg/s'),
       h(
         'td',
         {},
-        h('button', { type: 'button', class: suspended ? 'primary' : 'caution', onclick: action, disabled: !writable, title: writable ? null : 'Needs Redis: tenants come from the config file' }, suspended ? 'Resume' : 'Suspend'),
-        overridden ? h('button', { type: 'button', onclick: reset, title: 'Drop the admin API overrides: the config file applies again' }, 'Reset to file') : null,
+        h(
+          'button',
+          {
+            type: 'button',
+            class: suspended ? 'primary' : 'caution',
+            onclick: action,
+            disabled: !writable,
+            title: writable ? null : 'Needs Redis: tenants come from the config file',
+          },
+          suspended ? 'Resume' : 'Suspend',
+        ),
+        overridden
+          ? h('button', { type: 'button', onclick: reset, title: 'Drop the admin API overrides: the config file applies again' }, 'Reset to file')
+          : null,
       ),
     );
   };
@@ -358,7 +425,19 @@ async function renderTenants(_arg, current) {
         h(
           'thead',
           {},
-          h('tr', {}, h('th', {}, 'Tenant'), h('th', {}, 'Status'), h('th', {}, 'Plan'), h('th', {}, 'Hosts'), h('th', {}, 'Messages this month'), h('th', {}, 'Ingress this month'), h('th', { class: 'num' }, 'Request rate'), h('th', { class: 'num' }, 'Message rate'), h('th', {}, h('span', { class: 'skip' }, 'Actions'))),
+          h(
+            'tr',
+            {},
+            h('th', {}, 'Tenant'),
+            h('th', {}, 'Status'),
+            h('th', {}, 'Plan'),
+            h('th', {}, 'Hosts'),
+            h('th', {}, 'Messages this month'),
+            h('th', {}, 'Ingress this month'),
+            h('th', { class: 'num' }, 'Request rate'),
+            h('th', { class: 'num' }, 'Message rate'),
+            h('th', {}, h('span', { class: 'skip' }, 'Actions')),
+          ),
         ),
         h('tbody', {}, tenants.length === 0 ? h('tr', {}, h('td', { colspan: 9, class: 'empty' }, 'No tenants.')) : tenants.map((t, i) => row(t, usage[i]))),
       ),
@@ -405,8 +484,25 @@ function chart(name, title, unit, labels, xs, series, target) {
     legend: { live: true },
     cursor: { drag: { x: false, y: false } },
     scales: { x: { time: true } },
-    axes: [{ stroke: '#5b6470', grid: { stroke: '#eef0f3' }, values: timeTicks }, { stroke: '#5b6470', grid: { stroke: '#eef0f3' }, size: unit === 'B' ? 84 : 60, values: (_u, ticks) => ticks.map((v) => (unit === 'B' ? bytes(v) : nf.format(v))) }],
-    series: [{ label: 'Hour (UTC)', value: (_u, v) => (v === null ? '—' : `${utc(v * 1000).slice(0, 16)} UTC`) }, ...labels.map((l, i) => ({ label: l, stroke: COLORS[i % COLORS.length], width: 2, fill: labels.length === 1 ? 'rgba(36,82,197,.08)' : undefined, value: (_u, v) => (v === null ? '—' : unit === 'B' ? bytes(v) : `${num(v)} ${unit}`) }))],
+    axes: [
+      { stroke: '#5b6470', grid: { stroke: '#eef0f3' }, values: timeTicks },
+      {
+        stroke: '#5b6470',
+        grid: { stroke: '#eef0f3' },
+        size: unit === 'B' ? 84 : 60,
+        values: (_u, ticks) => ticks.map((v) => (unit === 'B' ? bytes(v) : nf.format(v))),
+      },
+    ],
+    series: [
+      { label: 'Hour (UTC)', value: (_u, v) => (v === null ? '—' : `${utc(v * 1000).slice(0, 16)} UTC`) },
+      ...labels.map((l, i) => ({
+        label: l,
+        stroke: COLORS[i % COLORS.length],
+        width: 2,
+        fill: labels.length === 1 ? 'rgba(36,82,197,.08)' : undefined,
+        value: (_u, v) => (v === null ? '—' : unit === 'B' ? bytes(v) : `${num(v)} ${unit}`),
+      })),
+    ],
   };
   window.qeCharts[name] = new uPlot(opts, [xs, ...series], box);
 }
@@ -432,17 +528,39 @@ async function renderTenant(id, current) {
   const col = (f) => rows.map((r) => r[f]);
 
   const rangeButtons = RANGES.map(([key, label]) =>
-    h('button', { type: 'button', 'aria-pressed': String(key === chosenRange), onclick: () => {
-        chosenRange = key;
-        route();
-      } }, label),
+    h(
+      'button',
+      {
+        type: 'button',
+        'aria-pressed': String(key === chosenRange),
+        onclick: () => {
+          chosenRange = key;
+          route();
+        },
+      },
+      label,
+    ),
   );
   const charts = h('div', { class: 'charts', id: 'charts' });
   const total = u.total;
   page(
     `Tenant ${t.id}`,
-    h('span', {}, h('a', { href: '#/tenants' }, '← Tenants'), ` · plan ${t.plan} · `, t.status === 'suspended' ? badge('suspended', 'bad') : badge('active', 'ok'), ` · hosts ${t.hosts.join(', ') || 'none'} · brokers ${t.brokers.length}`),
-    h('div', { class: 'toolbar', role: 'group', 'aria-label': 'Time range' }, h('span', { class: 'muted' }, 'Range:'), rangeButtons, h('span', { class: 'spacer' }), h('span', { class: 'updated' }, `${utc(from)} to ${utc(to)}, hourly buckets`)),
+    h(
+      'span',
+      {},
+      h('a', { href: '#/tenants' }, '← Tenants'),
+      ` · plan ${t.plan} · `,
+      t.status === 'suspended' ? badge('suspended', 'bad') : badge('active', 'ok'),
+      ` · hosts ${t.hosts.join(', ') || 'none'} · brokers ${t.brokers.length}`,
+    ),
+    h(
+      'div',
+      { class: 'toolbar', role: 'group', 'aria-label': 'Time range' },
+      h('span', { class: 'muted' }, 'Range:'),
+      rangeButtons,
+      h('span', { class: 'spacer' }),
+      h('span', { class: 'updated' }, `${utc(from)} to ${utc(to)}, hourly buckets`),
+    ),
     h(
       'div',
       { class: 'cards six' },
@@ -458,8 +576,20 @@ async function renderTenant(id, current) {
   chart('requests', 'Requests', 'req', ['Requests'], xs, [col('requests')], charts);
   chart('messages', 'Messages', 'msg', ['Pushed', 'Delivered', 'Acked'], xs, [col('messagesPushed'), col('messagesDelivered'), col('acks')], charts);
   chart('bytes', 'Bytes', 'B', ['Ingress (request bodies)', 'Egress (response bodies)'], xs, [col('ingressBytes'), col('egressBytes')], charts);
-  if (codes.length) chart('refusals', 'Refusals by code', 'req', codes, xs, codes.map((c) => rows.map((r) => r.refusals[c] ?? 0)), charts);
-  else charts.append(h('div', { class: 'panel chart', 'data-chart': 'refusals' }, h('h2', {}, 'Refusals by code'), h('p', { class: 'empty' }, 'No refusals in this range.')));
+  if (codes.length)
+    chart(
+      'refusals',
+      'Refusals by code',
+      'req',
+      codes,
+      xs,
+      codes.map((c) => rows.map((r) => r.refusals[c] ?? 0)),
+      charts,
+    );
+  else
+    charts.append(
+      h('div', { class: 'panel chart', 'data-chart': 'refusals' }, h('h2', {}, 'Refusals by code'), h('p', { class: 'empty' }, 'No refusals in this range.')),
+    );
 }
 
 // ---------- Brokers ----------
@@ -479,11 +609,30 @@ async function renderBrokers() {
       h(
         'div',
         { class: 'panel', 'data-ring': c.tenant },
-        h('h2', {}, `Tenant ${c.tenant}`, ' ', h('small', { class: 'muted' }, `ring hash ${c.ringHash}${c.boundedLoadFactor ? `, bounded load ×${c.boundedLoadFactor}` : ''}`)),
+        h(
+          'h2',
+          {},
+          `Tenant ${c.tenant}`,
+          ' ',
+          h('small', { class: 'muted' }, `ring hash ${c.ringHash}${c.boundedLoadFactor ? `, bounded load ×${c.boundedLoadFactor}` : ''}`),
+        ),
         h(
           'table',
           {},
-          h('thead', {}, h('tr', {}, h('th', {}, 'Broker'), h('th', {}, 'Share of lanes'), h('th', {}, 'Health'), h('th', { class: 'num' }, 'In flight'), h('th', { class: 'num' }, 'Picks since start'), h('th', {}, 'Last change'))),
+          h(
+            'thead',
+            {},
+            h(
+              'tr',
+              {},
+              h('th', {}, 'Broker'),
+              h('th', {}, 'Share of lanes'),
+              h('th', {}, 'Health'),
+              h('th', { class: 'num' }, 'In flight'),
+              h('th', { class: 'num' }, 'Picks since start'),
+              h('th', {}, 'Last change'),
+            ),
+          ),
           h(
             'tbody',
             {},
@@ -498,7 +647,13 @@ async function renderBrokers() {
                 h('td', {}, b.healthy && allWorkersUp ? badge('up', 'ok') : badge('down', 'bad')),
                 h('td', { class: 'num' }, `${num(live.get(b.url)?.inflight ?? b.inflight)} req`),
                 h('td', { class: 'num' }, num(b.picks)),
-                h('td', {}, l ? h('span', {}, `${l.healthy ? 'up' : 'down'}: ${l.reason} `, h('span', { class: 'muted' }, `(${healthSource(l.reason)}, ${utc(l.at)})`)) : h('span', { class: 'muted' }, 'healthy since first seen')),
+                h(
+                  'td',
+                  {},
+                  l
+                    ? h('span', {}, `${l.healthy ? 'up' : 'down'}: ${l.reason} `, h('span', { class: 'muted' }, `(${healthSource(l.reason)}, ${utc(l.at)})`))
+                    : h('span', { class: 'muted' }, 'healthy since first seen'),
+                ),
               );
             }),
           ),
@@ -516,7 +671,9 @@ async function renderPlans() {
   const Q = (n, fmt) => (n ? fmt(n) : 'unlimited');
   page(
     'Plans',
-    writable ? 'Limits, quotas and features. Editable: Redis is configured (changes reach every instance within a second).' : 'Limits, quotas and features. Read-only: no Redis configured, plans come from the config file.',
+    writable
+      ? 'Limits, quotas and features. Editable: Redis is configured (changes reach every instance within a second).'
+      : 'Limits, quotas and features. Read-only: no Redis configured, plans come from the config file.',
     h('p', { id: 'plans-error', class: 'error', role: 'alert' }),
     h(
       'div',
@@ -524,7 +681,25 @@ async function renderPlans() {
       h(
         'table',
         { id: 'plans' },
-        h('thead', {}, h('tr', {}, h('th', {}, 'Plan'), h('th', {}, 'Features'), h('th', { class: 'num' }, 'Request rate'), h('th', { class: 'num' }, 'Message rate'), h('th', { class: 'num' }, 'Parked polls'), h('th', { class: 'num' }, 'Max payload'), h('th', { class: 'num' }, 'Max batch'), h('th', { class: 'num' }, 'Messages / month'), h('th', { class: 'num' }, 'Ingress / month'), h('th', { class: 'num' }, 'Storage'), writable ? h('th', {}, h('span', { class: 'skip' }, 'Actions')) : null)),
+        h(
+          'thead',
+          {},
+          h(
+            'tr',
+            {},
+            h('th', {}, 'Plan'),
+            h('th', {}, 'Features'),
+            h('th', { class: 'num' }, 'Request rate'),
+            h('th', { class: 'num' }, 'Message rate'),
+            h('th', { class: 'num' }, 'Parked polls'),
+            h('th', { class: 'num' }, 'Max payload'),
+            h('th', { class: 'num' }, 'Max batch'),
+            h('th', { class: 'num' }, 'Messages / month'),
+            h('th', { class: 'num' }, 'Ingress / month'),
+            h('th', { class: 'num' }, 'Storage'),
+            writable ? h('th', {}, h('span', { class: 'skip' }, 'Actions')) : null,
+          ),
+        ),
         h(
           'tbody',
           {},
@@ -533,13 +708,21 @@ async function renderPlans() {
               'tr',
               { 'data-plan': p.id },
               h('td', {}, h('strong', {}, p.id)),
-              h('td', {}, h('div', { class: 'tags' }, p.features.length ? p.features.map((f) => h('span', { class: 'tag' }, f)) : h('span', { class: 'muted' }, 'none'))),
+              h(
+                'td',
+                {},
+                h('div', { class: 'tags' }, p.features.length ? p.features.map((f) => h('span', { class: 'tag' }, f)) : h('span', { class: 'muted' }, 'none')),
+              ),
               h('td', { class: 'num' }, `${L(p, 'requestsPerSec', 'req/s')}`, h('div', { class: 'muted' }, `burst ${num(p.limits.requestBurst)}`)),
               h('td', { class: 'num' }, `${L(p, 'messagesPerSec', 'msg/s')}`, h('div', { class: 'muted' }, `burst ${num(p.limits.messageBurst)}`)),
               h('td', { class: 'num' }, `${num(p.limits.parkedPolls)} polls`),
               h('td', { class: 'num' }, bytes(p.limits.maxPayloadBytes)),
               h('td', { class: 'num' }, `${num(p.limits.maxBatch)} items`),
-              h('td', { class: 'num' }, Q(p.quotas.messagesPerMonth, (n) => `${num(n)} msg`)),
+              h(
+                'td',
+                { class: 'num' },
+                Q(p.quotas.messagesPerMonth, (n) => `${num(n)} msg`),
+              ),
               h('td', { class: 'num' }, Q(p.quotas.ingressBytesPerMonth, bytes)),
               h('td', { class: 'num' }, bytes(p.storageBytes)),
               writable ? h('td', {}, h('button', { type: 'button', onclick: () => editPlan(p) }, 'Edit')) : null,

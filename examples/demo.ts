@@ -55,7 +55,11 @@ const page = await serveBrowserExample(Number(values['browser-port']));
 const base = await loadConfigFile(new URL('../config/default.yaml', import.meta.url).pathname, { JWT_SECRET: secret });
 const config = {
   ...base,
-  server: { ...base.server, https: { ...base.server.https, port: Number(values.port) }, admin: { ...base.server.admin, port: Number(values['admin-port']), token: adminToken } },
+  server: {
+    ...base.server,
+    https: { ...base.server.https, port: Number(values.port) },
+    admin: { ...base.server.admin, port: Number(values['admin-port']), token: adminToken },
+  },
   tenants: { default: { ...base.tenants.default!, brokers: [broker.url], cors: { origins: [page.origin, page.origin.replace('127.0.0.1', 'localhost')] } } },
 };
 // Warnings and errors only, so the commands below stay readable.

@@ -92,7 +92,8 @@ export async function startDevBroker(port = 0): Promise<DevBroker> {
     const touched = new Set<string>();
     const out = body.items.map((raw: unknown, index: number) => {
       const item = record(raw);
-      if (!item || typeof item.queue !== 'string' || item.queue === '' || !('payload' in item)) throw new HttpError(400, `items[${index}]: queue and payload are required`);
+      if (!item || typeof item.queue !== 'string' || item.queue === '' || !('payload' in item))
+        throw new HttpError(400, `items[${index}]: queue and payload are required`);
       const p = partitionOf(item.queue, nonEmpty(item.partition, 'Default'));
       const transactionId = nonEmpty(item.transactionId, randomUUID());
       const seen = p.byTransaction.get(transactionId);
@@ -124,7 +125,9 @@ export async function startDevBroker(port = 0): Promise<DevBroker> {
         partitionId: p.id,
         leaseId: lease.leaseId,
         consumerGroup: group,
-        messages: p.messages.slice(from, to).map((m) => ({ id: m.id, transactionId: m.transactionId, traceId: null, data: m.data, producerSub: null, createdAt: m.createdAt, ...common })),
+        messages: p.messages
+          .slice(from, to)
+          .map((m) => ({ id: m.id, transactionId: m.transactionId, traceId: null, data: m.data, producerSub: null, createdAt: m.createdAt, ...common })),
       };
     }
     return null;
@@ -140,7 +143,12 @@ export async function startDevBroker(port = 0): Promise<DevBroker> {
     const lease = liveLease(p, group, Date.now());
     if (!lease || (a.leaseId !== undefined && a.leaseId !== lease.leaseId)) return { ...base, error: 'invalid or expired lease' };
     if (offset >= lease.to) return { ...base, error: 'position beyond leased batch' };
-    const status = a.status === undefined || (typeof a.status === 'string' && ['completed', 'success', 'acked', 'ok'].includes(a.status)) ? 'completed' : a.status === 'dlq' ? 'dlq' : 'failed';
+    const status =
+      a.status === undefined || (typeof a.status === 'string' && ['completed', 'success', 'acked', 'ok'].includes(a.status))
+        ? 'completed'
+        : a.status === 'dlq'
+          ? 'dlq'
+          : 'failed';
     // completed and dlq move the cursor past the message; failed leaves it there to be delivered again.
     p.cursors.set(group, status === 'failed' ? offset : offset + 1);
     const released = status === 'failed' || offset + 1 >= lease.to;
@@ -197,9 +205,11 @@ export async function startDevBroker(port = 0): Promise<DevBroker> {
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = new URL(req.url ?? '/', 'http://broker');
     const path = url.pathname;
-    if (req.method === 'GET' && path === '/health') return send(res, 200, { status: 'healthy', broker: 'queen-edge development broker (in memory, not for production)' });
+    if (req.method === 'GET' && path === '/health')
+      return send(res, 200, { status: 'healthy', broker: 'queen-edge development broker (in memory, not for production)' });
     const popMatch = /^\/api\/v1\/pop\/queue\/([^/]+)(?:\/partition\/([^/]+))?$/.exec(path);
-    if (req.method === 'GET' && popMatch) return pop(req, res, decodeURIComponent(popMatch[1]!), popMatch[2] === undefined ? null : decodeURIComponent(popMatch[2]), url.searchParams);
+    if (req.method === 'GET' && popMatch)
+      return pop(req, res, decodeURIComponent(popMatch[1]!), popMatch[2] === undefined ? null : decodeURIComponent(popMatch[2]), url.searchParams);
     if (req.method === 'POST' && path === '/api/v1/push') return send(res, 201, push(await jsonBody(req)));
     if (req.method === 'POST' && path === '/api/v1/ack') {
       const body = await jsonBody(req);
@@ -208,7 +218,10 @@ export async function startDevBroker(port = 0): Promise<DevBroker> {
     if (req.method === 'POST' && path === '/api/v1/ack/batch') {
       const body = await jsonBody(req);
       if (!Array.isArray(body.acknowledgments)) throw new HttpError(400, 'acknowledgments must be an array');
-      return send(res, 200, body.acknowledgments.map((raw: unknown, index: number) => {
+      return send(
+        res,
+        200,
+        body.acknowledgments.map((raw: unknown, index: number) => {
           const a = record(raw) ?? {};
           return { index, ...ack(a, nonEmpty(a.consumerGroup, nonEmpty(body.consumerGroup, QUEUE_MODE))) };
         }),

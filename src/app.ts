@@ -80,7 +80,10 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   // Leasing needs the shared state; without Redis the memory limiter is already local.
   const leased = redis !== null && config.limits.mode === 'leased';
   const exactLimiter = createLimiter(config.redis, {
-    log, clock, parkedSlotTtlMs: lp.maxTimeoutMs + 2 * lp.slackMs, ...(redis ? { redis } : {}),
+    log,
+    clock,
+    parkedSlotTtlMs: lp.maxTimeoutMs + 2 * lp.slackMs,
+    ...(redis ? { redis } : {}),
     // A quota refused while other instances hold slices of it may pass once they go back: within
     // a lease, plus the sweep that returns a quiet tenant's slices.
     ...(leased ? { quotaDenialMs: 2 * config.limits.lease.durationMs } : {}),
@@ -107,7 +110,10 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     log.warn('no JWT key configured (auth.secret, auth.publicKey or auth.jwksUrl): every authenticated route answers 401');
   }
   if (config.auth.defaultTenant && Object.keys(config.tenants).length > 1) {
-    log.warn({ defaultTenant: config.auth.defaultTenant }, 'auth.defaultTenant is set with several tenants: every token of the global issuer without a tenant claim acts for it (docs/tenancy.md)');
+    log.warn(
+      { defaultTenant: config.auth.defaultTenant },
+      'auth.defaultTenant is set with several tenants: every token of the global issuer without a tenant claim acts for it (docs/tenancy.md)',
+    );
   }
   if (!config.server.admin.token) log.info('no server.admin.token: admin API disabled (probes and /metrics still answer)');
 
@@ -196,7 +202,11 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
       routes = nextRoutes;
       // The file changed, but these tenants keep what the admin API wrote over it: say so.
       const shadowed = Object.keys(next.tenants).filter((id) => tenants.sourceOf(id)?.record === 'admin' || tenants.sourceOf(id)?.status === 'admin');
-      if (shadowed.length > 0) log.warn({ tenants: shadowed }, 'configuration reload: admin API overrides stay on top of the file for these tenants (queen-edge tenants reset ID drops them)');
+      if (shadowed.length > 0)
+        log.warn(
+          { tenants: shadowed },
+          'configuration reload: admin API overrides stay on top of the file for these tenants (queen-edge tenants reset ID drops them)',
+        );
       const restart = RESTART_SECTIONS.filter((k) => JSON.stringify(next[k]) !== JSON.stringify(config[k]));
       reloads.applied(restart);
       if (restart.length > 0) log.warn({ sections: restart }, 'configuration reload: these sections changed but apply only after a restart');

@@ -95,7 +95,9 @@ export interface RenderedError {
 /** The one function that turns a refusal into the seed's `{"error","code"}` JSON (`problems` after them when set). */
 export function renderError(err: EdgeError<AnyErrorCode>): RenderedError {
   // One check and the same two-field object for every refusal without problems (the 429s under load).
-  const body = JSON.stringify(err.problems === undefined ? { error: err.message, code: err.code } : { error: err.message, code: err.code, problems: err.problems });
+  const body = JSON.stringify(
+    err.problems === undefined ? { error: err.message, code: err.code } : { error: err.message, code: err.code, problems: err.problems },
+  );
   const headers: Record<string, string> = {
     'content-type': 'application/json',
     'content-length': String(Buffer.byteLength(body)),

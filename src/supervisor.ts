@@ -199,7 +199,11 @@ interface WorkerState {
  * die (with backoff), answers their /metrics with prom-client's aggregate over all workers, and on
  * a signal drains them all. Resolves with the exit code once every worker has exited.
  */
-export async function runPrimary(config: RawConfig, count: number, deps: { log: Logger; clock?: () => number; policy?: RestartPolicy; reread?: ConfigSource }): Promise<number> {
+export async function runPrimary(
+  config: RawConfig,
+  count: number,
+  deps: { log: Logger; clock?: () => number; policy?: RestartPolicy; reread?: ConfigSource },
+): Promise<number> {
   const { log } = deps;
   const clock = deps.clock ?? Date.now;
   const policy = deps.policy ?? DEFAULT_RESTART_POLICY;

@@ -38,8 +38,7 @@ async function call(
   return { status: res.statusCode, headers: res.headers, text, json: text === '' ? undefined : JSON.parse(text) };
 }
 
-const push = (broker: BrokerDouble, items: unknown[], headers?: Record<string, string>) =>
-  call(broker, 'POST', '/api/v1/push', { items }, { headers });
+const push = (broker: BrokerDouble, items: unknown[], headers?: Record<string, string>) => call(broker, 'POST', '/api/v1/push', { items }, { headers });
 const pop = (broker: BrokerDouble, path: string) => call(broker, 'GET', `/api/v1/pop/queue/${path}`);
 const ackBatch = (broker: BrokerDouble, acknowledgments: unknown[], consumerGroup?: string) =>
   call(broker, 'POST', '/api/v1/ack/batch', { consumerGroup, acknowledgments });
@@ -119,8 +118,7 @@ class RawConnection {
   }
 }
 
-const fakeJwt = (claims: object) =>
-  `${['{"alg":"none"}', JSON.stringify(claims)].map((s) => Buffer.from(s).toString('base64url')).join('.')}.sig`;
+const fakeJwt = (claims: object) => `${['{"alg":"none"}', JSON.stringify(claims)].map((s) => Buffer.from(s).toString('base64url')).join('.')}.sig`;
 
 let broker: BrokerDouble;
 beforeEach(async () => {
@@ -152,9 +150,7 @@ describe('seed walkthrough, steps 1-7', () => {
     // 3. duplicate
     const dup = await push(broker, [{ queue: 'demo', partition: 'acct-42', transactionId: 'evt-1', payload: { n: 1 } }]);
     expect(dup.status).toBe(201);
-    expect(dup.json).toEqual([
-      { index: 0, message_id: pushed.json[0].message_id, transaction_id: 'evt-1', queueName: 'demo', status: 'duplicate' },
-    ]);
+    expect(dup.json).toEqual([{ index: 0, message_id: pushed.json[0].message_id, transaction_id: 'evt-1', queueName: 'demo', status: 'duplicate' }]);
 
     // 4. long-poll pop for billing
     const popped = await pop(broker, 'demo?consumerGroup=billing&batch=10&wait=true&timeout=5000');
@@ -165,7 +161,16 @@ describe('seed walkthrough, steps 1-7', () => {
     expect(body.messages).toHaveLength(2);
     for (const [i, m] of body.messages.entries()) {
       expect(Object.keys(m)).toEqual([
-        'id', 'transactionId', 'traceId', 'data', 'producerSub', 'createdAt', 'partitionId', 'partition', 'leaseId', 'consumerGroup',
+        'id',
+        'transactionId',
+        'traceId',
+        'data',
+        'producerSub',
+        'createdAt',
+        'partitionId',
+        'partition',
+        'leaseId',
+        'consumerGroup',
       ]);
       expect(m).toEqual({
         id: pushed.json[i].message_id,
@@ -192,9 +197,8 @@ describe('seed walkthrough, steps 1-7', () => {
 
     // 6. pop again: 204, no body, no Content-Length, and the connection still works
     const raw = await RawConnection.open(broker.port);
-    const empty = await raw.exchange(
-      'GET /api/v1/pop/queue/demo?consumerGroup=billing&batch=10 HTTP/1.1\r\nHost: broker\r\n\r\n',
-      (s) => s.includes('\r\n\r\n'),
+    const empty = await raw.exchange('GET /api/v1/pop/queue/demo?consumerGroup=billing&batch=10 HTTP/1.1\r\nHost: broker\r\n\r\n', (s) =>
+      s.includes('\r\n\r\n'),
     );
     expect(empty.startsWith('HTTP/1.1 204 No Content\r\n')).toBe(true);
     expect(empty.toLowerCase()).not.toContain('content-length');
@@ -304,9 +308,7 @@ describe('long poll', () => {
     const controller = new AbortController();
     // A second parked pop shows the abort releases only its own request.
     const bystander = pop(broker, 'lp?wait=true&timeout=10000');
-    const aborting = call(broker, 'GET', '/api/v1/pop/queue/lp2?wait=true&timeout=10000', undefined, { signal: controller.signal }).catch(
-      (err: Error) => err,
-    );
+    const aborting = call(broker, 'GET', '/api/v1/pop/queue/lp2?wait=true&timeout=10000', undefined, { signal: controller.signal }).catch((err: Error) => err);
     const [rec] = await broker.waitForRequests(1, (r) => r.path === '/api/v1/pop/queue/lp2');
     expect(broker.parked()).toBe(2);
     controller.abort();
@@ -353,7 +355,11 @@ describe('leases', () => {
     ]);
     const res = await pop(broker, 'm?partitions=2&batch=3');
     const msgs = res.json.messages;
-    expect(msgs.map((m: PoppedMessage) => [m.partition, m.transactionId])).toEqual([['p1', 'a'], ['p1', 'b'], ['p2', 'c']]);
+    expect(msgs.map((m: PoppedMessage) => [m.partition, m.transactionId])).toEqual([
+      ['p1', 'a'],
+      ['p1', 'b'],
+      ['p2', 'c'],
+    ]);
     expect(new Set(msgs.map((m: PoppedMessage) => m.leaseId))).toEqual(new Set([res.json.leaseId]));
     expect(res.json.partition).toBe('p1');
     expect(msgs[2].partitionId).not.toBe(res.json.partitionId);
@@ -389,7 +395,10 @@ describe('leases', () => {
   });
 
   it('commits the cursor inside an autoAck pop and holds no lease', async () => {
-    await push(broker, [{ queue: 'aa', payload: 1 }, { queue: 'aa', payload: 2 }]);
+    await push(broker, [
+      { queue: 'aa', payload: 1 },
+      { queue: 'aa', payload: 2 },
+    ]);
     const res = await pop(broker, 'aa?autoAck=true');
     expect(res.json.leaseId).toBeNull();
     expect((await pop(broker, 'aa')).json.messages[0].data).toBe(2);
@@ -398,7 +407,10 @@ describe('leases', () => {
 
 describe('ack as an offset commit', () => {
   async function popThree(group = 'g'): Promise<PopAnswer> {
-    await push(broker, [1, 2, 3].map((n) => ({ queue: 'k', transactionId: `m${n}`, payload: n })));
+    await push(
+      broker,
+      [1, 2, 3].map((n) => ({ queue: 'k', transactionId: `m${n}`, payload: n })),
+    );
     return (await pop(broker, `k?consumerGroup=${group}&batch=10`)).json;
   }
 
@@ -423,15 +435,7 @@ describe('ack as an offset commit', () => {
   it('refuses invalid leases and unknown consumers per item with HTTP 200', async () => {
     const popped = await popThree();
     const [a] = acksFor(popped, []);
-    const res = await ackBatch(
-      broker,
-      [
-        { ...a, leaseId: 'not-a-lease' },
-        { ...a, consumerGroup: 'never-popped' },
-        { transactionId: 'm1' },
-      ],
-      'g',
-    );
+    const res = await ackBatch(broker, [{ ...a, leaseId: 'not-a-lease' }, { ...a, consumerGroup: 'never-popped' }, { transactionId: 'm1' }], 'g');
     expect(res.status).toBe(200);
     expect(res.json.map((e: ItemResult) => [e.success, e.error])).toEqual([
       [false, 'invalid or expired lease'],
@@ -473,7 +477,7 @@ describe('ack as an offset commit', () => {
     ]);
     const again = await pop(broker, 'k?consumerGroup=g&batch=10');
     expect(again.json.messages.map((m: PoppedMessage) => m.transactionId)).toEqual(['m2', 'm3']);
-    const typo = await ackBatch(broker, [{ ...acksFor(again.json, [])[0] as object, status: 'complet' }], 'g');
+    const typo = await ackBatch(broker, [{ ...(acksFor(again.json, [])[0] as object), status: 'complet' }], 'g');
     expect(typo.json[0]).toMatchObject({ success: true, dlq: false, leaseReleased: true });
     expect((await pop(broker, 'k?consumerGroup=g')).json.messages[0].transactionId).toBe('m2');
   });
@@ -543,7 +547,10 @@ describe('namespace and task pops', () => {
   it('leases across queues matching a configured namespace or task, and needs one of them', async () => {
     await call(broker, 'POST', '/api/v1/configure', { queue: 'ns-a', namespace: 'shop', task: 'bill' });
     await call(broker, 'POST', '/api/v1/configure', { queue: 'ns-b', namespace: 'shop', task: 'ship' });
-    await push(broker, [{ queue: 'ns-b', payload: 'b' }, { queue: 'other', payload: 'o' }]);
+    await push(broker, [
+      { queue: 'ns-b', payload: 'b' },
+      { queue: 'other', payload: 'o' },
+    ]);
     const byNamespace = await call(broker, 'GET', '/api/v1/pop?namespace=shop&batch=10');
     expect(byNamespace.json.queue).toBe('ns-b');
     expect(byNamespace.json.messages.map((m: PoppedMessage) => m.data)).toEqual(['b']);

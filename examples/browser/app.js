@@ -97,10 +97,14 @@ async function protocolOf(url, before) {
 const sleep = (ms, signal) =>
   new Promise((resolve, reject) => {
     const t = setTimeout(resolve, ms);
-    signal?.addEventListener('abort', () => {
-      clearTimeout(t);
-      reject(signal.reason);
-    }, { once: true });
+    signal?.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(t);
+        reject(signal.reason);
+      },
+      { once: true },
+    );
   });
 
 /** Seconds from Retry-After; otherwise exponential backoff from 500 ms, capped at 30 s, with jitter. */
@@ -136,7 +140,7 @@ async function call(cfg, step, method, path, { body, longPollMs, signal } = {}) 
       const health = `${new URL(url).origin}/health`;
       row.networkError(
         `${err.name}: ${err.message}. A self-signed certificate (npm run demo)? Open ${health} in a new tab, accept the certificate, then run again. ` +
-          'Otherwise: this origin is not allowed (the tenant\'s CORS origins) or the proxy is down.',
+          "Otherwise: this origin is not allowed (the tenant's CORS origins) or the proxy is down.",
       );
       throw new Stop(`${step}: network error`);
     }
@@ -190,7 +194,10 @@ async function run() {
     // 2. Long-poll until the message arrives; a 204 is "nothing yet", poll again.
     let pop;
     for (;;) {
-      pop = await call(cfg, 'pop (wait=true)', 'GET', `/api/v1/pop/queue/${q}?consumerGroup=${group}&batch=1&wait=true&timeout=${cfg.timeoutMs}`, { longPollMs: cfg.timeoutMs, signal });
+      pop = await call(cfg, 'pop (wait=true)', 'GET', `/api/v1/pop/queue/${q}?consumerGroup=${group}&batch=1&wait=true&timeout=${cfg.timeoutMs}`, {
+        longPollMs: cfg.timeoutMs,
+        signal,
+      });
       if (pop.status === 204) pop.row.detail('no messages yet, polling again');
       else break;
     }
@@ -199,7 +206,13 @@ async function run() {
 
     // 3. Ack: 200 whatever the outcome; success is per item.
     const ack = await call(cfg, 'ack', 'POST', '/api/v1/ack', {
-      body: { transactionId: message.transactionId, partitionId: message.partitionId, leaseId: pop.json.leaseId, consumerGroup: cfg.group, status: 'completed' },
+      body: {
+        transactionId: message.transactionId,
+        partitionId: message.partitionId,
+        leaseId: pop.json.leaseId,
+        consumerGroup: cfg.group,
+        status: 'completed',
+      },
       signal,
     });
     const acks = Array.isArray(ack.json) ? ack.json : [];

@@ -124,7 +124,12 @@ function tenantSummary(t: Tenant, store: TenantStore): Record<string, unknown> {
 function sourceView(store: TenantStore, id: string): Record<string, unknown> | null {
   const s = store.sourceOf(id);
   if (s === undefined) return null;
-  return { record: s.record, status: s.status === 'admin' ? 'admin' : s.record, inFile: s.inFile, overridden: s.inFile && (s.record === 'admin' || s.status === 'admin') };
+  return {
+    record: s.record,
+    status: s.status === 'admin' ? 'admin' : s.record,
+    inFile: s.inFile,
+    overridden: s.inFile && (s.record === 'admin' || s.status === 'admin'),
+  };
 }
 
 function planView(p: Plan): Record<string, unknown> {
@@ -145,7 +150,9 @@ function countsView(c: UsageCounts): Record<string, unknown> {
 
 function writeRefusal(r: WriteResult, what: string): Refusal | null {
   if (r.ok) return null;
-  return edgeError(r.conflict ? 'conflict' : 'invalid_request', `${r.conflict ? 'conflicting' : 'invalid'} ${what}: ${r.problems.join('; ')}`, { problems: r.problems });
+  return edgeError(r.conflict ? 'conflict' : 'invalid_request', `${r.conflict ? 'conflicting' : 'invalid'} ${what}: ${r.problems.join('; ')}`, {
+    problems: r.problems,
+  });
 }
 
 /** A tenant's own auth settings as shown and logged: a shared secret never leaves the store. */
@@ -162,7 +169,10 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
   const on = (method: 'GET' | 'PUT' | 'POST' | 'DELETE', path: string, action: Action) => router.on(method, path, noop, action);
 
   const logChange = (c: Call, action: string, target: string, change?: unknown, result: { outcome: string } = { outcome: 'done' }) =>
-    d.log[result.outcome === 'done' ? 'info' : 'warn']({ admin: c.who, action, target, ...(change === undefined ? {} : { change }), ...result }, 'admin change');
+    d.log[result.outcome === 'done' ? 'info' : 'warn'](
+      { admin: c.who, action, target, ...(change === undefined ? {} : { change }), ...result },
+      'admin change',
+    );
 
   /** Guards every write: the store refuses them without Redis; ids must fit keys and URLs. */
   const writable = (id: string): Refusal | null => {
@@ -211,7 +221,10 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
     return { status: 204 };
   });
 
-  for (const [verb, status] of [['suspend', 'suspended'], ['resume', 'active']] as const) {
+  for (const [verb, status] of [
+    ['suspend', 'suspended'],
+    ['resume', 'active'],
+  ] as const) {
     on('POST', `/admin/v1/tenants/:id/${verb}`, async (c) => {
       const id = c.params.id!;
       const t = existing(id);
@@ -242,8 +255,10 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
     if (body instanceof EdgeError) return body;
     const keys = body && typeof body === 'object' && !Array.isArray(body) ? Object.keys(body) : null;
     const usedBytes = (body as { usedBytes?: unknown } | null)?.usedBytes;
-    if (!keys || keys.length !== 1 || typeof usedBytes !== 'number' || !Number.isSafeInteger(usedBytes) || usedBytes < 0) {
-      return edgeError('invalid_request', 'usedBytes: must be a non-negative integer (and the only field)', { problems: ['usedBytes: must be a non-negative integer'] });
+    if (keys?.length !== 1 || typeof usedBytes !== 'number' || !Number.isSafeInteger(usedBytes) || usedBytes < 0) {
+      return edgeError('invalid_request', 'usedBytes: must be a non-negative integer (and the only field)', {
+        problems: ['usedBytes: must be a non-negative integer'],
+      });
     }
     const refused = writable(id) ?? writeRefusal(await d.tenants.setStorageUsed(id, usedBytes), 'storage');
     if (refused) return refused;
@@ -324,7 +339,9 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
     if (body instanceof EdgeError) return body;
     const mode = body?.mode ?? 'push';
     if ((mode !== 'push' && mode !== 'pop') || typeof body?.enabled !== 'boolean') {
-      return edgeError('invalid_request', 'expected {"mode":"push"|"pop","enabled":true|false,"broker"?:URL}', { problems: ['mode: push or pop', 'enabled: boolean'] });
+      return edgeError('invalid_request', 'expected {"mode":"push"|"pop","enabled":true|false,"broker"?:URL}', {
+        problems: ['mode: push or pop', 'enabled: boolean'],
+      });
     }
     const targets = maintenanceTargets(t, body.broker);
     if (targets instanceof EdgeError) return targets;
@@ -345,7 +362,10 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
 
   on('GET', '/admin/v1/stats', async () => ({ status: 200, body: await d.stats() }));
 
-  on('GET', '/admin/v1/reloads', async () => ({ status: 200, body: { last: d.reloads?.last ?? null, applied: d.reloads?.counts.applied ?? 0, refused: d.reloads?.counts.refused ?? 0 } }));
+  on('GET', '/admin/v1/reloads', async () => ({
+    status: 200,
+    body: { last: d.reloads?.last ?? null, applied: d.reloads?.counts.applied ?? 0, refused: d.reloads?.counts.refused ?? 0 },
+  }));
 
   on('GET', '/admin/v1/usage/export', async (c) => {
     const range = usageRange(c.query, d.clock(), 'hour');
@@ -447,7 +467,11 @@ function sumOf(hours: ReadonlyMap<number, UsageCounts>): UsageCounts {
 }
 
 /** `from`/`to` (ISO 8601; default: this UTC month so far) and `granularity` (default `defaultGranularity`). */
-function usageRange(query: URLSearchParams, now: number, defaultGranularity: Granularity = 'day'): { fromMs: number; toMs: number; granularity: Granularity } | Refusal {
+function usageRange(
+  query: URLSearchParams,
+  now: number,
+  defaultGranularity: Granularity = 'day',
+): { fromMs: number; toMs: number; granularity: Granularity } | Refusal {
   const d = new Date(now);
   const parse = (name: string, fallback: number): number | Refusal => {
     const v = query.get(name);

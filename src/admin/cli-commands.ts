@@ -55,7 +55,10 @@ export class UsageError extends Error {}
 
 /** The admin API refused the call; `doc` is its JSON answer, when it gave one. */
 class ApiError extends Error {
-  constructor(message: string, readonly doc: Json) {
+  constructor(
+    message: string,
+    readonly doc: Json,
+  ) {
     super(message);
   }
 }
@@ -63,7 +66,11 @@ class ApiError extends Error {
 /** A table with left-aligned columns. */
 function table(headers: readonly string[], rows: ReadonlyArray<readonly string[]>): string {
   const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  const line = (cells: readonly string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();
+  const line = (cells: readonly string[]) =>
+    cells
+      .map((c, i) => c.padEnd(widths[i]!))
+      .join('  ')
+      .trimEnd();
   return `${[line(headers), ...rows.map(line)].join('\n')}\n`;
 }
 
@@ -96,7 +103,9 @@ const usageRow = (label: string, c: Json): string[] => [
   String(c.acks),
   String(c.ingressBytes),
   String(c.egressBytes),
-  Object.entries(c.refusals).map(([k, v]) => `${k}=${v}`).join(',') || '-',
+  Object.entries(c.refusals)
+    .map(([k, v]) => `${k}=${v}`)
+    .join(',') || '-',
 ];
 
 export const COMMANDS: readonly AdminCommand[] = [
@@ -106,7 +115,14 @@ export const COMMANDS: readonly AdminCommand[] = [
     summary: 'every tenant',
     async run({ api }) {
       const doc = await api('GET', '/admin/v1/tenants');
-      return { doc, human: () => table(['ID', 'STATUS', 'PLAN', 'HOSTS', 'BROKERS', 'SOURCE'], doc.tenants.map((t: Json) => [t.id, t.status, t.plan, t.hosts.join(',') || '-', String(t.brokers.length), sourceText(t.source)])) };
+      return {
+        doc,
+        human: () =>
+          table(
+            ['ID', 'STATUS', 'PLAN', 'HOSTS', 'BROKERS', 'SOURCE'],
+            doc.tenants.map((t: Json) => [t.id, t.status, t.plan, t.hosts.join(',') || '-', String(t.brokers.length), sourceText(t.source)]),
+          ),
+      };
     },
   },
   {
@@ -118,17 +134,20 @@ export const COMMANDS: readonly AdminCommand[] = [
       return {
         doc,
         human: () =>
-          table(['FIELD', 'VALUE'], [
-            ['id', doc.id],
-            ['status', `${doc.status} (from ${fromText(doc.source?.status)})`],
-            ['record', `from ${fromText(doc.source?.record)}${doc.source?.overridden ? ' (reset to the file: queen-edge tenants reset ID)' : ''}`],
-            ['plan', doc.plan],
-            ['hosts', doc.hosts.join(', ') || '-'],
-            ['brokers', doc.brokers.join(', ')],
-            ['cors origins', doc.cors.origins.join(', ') || '-'],
-            ['limit overrides', Object.keys(doc.limits).length ? JSON.stringify(doc.limits) : '-'],
-            ['storage used', doc.storage.usedBytes === null ? 'unknown' : `${doc.storage.usedBytes} bytes${doc.storage.blocked ? ' (blocked)' : ''}`],
-          ]),
+          table(
+            ['FIELD', 'VALUE'],
+            [
+              ['id', doc.id],
+              ['status', `${doc.status} (from ${fromText(doc.source?.status)})`],
+              ['record', `from ${fromText(doc.source?.record)}${doc.source?.overridden ? ' (reset to the file: queen-edge tenants reset ID)' : ''}`],
+              ['plan', doc.plan],
+              ['hosts', doc.hosts.join(', ') || '-'],
+              ['brokers', doc.brokers.join(', ')],
+              ['cors origins', doc.cors.origins.join(', ') || '-'],
+              ['limit overrides', Object.keys(doc.limits).length ? JSON.stringify(doc.limits) : '-'],
+              ['storage used', doc.storage.usedBytes === null ? 'unknown' : `${doc.storage.usedBytes} bytes${doc.storage.blocked ? ' (blocked)' : ''}`],
+            ],
+          ),
       };
     },
   },
@@ -148,7 +167,7 @@ export const COMMANDS: readonly AdminCommand[] = [
     (verb): AdminCommand => ({
       words: ['tenants', verb],
       args: ['ID'],
-      summary: verb === 'suspend' ? 'refuse the tenant\'s traffic (403)' : 'serve a suspended tenant again',
+      summary: verb === 'suspend' ? "refuse the tenant's traffic (403)" : 'serve a suspended tenant again',
       async run({ api, args: [id] }) {
         const doc = await api('POST', `/admin/v1/tenants/${id}/${verb}`);
         return { doc, human: () => `tenant ${doc.id} ${doc.status}\n` };
@@ -176,16 +195,26 @@ export const COMMANDS: readonly AdminCommand[] = [
       const doc = await api('GET', `/admin/v1/tenants/${tenant}/usage?${q}`);
       return {
         doc,
-        human: () => table(['DAY', 'REQUESTS', 'PUSHED', 'DELIVERED', 'ACKS', 'INGRESS_B', 'EGRESS_B', 'REFUSALS'], [...doc.buckets.map((b: Json) => usageRow(b.start.slice(0, 10), b)), usageRow('total', doc.total)]),
+        human: () =>
+          table(
+            ['DAY', 'REQUESTS', 'PUSHED', 'DELIVERED', 'ACKS', 'INGRESS_B', 'EGRESS_B', 'REFUSALS'],
+            [...doc.buckets.map((b: Json) => usageRow(b.start.slice(0, 10), b)), usageRow('total', doc.total)],
+          ),
       };
     },
   },
   {
     words: ['usage', 'export'],
     args: [],
-    options: { from: { type: 'string' }, to: { type: 'string' }, granularity: { type: 'string' }, format: { type: 'string' }, tenant: { type: 'string', multiple: true } },
+    options: {
+      from: { type: 'string' },
+      to: { type: 'string' },
+      granularity: { type: 'string' },
+      format: { type: 'string' },
+      tenant: { type: 'string', multiple: true },
+    },
     optionsHelp: '[--from ISO] [--to ISO] [--granularity hour|day] [--format csv|jsonl] [--tenant ID]...',
-    summary: 'every tenant\'s usage per period, for billing (docs/usage-export.md)',
+    summary: "every tenant's usage per period, for billing (docs/usage-export.md)",
     async run({ download, values }) {
       const q = new URLSearchParams();
       for (const name of ['from', 'to', 'granularity', 'format'] as const) if (typeof values[name] === 'string') q.set(name, values[name]);
@@ -208,7 +237,11 @@ export const COMMANDS: readonly AdminCommand[] = [
       const answer = await withBrokers(
         to === undefined
           ? api('GET', `/admin/v1/tenants/${tenant}/maintenance${broker ? `?broker=${encodeURIComponent(broker)}` : ''}`)
-          : api('PUT', `/admin/v1/tenants/${tenant}/maintenance`, JSON.stringify({ mode: values.pop === true ? 'pop' : 'push', enabled: to === 'on', ...(broker ? { broker } : {}) })),
+          : api(
+              'PUT',
+              `/admin/v1/tenants/${tenant}/maintenance`,
+              JSON.stringify({ mode: values.pop === true ? 'pop' : 'push', enabled: to === 'on', ...(broker ? { broker } : {}) }),
+            ),
       );
       const mode = (on: boolean) => (on ? 'on' : 'off');
       const row = (b: Json) => ('error' in b ? [b.url, '?', '?', b.error] : [b.url, mode(b.maintenance), mode(b.popMaintenance), '-']);
@@ -216,7 +249,11 @@ export const COMMANDS: readonly AdminCommand[] = [
       const headers = ['BROKER', 'MAINTENANCE', 'POP_MAINTENANCE', ...(answer.failed ? ['ERROR'] : [])];
       return {
         doc: answer.doc,
-        human: () => table(headers, answer.doc.brokers.map((b: Json) => row(b).slice(0, headers.length))),
+        human: () =>
+          table(
+            headers,
+            answer.doc.brokers.map((b: Json) => row(b).slice(0, headers.length)),
+          ),
         ...(answer.failed ? { failed: answer.failed } : {}),
       };
     },

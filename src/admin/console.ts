@@ -84,7 +84,12 @@ export function serveConsoleOff(path: string, req: IncomingMessage, res: ServerR
   if (!(path === '/console' || path.startsWith('/console/'))) return false;
   const html = (req.headers.accept ?? '').includes('text/html');
   const body = html ? OFF_PAGE : Buffer.from(JSON.stringify({ error: HOW_TO_ENABLE, code: 'admin_disabled' }));
-  res.writeHead(404, { ...CONSOLE_HEADERS, 'cache-control': 'no-store', 'content-type': html ? TYPES.html! : 'application/json', 'content-length': String(body.length) });
+  res.writeHead(404, {
+    ...CONSOLE_HEADERS,
+    'cache-control': 'no-store',
+    'content-type': html ? TYPES.html! : 'application/json',
+    'content-length': String(body.length),
+  });
   res.end(req.method === 'HEAD' ? undefined : body);
   return true;
 }

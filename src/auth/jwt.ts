@@ -138,7 +138,11 @@ export interface KeyContext {
 
 /** A share of the verified-token cache: `entries` tokens and `bytes` of them (ENTRY_* estimates) at most. */
 export function tokenCache(entries: number, bytes: number): ExpiringMap<string, Identity> {
-  return new ExpiringMap<string, Identity>(entries, { touchOnGet: true, maxBytes: bytes, sizeOf: (token) => ENTRY_FIXED_BYTES + Math.ceil(token.length * ENTRY_BYTES_PER_TOKEN_CHAR) });
+  return new ExpiringMap<string, Identity>(entries, {
+    touchOnGet: true,
+    maxBytes: bytes,
+    sizeOf: (token) => ENTRY_FIXED_BYTES + Math.ceil(token.length * ENTRY_BYTES_PER_TOKEN_CHAR),
+  });
 }
 
 /** Builds the verifier for the `auth:` section; alone (own cache and JWKS) unless given a KeyContext. */
@@ -348,7 +352,8 @@ function unverifiedRefusal(token: string, cfg: AuthConfig, now: number): EdgeErr
   const tolerance = cfg.clockToleranceSec * 1000;
   if (typeof claims.exp === 'number' && claims.exp * 1000 <= now - tolerance) return deny('token expired');
   if (typeof claims.nbf === 'number' && claims.nbf * 1000 > now + tolerance) return deny('token not yet valid');
-  if (cfg.issuer !== null && (typeof claims.iss !== 'string' || !(Array.isArray(cfg.issuer) ? cfg.issuer : [cfg.issuer]).includes(claims.iss))) return deny('wrong issuer');
+  if (cfg.issuer !== null && (typeof claims.iss !== 'string' || !(Array.isArray(cfg.issuer) ? cfg.issuer : [cfg.issuer]).includes(claims.iss)))
+    return deny('wrong issuer');
   return null;
 }
 
@@ -503,7 +508,11 @@ export class JwksKeys {
   /** The key for the header; undefined when no member matches; EdgeError when the match is unusable. */
   async #find(header: ProtectedHeaderParameters, refused: ReadonlySet<string>): Promise<CryptoKey | EdgeError | undefined> {
     // A refused key is known, not missing: no refetch, and a reason the client can act on.
-    if (refused.size > 0 && header.kid !== undefined && this.#members.some((m) => m.jwk.kid === header.kid && m.thumbprint !== null && refused.has(m.thumbprint))) {
+    if (
+      refused.size > 0 &&
+      header.kid !== undefined &&
+      this.#members.some((m) => m.jwk.kid === header.kid && m.thumbprint !== null && refused.has(m.thumbprint))
+    ) {
       return deny('key not trusted for this tenant');
     }
     const lookup = this.#lookupWithout(refused);

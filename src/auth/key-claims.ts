@@ -62,7 +62,13 @@ export class KeyClaims {
         }
         refused.add(m.thumbprint);
         this.#log.error(
-          { tenant: id === '' ? null : id, trustedBy: holder === '' ? 'global auth settings' : `tenant "${holder}"`, jwksUrl: url, kid: m.jwk.kid ?? null, thumbprint: m.thumbprint },
+          {
+            tenant: id === '' ? null : id,
+            trustedBy: holder === '' ? 'global auth settings' : `tenant "${holder}"`,
+            jwksUrl: url,
+            kid: m.jwk.kid ?? null,
+            thumbprint: m.thumbprint,
+          },
           'JWKS serves a key another trust domain already trusts, with no distinct issuer or audience: that key is refused for this tenant',
         );
       }

@@ -22,7 +22,6 @@ import { defaultPort, urlHost, urlPort } from '../net/url-host.js';
 /** What decides which tokens a set of `auth` settings accepts (a tenant's own, or the global ones). */
 export type TrustSettings = Pick<RawTenantAuth, 'secret' | 'publicKey' | 'jwksUrl' | 'issuer' | 'audience'>;
 
-
 /** The JWKS URL as compared (see the top of this file); the text itself when it does not parse. */
 export function canonicalJwksUrl(text: string): string {
   let url: URL;

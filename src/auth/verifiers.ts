@@ -118,7 +118,11 @@ class Verifiers implements TenantVerifiers {
     this.#claims.set(tenant.id, auth);
     const loaded = auth.jwksUrl === null ? undefined : this.#jwks.get(auth.jwksUrl);
     if (loaded !== undefined) this.#claims.screen(auth.jwksUrl!, loaded.members, tenant.id);
-    const verifier = createTokenVerifier(tenantAuthConfig(this.#cfg, auth), { log: this.#log, clock: this.#clock, keys: this.#context(tenant.id, this.#cfg.tenantCacheBytes) });
+    const verifier = createTokenVerifier(tenantAuthConfig(this.#cfg, auth), {
+      log: this.#log,
+      clock: this.#clock,
+      keys: this.#context(tenant.id, this.#cfg.tenantCacheBytes),
+    });
     this.#own.set(tenant.id, { sig: JSON.stringify(auth), auth, verifier });
     return verifier;
   }

@@ -62,7 +62,10 @@ export function substituteEnv(value: unknown, env: NodeJS.ProcessEnv, problems: 
 }
 
 function pathKey(path: readonly PropertyKey[]): string {
-  return path.map((s) => (typeof s === 'number' ? `[${s}]` : String(s))).join('.').replace(/\.\[/g, '[');
+  return path
+    .map((s) => (typeof s === 'number' ? `[${s}]` : String(s)))
+    .join('.')
+    .replace(/\.\[/g, '[');
 }
 
 const NUMBER = /^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$/;

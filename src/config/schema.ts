@@ -17,7 +17,10 @@ const withinHostLength = [
   { message: `a host name is at most ${MAX_HOST_LENGTH} characters` },
 ] as const;
 /** A host name as tenants list it. */
-const hostName = z.string().min(1).refine(...withinHostLength);
+const hostName = z
+  .string()
+  .min(1)
+  .refine(...withinHostLength);
 
 export const ROLE_NAMES = ['read-only', 'write-only', 'read-write', 'admin'] as const;
 export const FEATURES = ['streams', 'traces', 'kv', 'timers', 'ephemeral', 'analytics'] as const;
@@ -43,7 +46,11 @@ const limits = z.strictObject({
   messagesPerSec: z.number().min(RATE_MIN).max(RATE_MAX),
   messageBurst: z.number().int().min(1).max(BURST_MAX),
   parkedPolls: z.number().int().min(1).max(1_000_000),
-  maxPayloadBytes: z.number().int().min(1).max(1024 * 1024 * 1024),
+  maxPayloadBytes: z
+    .number()
+    .int()
+    .min(1)
+    .max(1024 * 1024 * 1024),
   maxBatch: z.number().int().min(1).max(1_000_000),
 });
 
@@ -102,190 +109,262 @@ export const tenantSchema = z.strictObject({
   auth: tenantAuthSchema.nullable().default(null),
 });
 
-export const configSchema = z.strictObject({
-  server: z.strictObject({
-    https: z.strictObject({
-      host: host.default('0.0.0.0'),
-      port: port.nullable().default(8443),
-      cert: z.string().min(1).nullable().default(null),
-      key: z.string().min(1).nullable().default(null),
-      sni: z.array(sniEntry).default([]),
-      clientCa: z.string().min(1).nullable().default(null),
-      /** added: with clientCa, refuse connections without a valid client certificate. */
-      requireClientCert: z.boolean().default(true),
-      /** added: offer HTTP/2 by ALPN (h2 and http/1.1). */
-      http2: z.boolean().default(true),
-    }).prefault({}),
-    http: z.strictObject({ host: host.default('0.0.0.0'), port: port.nullable().default(null) }).prefault({}),
-    admin: z.strictObject({
-      host: host.default('127.0.0.1'),
-      port: port.nullable().default(9090),
-      token: z.string().nullable().default(null),
-      /** added: DNS names the admin listener answers to besides IP literals, `localhost` and `host` (DNS rebinding guard). */
-      allowedHosts: z.array(z.string().regex(/^[A-Za-z0-9._-]+$/, 'a host name, without scheme, port or path').refine(...withinHostLength)).default([]),
-    }).prefault({}),
-    bodyLimitBytes: z.number().int().positive().default(16 * 1024 * 1024),
-    /** added: request bodies the edge buffers (docs/limits.md, "Bodies in flight"): bytes per tenant and per process, and the time to receive one. */
-    bodyBudget: z.strictObject({
-      perTenantBytes: z.number().int().positive().default(16 * 1024 * 1024),
-      perProcessBytes: z.number().int().positive().default(64 * 1024 * 1024),
-      deadlineMs: z.number().int().positive().default(30000),
-    }).prefault({}).refine((b) => b.perTenantBytes <= b.perProcessBytes, { message: 'perTenantBytes must not exceed perProcessBytes' }),
-    /** added: after a refusal that leaves an HTTP/1.1 body unread, what is still discarded before the connection closes (docs/limits.md). */
-    lingeringClose: z.strictObject({
-      timeMs: z.number().int().min(0).default(5000),
-      idleMs: z.number().int().min(0).default(1000),
-      bytes: z.number().int().min(0).default(4 * 1024 * 1024),
-    }).prefault({}),
-    longPoll: z.strictObject({
-      defaultTimeoutMs: z.number().int().positive().default(30000),
-      maxTimeoutMs: z.number().int().positive().default(60000),
-      slackMs: z.number().int().min(0).default(5000),
-    }).prefault({}),
-    /** Deprecated by trustedProxies: `true` alone is refused (any client could then choose the address it is limited by). */
-    trustProxy: z.boolean().default(false),
-    /** added: proxies (addresses or CIDR ranges) whose X-Forwarded-For is read: the client is the right-most entry not in these ranges. */
-    trustedProxies: z.array(z.string().min(1)).default([]),
-    /** added: time allowed to receive request headers (slowloris guard). */
-    headersTimeoutMs: z.number().int().positive().default(20000),
-    /** added: time to receive a whole request, body included (h1 and h2); never below the longest long poll or headersTimeoutMs. */
-    requestTimeoutMs: z.number().int().positive().default(300000),
-    /** added: idle keep-alive time on client connections. */
-    keepAliveTimeoutMs: z.number().int().positive().default(65000),
-    /** added: processes serving traffic (node:cluster); 1 = no cluster; 0 (default) = one per CPU with Redis, 1 without (docs/deploying.md). */
-    workers: z.number().int().min(0).default(0),
-    /** added: on SIGTERM, how long in-flight requests (parked long polls included) may run before their connections are closed. */
-    drainTimeoutMs: z.number().int().min(0).default(30000),
-    /** added: anonymous (public) route requests per client IP per window, per process; 0 = unlimited. */
-    publicRateLimit: z.strictObject({
-      requests: z.number().int().min(0).default(120),
-      windowSec: z.number().int().positive().default(60),
-    }).prefault({}),
-  }).prefault({}),
-  /** added: logging. */
-  log: z.strictObject({
-    level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
-    /** added: `pretty` for people, `json` for log collectors, `auto` = pretty on a terminal. */
-    format: z.enum(['auto', 'json', 'pretty']).default('auto'),
-    accessLog: z.boolean().default(true),
-    /** added: `iso` writes `time` as an ISO 8601 string instead of epoch milliseconds (JSON lines). */
-    time: z.enum(['epoch', 'iso']).default('epoch'),
-    /** added: `level` as a name ("info") instead of a number (30) (JSON lines). */
-    levelNames: z.boolean().default(false),
-  }).prefault({}),
-  /** added: how shared limits are decided (docs/limits.md, "Leased mode"). */
-  limits: z.strictObject({
-    /** `exact`: one Redis round trip per request; `leased`: requests admitted locally from slices of the shared limits. */
-    mode: z.enum(['exact', 'leased']).default('exact'),
-    lease: z.strictObject({
-      durationMs: z.number().int().min(10).max(60000).default(1000),
-      /** Share of a tenant's burst all instances' slices may hold together: the overshoot bound. */
-      sliceFraction: z.number().gt(0).max(1).default(0.25),
-    }).prefault({}),
-  }).prefault({}),
-  redis: z.strictObject({
-    url: z.string().min(1).nullable().default(null),
-    cluster: z.array(z.string().min(1)).default([]),
-    keyPrefix: z.string().default('qe:'),
-    timeoutMs: z.number().int().positive().default(50),
-    failMode: z.enum(['open', 'closed', 'local']).default('local'),
-  }).prefault({}),
-  auth: z.strictObject({
-    algorithms: algorithms.default(['HS256', 'RS256', 'ES256', 'EdDSA']),
-    secret: z.string().nullable().default(null),
-    publicKey: z.string().min(1).nullable().default(null),
-    jwksUrl: url.nullable().default(null),
-    issuer: claimValue.default(null),
-    audience: claimValue.default(null),
-    clockToleranceSec: z.number().int().min(0).default(30),
-    rolesClaim: z.string().min(1).default('roles'),
-    /** added: the single-role string claim read when the rolesClaim is absent (Queen's own tokens carry `role`); null = never read. */
-    roleClaim: z.string().min(1).nullable().default('role'),
-    tenantClaim: z.string().min(1).default('tenant'),
-    defaultTenant: z.string().min(1).nullable().default(null),
-    /** added: verified tokens kept in each share of the cache (the global settings' share, and each tenant's with its own `auth`). */
-    cacheSize: z.number().int().min(0).default(10000),
-    /** added: bytes of verified tokens the global settings' share of the cache holds. */
-    cacheBytes: z.number().int().min(0).default(32 * 1024 * 1024),
-    /** added: bytes of verified tokens each tenant with its own `auth` may hold in the cache (its share; one IdP cannot evict another's tokens). */
-    tenantCacheBytes: z.number().int().min(0).default(4 * 1024 * 1024),
-    /** added: longer bearer tokens are refused (401) before any parsing or signature check. */
-    maxTokenBytes: z.number().int().min(64).max(64 * 1024).default(8 * 1024),
-    /** added: refuse tokens without `exp` (they would never expire). */
-    requireExp: z.boolean().default(true),
-    /** added: refuse tokens whose `iat` is older than this (and tokens without `iat`); null = no age limit. */
-    maxTokenAgeSec: z.number().int().positive().nullable().default(null),
-    /** added: failed signature checks per (client address, token issuer + subject) per window, per process, before 429; 0 = unlimited. */
-    failedAuth: z.strictObject({
-      attempts: z.number().int().min(0).default(60),
-      windowSec: z.number().int().positive().default(60),
-      /** added: signature checks per client address per second, per process (identities that verified lately get as many again); 0 = unlimited. */
-      signaturesPerSec: z.number().int().min(0).default(100),
-    }).prefault({}),
-  }).prefault({}),
-  upstreamIdentity: z.strictObject({
-    mode: z.enum(['passthrough', 'mint', 'none']).default('passthrough'),
-    tenantHeader: z.boolean().default(false),
-    mint: z.strictObject({
-      algorithm: z.enum(['HS256', 'HS384', 'HS512', 'RS256', 'ES256', 'EdDSA']).default('HS256'),
-      secret: z.string().nullable().default(null),
-      privateKey: z.string().min(1).nullable().default(null),
-      ttlSec: z.number().int().positive().default(300),
-      issuer: z.string().default('queen-edge'),
-    }).prefault({}),
-  }).prefault({}),
-  /** added: upstream pools and health (docs/clusters.md). */
-  upstream: z.strictObject({
-    connections: z.number().int().positive().default(128),
-    /** added: fraction of `connections` one tenant's requests (parked polls aside) may hold on one broker; the rest wait in its own queue (docs/clusters.md). */
-    tenantShare: z.number().gt(0).max(1).default(0.25),
-    connectTimeoutMs: z.number().int().positive().default(2000),
-    /** Upstream timeout for requests that are not long polls. */
-    requestTimeoutMs: z.number().int().positive().default(30000),
-    healthIntervalMs: z.number().int().positive().default(2000),
-    healthTimeoutMs: z.number().int().positive().default(1000),
-    downAfter: z.number().int().positive().default(2),
-    upAfter: z.number().int().positive().default(2),
-    /** Ring positions: `sdk` places lanes as the Queen SDKs do; `avalanche` balances better (docs/clusters.md). */
-    ringHash: z.enum(['sdk', 'avalanche']).default('sdk'),
-  }).prefault({}),
-  routes: z.record(z.string(), z.array(z.enum(ROLE_NAMES))).default({}),
-  /** added: extra query parameter names a route accepts and forwards (as text), by route name (docs/reference.md). */
-  queryAllow: z.record(z.string(), z.array(z.string().regex(/^[A-Za-z][A-Za-z0-9_]{0,63}$/))).default({}),
-  plans: z.record(z.string(), planSchema),
-  tenants: z.record(z.string(), tenantSchema),
-}).superRefine((cfg, ctx) => {
-  for (const [id, t] of Object.entries(cfg.tenants)) {
-    if (!cfg.plans[t.plan]) ctx.addIssue({ code: 'custom', path: ['tenants', id, 'plan'], message: `unknown plan "${t.plan}"` });
-  }
-  if (cfg.auth.defaultTenant && !cfg.tenants[cfg.auth.defaultTenant]) {
-    ctx.addIssue({ code: 'custom', path: ['auth', 'defaultTenant'], message: `unknown tenant "${cfg.auth.defaultTenant}"` });
-  }
-  if ((cfg.server.https.cert === null) !== (cfg.server.https.key === null)) {
-    ctx.addIssue({ code: 'custom', path: ['server', 'https'], message: 'cert and key must be given together' });
-  }
-  if (cfg.upstreamIdentity.mode === 'mint' && !cfg.upstreamIdentity.mint.secret && !cfg.upstreamIdentity.mint.privateKey) {
-    ctx.addIssue({ code: 'custom', path: ['upstreamIdentity', 'mint'], message: 'mint mode needs secret or privateKey' });
-  }
-  if (cfg.server.workers > 1 && cfg.redis.url === null && cfg.redis.cluster.length === 0) {
-    // Limits, parked-poll slots and admin writes live in memory per process without Redis: workers would disagree.
-    ctx.addIssue({ code: 'custom', path: ['server', 'workers'], message: 'more than one worker needs shared state: set redis.url or redis.cluster' });
-  }
-  const badRanges = invalidProxyRanges(cfg.server.trustedProxies);
-  if (badRanges.length > 0) {
-    ctx.addIssue({ code: 'custom', path: ['server', 'trustedProxies'], message: `not an address or CIDR range: ${badRanges.join(', ')}` });
-  }
-  if (cfg.server.trustProxy && cfg.server.trustedProxies.length === 0) {
-    ctx.addIssue({
-      code: 'custom',
-      path: ['server', 'trustProxy'],
-      message: 'trustProxy: true is replaced by server.trustedProxies: list your proxies\' addresses or CIDR ranges (X-Forwarded-For is then read only from them) and remove trustProxy',
-    });
-  }
-  if (cfg.server.longPoll.defaultTimeoutMs > cfg.server.longPoll.maxTimeoutMs) {
-    ctx.addIssue({ code: 'custom', path: ['server', 'longPoll', 'defaultTimeoutMs'], message: 'must not exceed maxTimeoutMs' });
-  }
-});
+export const configSchema = z
+  .strictObject({
+    server: z
+      .strictObject({
+        https: z
+          .strictObject({
+            host: host.default('0.0.0.0'),
+            port: port.nullable().default(8443),
+            cert: z.string().min(1).nullable().default(null),
+            key: z.string().min(1).nullable().default(null),
+            sni: z.array(sniEntry).default([]),
+            clientCa: z.string().min(1).nullable().default(null),
+            /** added: with clientCa, refuse connections without a valid client certificate. */
+            requireClientCert: z.boolean().default(true),
+            /** added: offer HTTP/2 by ALPN (h2 and http/1.1). */
+            http2: z.boolean().default(true),
+          })
+          .prefault({}),
+        http: z.strictObject({ host: host.default('0.0.0.0'), port: port.nullable().default(null) }).prefault({}),
+        admin: z
+          .strictObject({
+            host: host.default('127.0.0.1'),
+            port: port.nullable().default(9090),
+            token: z.string().nullable().default(null),
+            /** added: DNS names the admin listener answers to besides IP literals, `localhost` and `host` (DNS rebinding guard). */
+            allowedHosts: z
+              .array(
+                z
+                  .string()
+                  .regex(/^[A-Za-z0-9._-]+$/, 'a host name, without scheme, port or path')
+                  .refine(...withinHostLength),
+              )
+              .default([]),
+          })
+          .prefault({}),
+        bodyLimitBytes: z
+          .number()
+          .int()
+          .positive()
+          .default(16 * 1024 * 1024),
+        /** added: request bodies the edge buffers (docs/limits.md, "Bodies in flight"): bytes per tenant and per process, and the time to receive one. */
+        bodyBudget: z
+          .strictObject({
+            perTenantBytes: z
+              .number()
+              .int()
+              .positive()
+              .default(16 * 1024 * 1024),
+            perProcessBytes: z
+              .number()
+              .int()
+              .positive()
+              .default(64 * 1024 * 1024),
+            deadlineMs: z.number().int().positive().default(30000),
+          })
+          .prefault({})
+          .refine((b) => b.perTenantBytes <= b.perProcessBytes, { message: 'perTenantBytes must not exceed perProcessBytes' }),
+        /** added: after a refusal that leaves an HTTP/1.1 body unread, what is still discarded before the connection closes (docs/limits.md). */
+        lingeringClose: z
+          .strictObject({
+            timeMs: z.number().int().min(0).default(5000),
+            idleMs: z.number().int().min(0).default(1000),
+            bytes: z
+              .number()
+              .int()
+              .min(0)
+              .default(4 * 1024 * 1024),
+          })
+          .prefault({}),
+        longPoll: z
+          .strictObject({
+            defaultTimeoutMs: z.number().int().positive().default(30000),
+            maxTimeoutMs: z.number().int().positive().default(60000),
+            slackMs: z.number().int().min(0).default(5000),
+          })
+          .prefault({}),
+        /** Deprecated by trustedProxies: `true` alone is refused (any client could then choose the address it is limited by). */
+        trustProxy: z.boolean().default(false),
+        /** added: proxies (addresses or CIDR ranges) whose X-Forwarded-For is read: the client is the right-most entry not in these ranges. */
+        trustedProxies: z.array(z.string().min(1)).default([]),
+        /** added: time allowed to receive request headers (slowloris guard). */
+        headersTimeoutMs: z.number().int().positive().default(20000),
+        /** added: time to receive a whole request, body included (h1 and h2); never below the longest long poll or headersTimeoutMs. */
+        requestTimeoutMs: z.number().int().positive().default(300000),
+        /** added: idle keep-alive time on client connections. */
+        keepAliveTimeoutMs: z.number().int().positive().default(65000),
+        /** added: processes serving traffic (node:cluster); 1 = no cluster; 0 (default) = one per CPU with Redis, 1 without (docs/deploying.md). */
+        workers: z.number().int().min(0).default(0),
+        /** added: on SIGTERM, how long in-flight requests (parked long polls included) may run before their connections are closed. */
+        drainTimeoutMs: z.number().int().min(0).default(30000),
+        /** added: anonymous (public) route requests per client IP per window, per process; 0 = unlimited. */
+        publicRateLimit: z
+          .strictObject({
+            requests: z.number().int().min(0).default(120),
+            windowSec: z.number().int().positive().default(60),
+          })
+          .prefault({}),
+      })
+      .prefault({}),
+    /** added: logging. */
+    log: z
+      .strictObject({
+        level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+        /** added: `pretty` for people, `json` for log collectors, `auto` = pretty on a terminal. */
+        format: z.enum(['auto', 'json', 'pretty']).default('auto'),
+        accessLog: z.boolean().default(true),
+        /** added: `iso` writes `time` as an ISO 8601 string instead of epoch milliseconds (JSON lines). */
+        time: z.enum(['epoch', 'iso']).default('epoch'),
+        /** added: `level` as a name ("info") instead of a number (30) (JSON lines). */
+        levelNames: z.boolean().default(false),
+      })
+      .prefault({}),
+    /** added: how shared limits are decided (docs/limits.md, "Leased mode"). */
+    limits: z
+      .strictObject({
+        /** `exact`: one Redis round trip per request; `leased`: requests admitted locally from slices of the shared limits. */
+        mode: z.enum(['exact', 'leased']).default('exact'),
+        lease: z
+          .strictObject({
+            durationMs: z.number().int().min(10).max(60000).default(1000),
+            /** Share of a tenant's burst all instances' slices may hold together: the overshoot bound. */
+            sliceFraction: z.number().gt(0).max(1).default(0.25),
+          })
+          .prefault({}),
+      })
+      .prefault({}),
+    redis: z
+      .strictObject({
+        url: z.string().min(1).nullable().default(null),
+        cluster: z.array(z.string().min(1)).default([]),
+        keyPrefix: z.string().default('qe:'),
+        timeoutMs: z.number().int().positive().default(50),
+        failMode: z.enum(['open', 'closed', 'local']).default('local'),
+      })
+      .prefault({}),
+    auth: z
+      .strictObject({
+        algorithms: algorithms.default(['HS256', 'RS256', 'ES256', 'EdDSA']),
+        secret: z.string().nullable().default(null),
+        publicKey: z.string().min(1).nullable().default(null),
+        jwksUrl: url.nullable().default(null),
+        issuer: claimValue.default(null),
+        audience: claimValue.default(null),
+        clockToleranceSec: z.number().int().min(0).default(30),
+        rolesClaim: z.string().min(1).default('roles'),
+        /** added: the single-role string claim read when the rolesClaim is absent (Queen's own tokens carry `role`); null = never read. */
+        roleClaim: z.string().min(1).nullable().default('role'),
+        tenantClaim: z.string().min(1).default('tenant'),
+        defaultTenant: z.string().min(1).nullable().default(null),
+        /** added: verified tokens kept in each share of the cache (the global settings' share, and each tenant's with its own `auth`). */
+        cacheSize: z.number().int().min(0).default(10000),
+        /** added: bytes of verified tokens the global settings' share of the cache holds. */
+        cacheBytes: z
+          .number()
+          .int()
+          .min(0)
+          .default(32 * 1024 * 1024),
+        /** added: bytes of verified tokens each tenant with its own `auth` may hold in the cache (its share; one IdP cannot evict another's tokens). */
+        tenantCacheBytes: z
+          .number()
+          .int()
+          .min(0)
+          .default(4 * 1024 * 1024),
+        /** added: longer bearer tokens are refused (401) before any parsing or signature check. */
+        maxTokenBytes: z
+          .number()
+          .int()
+          .min(64)
+          .max(64 * 1024)
+          .default(8 * 1024),
+        /** added: refuse tokens without `exp` (they would never expire). */
+        requireExp: z.boolean().default(true),
+        /** added: refuse tokens whose `iat` is older than this (and tokens without `iat`); null = no age limit. */
+        maxTokenAgeSec: z.number().int().positive().nullable().default(null),
+        /** added: failed signature checks per (client address, token issuer + subject) per window, per process, before 429; 0 = unlimited. */
+        failedAuth: z
+          .strictObject({
+            attempts: z.number().int().min(0).default(60),
+            windowSec: z.number().int().positive().default(60),
+            /** added: signature checks per client address per second, per process (identities that verified lately get as many again); 0 = unlimited. */
+            signaturesPerSec: z.number().int().min(0).default(100),
+          })
+          .prefault({}),
+      })
+      .prefault({}),
+    upstreamIdentity: z
+      .strictObject({
+        mode: z.enum(['passthrough', 'mint', 'none']).default('passthrough'),
+        tenantHeader: z.boolean().default(false),
+        mint: z
+          .strictObject({
+            algorithm: z.enum(['HS256', 'HS384', 'HS512', 'RS256', 'ES256', 'EdDSA']).default('HS256'),
+            secret: z.string().nullable().default(null),
+            privateKey: z.string().min(1).nullable().default(null),
+            ttlSec: z.number().int().positive().default(300),
+            issuer: z.string().default('queen-edge'),
+          })
+          .prefault({}),
+      })
+      .prefault({}),
+    /** added: upstream pools and health (docs/clusters.md). */
+    upstream: z
+      .strictObject({
+        connections: z.number().int().positive().default(128),
+        /** added: fraction of `connections` one tenant's requests (parked polls aside) may hold on one broker; the rest wait in its own queue (docs/clusters.md). */
+        tenantShare: z.number().gt(0).max(1).default(0.25),
+        connectTimeoutMs: z.number().int().positive().default(2000),
+        /** Upstream timeout for requests that are not long polls. */
+        requestTimeoutMs: z.number().int().positive().default(30000),
+        healthIntervalMs: z.number().int().positive().default(2000),
+        healthTimeoutMs: z.number().int().positive().default(1000),
+        downAfter: z.number().int().positive().default(2),
+        upAfter: z.number().int().positive().default(2),
+        /** Ring positions: `sdk` places lanes as the Queen SDKs do; `avalanche` balances better (docs/clusters.md). */
+        ringHash: z.enum(['sdk', 'avalanche']).default('sdk'),
+      })
+      .prefault({}),
+    routes: z.record(z.string(), z.array(z.enum(ROLE_NAMES))).default({}),
+    /** added: extra query parameter names a route accepts and forwards (as text), by route name (docs/reference.md). */
+    queryAllow: z.record(z.string(), z.array(z.string().regex(/^[A-Za-z][A-Za-z0-9_]{0,63}$/))).default({}),
+    plans: z.record(z.string(), planSchema),
+    tenants: z.record(z.string(), tenantSchema),
+  })
+  .superRefine((cfg, ctx) => {
+    for (const [id, t] of Object.entries(cfg.tenants)) {
+      if (!cfg.plans[t.plan]) ctx.addIssue({ code: 'custom', path: ['tenants', id, 'plan'], message: `unknown plan "${t.plan}"` });
+    }
+    if (cfg.auth.defaultTenant && !cfg.tenants[cfg.auth.defaultTenant]) {
+      ctx.addIssue({ code: 'custom', path: ['auth', 'defaultTenant'], message: `unknown tenant "${cfg.auth.defaultTenant}"` });
+    }
+    if ((cfg.server.https.cert === null) !== (cfg.server.https.key === null)) {
+      ctx.addIssue({ code: 'custom', path: ['server', 'https'], message: 'cert and key must be given together' });
+    }
+    if (cfg.upstreamIdentity.mode === 'mint' && !cfg.upstreamIdentity.mint.secret && !cfg.upstreamIdentity.mint.privateKey) {
+      ctx.addIssue({ code: 'custom', path: ['upstreamIdentity', 'mint'], message: 'mint mode needs secret or privateKey' });
+    }
+    if (cfg.server.workers > 1 && cfg.redis.url === null && cfg.redis.cluster.length === 0) {
+      // Limits, parked-poll slots and admin writes live in memory per process without Redis: workers would disagree.
+      ctx.addIssue({ code: 'custom', path: ['server', 'workers'], message: 'more than one worker needs shared state: set redis.url or redis.cluster' });
+    }
+    const badRanges = invalidProxyRanges(cfg.server.trustedProxies);
+    if (badRanges.length > 0) {
+      ctx.addIssue({ code: 'custom', path: ['server', 'trustedProxies'], message: `not an address or CIDR range: ${badRanges.join(', ')}` });
+    }
+    if (cfg.server.trustProxy && cfg.server.trustedProxies.length === 0) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['server', 'trustProxy'],
+        message:
+          "trustProxy: true is replaced by server.trustedProxies: list your proxies' addresses or CIDR ranges (X-Forwarded-For is then read only from them) and remove trustProxy",
+      });
+    }
+    if (cfg.server.longPoll.defaultTimeoutMs > cfg.server.longPoll.maxTimeoutMs) {
+      ctx.addIssue({ code: 'custom', path: ['server', 'longPoll', 'defaultTimeoutMs'], message: 'must not exceed maxTimeoutMs' });
+    }
+  });
 
 /** The validated file, before compilation into runtime tables. */
 export type RawConfig = z.output<typeof configSchema>;

@@ -8,14 +8,7 @@ export const CORS_ALLOWED_METHODS = 'GET, POST, PUT, DELETE, PATCH';
 /** The same methods as tokens: a preflight's method must be one of them exactly (`GE` or `T, D` is not). */
 const ALLOWED_METHOD_TOKENS: ReadonlySet<string> = new Set([...CORS_ALLOWED_METHODS.split(', '), 'OPTIONS']);
 /** Request headers a browser may send (lower-case). */
-export const CORS_ALLOWED_HEADERS: ReadonlySet<string> = new Set([
-  'authorization',
-  'content-type',
-  'accept',
-  'traceparent',
-  'tracestate',
-  'x-request-id',
-]);
+export const CORS_ALLOWED_HEADERS: ReadonlySet<string> = new Set(['authorization', 'content-type', 'accept', 'traceparent', 'tracestate', 'x-request-id']);
 export const CORS_EXPOSED_HEADERS = 'Retry-After, RateLimit, RateLimit-Policy, X-Request-Id';
 export const CORS_MAX_AGE_SEC = '600';
 
@@ -25,9 +18,7 @@ export interface CorsPolicy {
   allows(origin: string): boolean;
 }
 
-export type PreflightVerdict =
-  | { readonly allowed: true; readonly headers: Readonly<Record<string, string>> }
-  | { readonly allowed: false };
+export type PreflightVerdict = { readonly allowed: true; readonly headers: Readonly<Record<string, string>> } | { readonly allowed: false };
 
 const ORIGIN_RE = /^(https?):\/\/([a-z0-9.-]+|\[[0-9a-f:.]+\])(?::(\d{1,5}))?$/;
 
@@ -67,12 +58,7 @@ export function compileCorsPolicy(origins: readonly string[]): CorsPolicy {
 }
 
 /** Answers a preflight: allowed origin and method, requested headers filtered to the allowlist. */
-export function preflightVerdict(
-  policy: CorsPolicy,
-  origin: string,
-  requestMethod: string,
-  requestHeaders: string | undefined,
-): PreflightVerdict {
+export function preflightVerdict(policy: CorsPolicy, origin: string, requestMethod: string, requestHeaders: string | undefined): PreflightVerdict {
   if (!policy.allows(origin)) return { allowed: false };
   const method = requestMethod.toUpperCase();
   if (!ALLOWED_METHOD_TOKENS.has(method)) return { allowed: false };

@@ -103,7 +103,10 @@ function identityOf(token: string): string {
   } catch {
     // unreadable: the empty identity
   }
-  return createHash('sha256').update(`${typeof iss === 'string' ? iss : ''}\n${typeof sub === 'string' ? sub : ''}`).digest('base64url').slice(0, 22);
+  return createHash('sha256')
+    .update(`${typeof iss === 'string' ? iss : ''}\n${typeof sub === 'string' ? sub : ''}`)
+    .digest('base64url')
+    .slice(0, 22);
 }
 
 /** The key a client is limited by: its address (see net/client-address.ts); IPv6 by its /64. */

@@ -22,7 +22,17 @@
  * long pause is still bounded by the burst.
  */
 import type { Tenant } from '../tenants/model.js';
-import { DIM_MESSAGES, DIM_MONTH_BYTES, DIM_MONTH_MESSAGES, DIM_REQUESTS, EPSILON, type Decision, type LimitCost, type LimitPlan, type RefusalClass } from './verdict.js';
+import {
+  DIM_MESSAGES,
+  DIM_MONTH_BYTES,
+  DIM_MONTH_MESSAGES,
+  DIM_REQUESTS,
+  EPSILON,
+  type Decision,
+  type LimitCost,
+  type LimitPlan,
+  type RefusalClass,
+} from './verdict.js';
 
 interface DenyEntry {
   readonly tenant: Tenant;
@@ -149,7 +159,8 @@ export class DenyCache {
   /** Remembers the cacheable dimensions of a refused decision (`plan`: the one the store decided with). */
   record(tenant: Tenant, d: Decision, cost: LimitCost, now: number, monthEndMs: number, plan: LimitPlan): void {
     if (this.#heads.get(tenant.id)?.tenant === tenant) this.observe(tenant, d, now);
-    else if (d.refused & DIM_REQUESTS) this.#heads.set(tenant.id, { tenant, tat: now + d.resetMs, intervalMs: plan.requestIntervalMs, burst: plan.requestBurst, heads: [] });
+    else if (d.refused & DIM_REQUESTS)
+      this.#heads.set(tenant.id, { tenant, tat: now + d.resetMs, intervalMs: plan.requestIntervalMs, burst: plan.requestBurst, heads: [] });
     let entries = this.#byTenant.get(tenant.id);
     if (!entries) {
       entries = [undefined, undefined, undefined, undefined];

@@ -113,7 +113,14 @@ export class LeasedLimiter implements EdgeLimiter {
   #timer: NodeJS.Timeout | null = null;
   #retryTimer: NodeJS.Timeout | null = null;
 
-  constructor(exact: EdgeLimiter, redis: Redis | Cluster, prefix: string, settings: LeaseSettings, clock: () => number = Date.now, options: LeasedOptions = {}) {
+  constructor(
+    exact: EdgeLimiter,
+    redis: Redis | Cluster,
+    prefix: string,
+    settings: LeaseSettings,
+    clock: () => number = Date.now,
+    options: LeasedOptions = {},
+  ) {
     this.#exact = exact;
     this.#redis = redis;
     this.#prefix = prefix;
@@ -211,15 +218,17 @@ export class LeasedLimiter implements EdgeLimiter {
       return lease;
     }
     const next = newLease(tenant, entry, first);
-    next.inflight = this.#settle(lease).then(() => {
-      next.spentMonth = lease.spentMonth;
-      next.spentMessages = lease.spentMessages;
-      next.spentBytes = lease.spentBytes;
-      next.unsettled = lease.unsettled;
-      return true;
-    }).finally(() => {
-      next.inflight = null;
-    });
+    next.inflight = this.#settle(lease)
+      .then(() => {
+        next.spentMonth = lease.spentMonth;
+        next.spentMessages = lease.spentMessages;
+        next.spentBytes = lease.spentBytes;
+        next.unsettled = lease.unsettled;
+        return true;
+      })
+      .finally(() => {
+        next.inflight = null;
+      });
     lease.retired = true;
     this.#leases.set(tenant.id, next);
     return next;
@@ -292,9 +301,14 @@ export class LeasedLimiter implements EdgeLimiter {
   async #settle(lease: Lease): Promise<void> {
     while (lease.inflight) await lease.inflight;
     if (lease.requests + lease.messages + lease.monthMessages + lease.monthBytes === 0 && !lease.unsettled) return;
-    const call = this.#exchange(lease, this.#clock(), this.#exact.liveInstances(), NOTHING).then(() => true, () => false).finally(() => {
-      lease.inflight = null;
-    });
+    const call = this.#exchange(lease, this.#clock(), this.#exact.liveInstances(), NOTHING)
+      .then(
+        () => true,
+        () => false,
+      )
+      .finally(() => {
+        lease.inflight = null;
+      });
     lease.inflight = call;
     await call;
   }
@@ -318,14 +332,37 @@ export class LeasedLimiter implements EdgeLimiter {
     lease.requests = lease.messages = lease.monthMessages = lease.monthBytes = 0;
     const k = limiterKeys(this.#prefix, lease.tenant.id, month.id);
     const args = [
-      now, instances, monthKeyTtlMs(month.endMs, now),
-      plan.requestIntervalMs, plan.requestBurst, back.requests, wanted.requests,
-      plan.messageIntervalMs, plan.messageBurst, back.messages, wanted.messages,
-      plan.messagesPerMonth, lease.spentMessages, wanted.messages,
-      plan.ingressBytesPerMonth, lease.spentBytes, wanted.bytes,
-      this.#exact.instanceId(), ++this.#seq, this.#settings.durationMs, this.#reclaimMarginMs, this.#forgetAfterMs, this.#gapMs,
+      now,
+      instances,
+      monthKeyTtlMs(month.endMs, now),
+      plan.requestIntervalMs,
+      plan.requestBurst,
+      back.requests,
+      wanted.requests,
+      plan.messageIntervalMs,
+      plan.messageBurst,
+      back.messages,
+      wanted.messages,
+      plan.messagesPerMonth,
+      lease.spentMessages,
+      wanted.messages,
+      plan.ingressBytesPerMonth,
+      lease.spentBytes,
+      wanted.bytes,
+      this.#exact.instanceId(),
+      ++this.#seq,
+      this.#settings.durationMs,
+      this.#reclaimMarginMs,
+      this.#forgetAfterMs,
+      this.#gapMs,
     ];
-    const reply = (await evalScript(this.#redis, LEASE_SHA, LEASE_LUA, [k.requests, k.messages, k.monthMessages, k.monthBytes, k.monthHoldings], args)) as LeaseReply;
+    const reply = (await evalScript(
+      this.#redis,
+      LEASE_SHA,
+      LEASE_LUA,
+      [k.requests, k.messages, k.monthMessages, k.monthBytes, k.monthHoldings],
+      args,
+    )) as LeaseReply;
     // Stale (a newer call of this instance was applied first): it settled nothing and granted nothing.
     if (Number(reply[8]) !== 1) throw new Error('stale lease call');
     // Nothing is spent while a call is in flight, so this answer settled everything up to now.
@@ -343,8 +380,7 @@ export class LeasedLimiter implements EdgeLimiter {
         void this.#giveBack(lease).then(() => {
           if (lease.unsettled && !lease.retired) this.#retrySoon();
         });
-      }
-      else if (now >= lease.requestsReadyAt && now >= lease.messagesReadyAt) {
+      } else if (now >= lease.requestsReadyAt && now >= lease.messagesReadyAt) {
         lease.retired = true;
         this.#leases.delete(id);
       }
@@ -355,10 +391,13 @@ export class LeasedLimiter implements EdgeLimiter {
   #retrySoon(): void {
     // While the breaker keeps Redis out, the next sweep tries again: no retries against a Redis that fails them at once.
     if (this.#retryTimer || !this.#timer || this.#exact.mode() !== 'redis') return;
-    this.#retryTimer = setTimeout(() => {
-      this.#retryTimer = null;
-      this.#sweep();
-    }, Math.min(RETRY_MS, this.#settings.durationMs));
+    this.#retryTimer = setTimeout(
+      () => {
+        this.#retryTimer = null;
+        this.#sweep();
+      },
+      Math.min(RETRY_MS, this.#settings.durationMs),
+    );
     this.#retryTimer.unref();
   }
 }
@@ -366,20 +405,49 @@ export class LeasedLimiter implements EdgeLimiter {
 /** A lease with no slices yet; its traffic averages start at its first request's. */
 function newLease(tenant: Tenant, entry: PlanEntry, first: LimitCost): Lease {
   return {
-    tenant, entry, requests: 0, messages: 0, monthMessages: 0, monthBytes: 0, expiresAt: 0,
-    spentMonth: '', spentMessages: 0, spentBytes: 0, unsettled: false, retired: false, requestsReadyAt: 0, messagesReadyAt: 0, monthExact: false, bucketRemaining: 0, bucketFullAt: 0,
-    traffic: { messagesPerRequest: first.messages, bytesPerRequest: first.ingressBytes }, inflight: null,
+    tenant,
+    entry,
+    requests: 0,
+    messages: 0,
+    monthMessages: 0,
+    monthBytes: 0,
+    expiresAt: 0,
+    spentMonth: '',
+    spentMessages: 0,
+    spentBytes: 0,
+    unsettled: false,
+    retired: false,
+    requestsReadyAt: 0,
+    messagesReadyAt: 0,
+    monthExact: false,
+    bucketRemaining: 0,
+    bucketFullAt: 0,
+    traffic: { messagesPerRequest: first.messages, bytesPerRequest: first.ingressBytes },
+    inflight: null,
   };
 }
 
 function samePlan(a: LimitPlan, b: LimitPlan): boolean {
-  return a.requestIntervalMs === b.requestIntervalMs && a.requestBurst === b.requestBurst && a.messageIntervalMs === b.messageIntervalMs &&
-    a.messageBurst === b.messageBurst && a.messagesPerMonth === b.messagesPerMonth && a.ingressBytesPerMonth === b.ingressBytesPerMonth;
+  return (
+    a.requestIntervalMs === b.requestIntervalMs &&
+    a.requestBurst === b.requestBurst &&
+    a.messageIntervalMs === b.messageIntervalMs &&
+    a.messageBurst === b.messageBurst &&
+    a.messagesPerMonth === b.messagesPerMonth &&
+    a.ingressBytesPerMonth === b.ingressBytesPerMonth
+  );
 }
 
 /** Spends one request's units of live slices, or null when a slice is short or ended. */
 function take(lease: Lease, cost: LimitCost, now: number): Admission | null {
-  if (now >= lease.expiresAt || lease.requests === 0 || lease.messages < cost.messages || lease.monthMessages < cost.messages || lease.monthBytes < cost.ingressBytes) return null;
+  if (
+    now >= lease.expiresAt ||
+    lease.requests === 0 ||
+    lease.messages < cost.messages ||
+    lease.monthMessages < cost.messages ||
+    lease.monthBytes < cost.ingressBytes
+  )
+    return null;
   lease.requests--;
   lease.messages -= cost.messages;
   lease.monthMessages -= cost.messages;
@@ -415,5 +483,8 @@ function refusal(lease: Lease, cost: LimitCost, now: number): Admission {
   const requestWaitMs = requestShort ? Math.max(lease.requestsReadyAt - now, plan.requestIntervalMs) : 0;
   const messageWaitMs = messageShort ? Math.max(lease.messagesReadyAt - now, cost.messages * plan.messageIntervalMs) : 0;
   const cls = classifyRefusal((requestShort ? DIM_REQUESTS : 0) | (messageShort ? DIM_MESSAGES : 0), requestWaitMs, messageWaitMs, now, 0);
-  return refusedAdmission(cls, rateLimitHeaders(lease.entry.policy, lease.requests === 0 ? 0 : lease.bucketRemaining + lease.requests, Math.max(0, lease.bucketFullAt - now)));
+  return refusedAdmission(
+    cls,
+    rateLimitHeaders(lease.entry.policy, lease.requests === 0 ? 0 : lease.bucketRemaining + lease.requests, Math.max(0, lease.bucketFullAt - now)),
+  );
 }

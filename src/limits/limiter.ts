@@ -230,7 +230,15 @@ class MemoryLimiter implements EdgeLimiter {
   async close(): Promise<void> {}
 }
 
-function admitLocally(store: MemoryLimitStore, entry: PlanEntry, input: AdmitInput, now: number, slots: SlotIds, slotTtlMs: number, deny: DenyCache | null): Admission {
+function admitLocally(
+  store: MemoryLimitStore,
+  entry: PlanEntry,
+  input: AdmitInput,
+  now: number,
+  slots: SlotIds,
+  slotTtlMs: number,
+  deny: DenyCache | null,
+): Admission {
   const month = monthWindow(now);
   const slot = input.parkedPoll ? slots.next() : '';
   const d = store.admit(input.tenant.id, entry.plan, input, now, month.id, slot, slotTtlMs);

@@ -64,7 +64,15 @@ export class RedisLimitStore {
    * of the pipeline's CPU, and the client-side cost of a command (ioredis) at about 20 µs. On a
    * Cluster the turn's calls are grouped by the master that serves their tenant's slot.
    */
-  async admit(tenantId: string, plan: LimitPlan, cost: LimitCost, now: number, month: { id: string; endMs: number }, slot: string, slotTtlMs: number): Promise<Decision> {
+  async admit(
+    tenantId: string,
+    plan: LimitPlan,
+    cost: LimitCost,
+    now: number,
+    month: { id: string; endMs: number },
+    slot: string,
+    slotTtlMs: number,
+  ): Promise<Decision> {
     const keys = this.#keysFor(tenantId, month.id);
     const reply = await this.#admitCall(keys, [
       now,
@@ -237,7 +245,11 @@ export class RedisLimitStore {
           const c = calls[i]!;
           const [err, reply] = replies?.[i] ?? [new Error('no reply from Redis'), null];
           if (err === null) answer(c, reply);
-          else if (isNoScript(err)) this.#redis.eval(ADMIT_LUA, c.keys.length, ...c.keys, ...argsOf[i]!).then((r) => answer(c, r), (e: unknown) => fail(c, e));
+          else if (isNoScript(err))
+            this.#redis.eval(ADMIT_LUA, c.keys.length, ...c.keys, ...argsOf[i]!).then(
+              (r) => answer(c, r),
+              (e: unknown) => fail(c, e),
+            );
           else fail(c, err);
         }
       },

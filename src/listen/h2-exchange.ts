@@ -73,7 +73,8 @@ export class H2Response {
   }
 
   setHeader(name: string, value: string): this {
-    (this.#pending ??= {})[name] = value;
+    this.#pending ??= {};
+    this.#pending[name] = value;
     return this;
   }
 

@@ -41,7 +41,10 @@ export function readBody(req: EdgeRequest, limit: number, budget: { account: Bod
     };
     const onEnd = () => settle(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
     const onError = () => settle(edgeError('invalid_request', 'request body aborted'));
-    const deadline = budget === null ? undefined : setTimeout(() => settle(edgeError('request_timeout', `request body not received within ${budget.deadlineMs} ms`)), budget.deadlineMs);
+    const deadline =
+      budget === null
+        ? undefined
+        : setTimeout(() => settle(edgeError('request_timeout', `request body not received within ${budget.deadlineMs} ms`)), budget.deadlineMs);
     req.on('data', onData);
     req.on('end', onEnd);
     req.on('error', onError);

@@ -92,11 +92,7 @@ export function listenerTimeouts(server: ServerConfig): ListenerTimeouts {
 }
 
 /** Creates the configured listeners (not yet bound); loads or generates the TLS certificates first. */
-export async function createListeners(
-  server: ServerConfig,
-  handlers: { edge: RequestHandler; admin: H1Handler },
-  deps: { log: Logger },
-): Promise<Listeners> {
+export async function createListeners(server: ServerConfig, handlers: { edge: RequestHandler; admin: H1Handler }, deps: { log: Logger }): Promise<Listeners> {
   const certs = server.https.port === null ? null : await CertificateSet.load(server.https, { log: deps.log });
   return new EdgeListeners(server, handlers, deps.log, certs);
 }
@@ -236,11 +232,14 @@ class EdgeListeners implements Listeners {
     // With allowHTTP1, 'request' carries only HTTP/1.1 requests (http's own objects), once the
     // h2 streams are taken off the compatibility layer below.
     const h1: H1Handler = handler;
-    const server = http2.createSecureServer({
-      ...tlsOptions,
-      allowHTTP1: true,
-      settings: { maxConcurrentStreams: ADVERTISED_CONCURRENT_STREAMS, maxHeaderListSize: MAX_HEADER_BYTES },
-    }, h1 as unknown as Parameters<typeof http2.createSecureServer>[1]);
+    const server = http2.createSecureServer(
+      {
+        ...tlsOptions,
+        allowHTTP1: true,
+        settings: { maxConcurrentStreams: ADVERTISED_CONCURRENT_STREAMS, maxHeaderListSize: MAX_HEADER_BYTES },
+      },
+      h1 as unknown as Parameters<typeof http2.createSecureServer>[1],
+    );
     // The h1 fallback needs the 'request' listener above, and adding one makes Node serve every h2
     // stream through its compatibility objects too; h2 streams are served on the stream API instead.
     server.removeAllListeners('stream');
@@ -318,7 +317,11 @@ function http1Options(t: ListenerTimeouts): http.ServerOptions {
  * indefinitely. A stream's errors (a reset, a protocol error) end it: they are logged, never thrown.
  * A stream beyond MAX_CONCURRENT_STREAMS of its session is refused alone (REFUSED_STREAM).
  */
-function h2Streams(handler: RequestHandler, t: ListenerTimeouts, log: Logger): (stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, rawHeaders: string[]) => void {
+function h2Streams(
+  handler: RequestHandler,
+  t: ListenerTimeouts,
+  log: Logger,
+): (stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, rawHeaders: string[]) => void {
   const onError = (err: Error): void => log.debug({ err }, 'HTTP/2 stream error');
   const served = new WeakMap<Http2Session, number>();
   return (stream, headers, _flags, rawHeaders) => {

@@ -136,7 +136,10 @@ export class CertificateSet {
     let generated: KeyPair | null = null;
     if (def === null) {
       generated = await generateSelfSigned();
-      options.log.warn({ names: SELF_SIGNED_NAMES }, 'no server.https.cert configured: serving a generated self-signed certificate that clients will not trust');
+      options.log.warn(
+        { names: SELF_SIGNED_NAMES },
+        'no server.https.cert configured: serving a generated self-signed certificate that clients will not trust',
+      );
     }
     const set = new CertificateSet(options, { default: def, sni, ca }, generated);
     for (const slot of set.#slots()) if (slot !== ca) warnIfExpired(options.log, slot.label, slot.current[0]!);
@@ -191,15 +194,17 @@ export class CertificateSet {
       this.#again = true;
       return this.#reloading;
     }
-    this.#reloading = this.#reloadOnce().catch((err: unknown) => {
-      this.#log.error({ err }, 'TLS certificate reload failed');
-    }).finally(() => {
-      this.#reloading = null;
-      if (this.#again) {
-        this.#again = false;
-        void this.reload();
-      }
-    });
+    this.#reloading = this.#reloadOnce()
+      .catch((err: unknown) => {
+        this.#log.error({ err }, 'TLS certificate reload failed');
+      })
+      .finally(() => {
+        this.#reloading = null;
+        if (this.#again) {
+          this.#again = false;
+          void this.reload();
+        }
+      });
     return this.#reloading;
   }
 
@@ -234,12 +239,17 @@ export class CertificateSet {
   /** Whether any file's identity (inode, size, mtime; symlinks followed) changed since the last poll. */
   async #statChanged(files: string[]): Promise<boolean> {
     let changed = false;
-    await Promise.all(files.map(async (f) => {
-      const sig = await stat(f).then((s) => `${s.ino}:${s.size}:${s.mtimeMs}`, () => 'missing');
-      const before = this.#stats.get(f);
-      this.#stats.set(f, sig);
-      if (before !== undefined && before !== sig) changed = true;
-    }));
+    await Promise.all(
+      files.map(async (f) => {
+        const sig = await stat(f).then(
+          (s) => `${s.ino}:${s.size}:${s.mtimeMs}`,
+          () => 'missing',
+        );
+        const before = this.#stats.get(f);
+        this.#stats.set(f, sig);
+        if (before !== undefined && before !== sig) changed = true;
+      }),
+    );
     return changed;
   }
 
@@ -276,10 +286,9 @@ export class CertificateSet {
   /** SNI contexts carry the client CA too: after an SNI switch, OpenSSL verifies against the chosen context's store. */
   #buildSni(): SniTable<SecureContext> {
     const ca = this.#caSlot?.current[0];
-    return buildSniTable(this.#sniSlots.map((s) => [
-      s.servername!,
-      createSecureContext({ cert: s.current[0], key: s.current[1], ca, minVersion: MIN_TLS_VERSION }),
-    ] as const));
+    return buildSniTable(
+      this.#sniSlots.map((s) => [s.servername!, createSecureContext({ cert: s.current[0], key: s.current[1], ca, minVersion: MIN_TLS_VERSION })] as const),
+    );
   }
 }
 

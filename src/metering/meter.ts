@@ -158,7 +158,10 @@ export class Meter implements UsageRecorder {
       if (!(await this.flush())) await new Promise((r) => setTimeout(r, pauseMs));
     }
     if (this.#batch || this.#pending.size > 0) {
-      this.#log.error({ batch: this.#batch?.seq ?? null, tenants: [...new Set([...this.#pending.keys(), ...(this.#batch?.data.keys() ?? [])])] }, 'metering: usage not flushed at shutdown is lost');
+      this.#log.error(
+        { batch: this.#batch?.seq ?? null, tenants: [...new Set([...this.#pending.keys(), ...(this.#batch?.data.keys() ?? [])])] },
+        'metering: usage not flushed at shutdown is lost',
+      );
     }
   }
 

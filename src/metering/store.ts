@@ -81,9 +81,10 @@ class RedisUsageStore implements UsageStore {
   constructor(shared: RedisClient, prefix: string) {
     // Its own connection: a flush never queues behind (or ahead of) the limiter's EVALSHA, and it
     // may take longer than the limiter's fail-fast command timeout.
-    const redis = shared instanceof Cluster
-      ? shared.duplicate(undefined, { redisOptions: { ...shared.options.redisOptions, commandTimeout: COMMAND_TIMEOUT_MS } })
-      : (shared as Redis).duplicate({ commandTimeout: COMMAND_TIMEOUT_MS });
+    const redis =
+      shared instanceof Cluster
+        ? shared.duplicate(undefined, { redisOptions: { ...shared.options.redisOptions, commandTimeout: COMMAND_TIMEOUT_MS } })
+        : (shared as Redis).duplicate({ commandTimeout: COMMAND_TIMEOUT_MS });
     redis.on('error', () => {});
     redis.defineCommand('qeUsageApply', { lua: APPLY_LUA });
     this.#redis = redis;

@@ -32,7 +32,8 @@ export function urlHost(u: URL): string {
     const [hi, lo] = [parseInt(mapped[1]!, 16), parseInt(mapped[2]!, 16)];
     host = `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`;
   }
-  const loopback = host === 'localhost' || host.endsWith('.localhost') || (isIPv4(host) && LOOPBACK.check(host, 'ipv4')) || (isIPv6(bare) && LOOPBACK.check(bare, 'ipv6'));
+  const loopback =
+    host === 'localhost' || host.endsWith('.localhost') || (isIPv4(host) && LOOPBACK.check(host, 'ipv4')) || (isIPv6(bare) && LOOPBACK.check(bare, 'ipv6'));
   return loopback ? 'loopback' : host;
 }
 

@@ -8,13 +8,7 @@ export type { Logger };
 export type LogFormat = 'auto' | 'json' | 'pretty';
 
 /** Paths that must never reach a log line. */
-const REDACT = [
-  'req.headers.authorization',
-  'req.headers.cookie',
-  'headers.authorization',
-  'headers.cookie',
-  'res.headers["set-cookie"]',
-];
+const REDACT = ['req.headers.authorization', 'req.headers.cookie', 'headers.authorization', 'headers.cookie', 'res.headers["set-cookie"]'];
 
 /**
  * Lines are written to stdout in batches of this many bytes, or every LOG_FLUSH_MS, whichever
@@ -79,7 +73,11 @@ function loadPretty(): PrettyFactory | null {
 }
 
 /** The process's logger as the `log:` section asks, on stdout (a pretty one on `prettyOut` when given: tests). */
-export function processLogger(cfg: { level: string; format: LogFormat } & LineStyle, isTty = process.stdout.isTTY === true, prettyOut?: NodeJS.WritableStream): Logger {
+export function processLogger(
+  cfg: { level: string; format: LogFormat } & LineStyle,
+  isTty = process.stdout.isTTY === true,
+  prettyOut?: NodeJS.WritableStream,
+): Logger {
   const style: LineStyle = { ...(cfg.time ? { time: cfg.time } : {}), ...(cfg.levelNames ? { levelNames: true } : {}) };
   if (resolveLogFormat(cfg.format, isTty) === 'json') return createLogger(cfg.level, undefined, style);
   const pretty = loadPretty();
@@ -89,7 +87,13 @@ export function processLogger(cfg: { level: string; format: LogFormat } & LineSt
     return log;
   }
   // One line per entry: a request's fields are one sentence (access-log.ts), others follow on the line.
-  const human = pretty({ colorize: isTty, translateTime: 'SYS:HH:MM:ss.l', ignore: 'pid,hostname', singleLine: true, ...(prettyOut ? { destination: prettyOut } : {}) });
+  const human = pretty({
+    colorize: isTty,
+    translateTime: 'SYS:HH:MM:ss.l',
+    ignore: 'pid,hostname',
+    singleLine: true,
+    ...(prettyOut ? { destination: prettyOut } : {}),
+  });
   (human as unknown as Record<symbol, boolean>)[HUMAN_DESTINATION] = true;
   return createLogger(cfg.level, human);
 }

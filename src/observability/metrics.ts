@@ -22,7 +22,15 @@ export interface RequestMetrics {
    * One finished request. tenant/route null when unknown at refusal; status 0 when no response
    * started; upstreamMs 0 when nothing was forwarded.
    */
-  request(tenantId: string | null, route: string | null, status: number, code: ErrorCode | null, totalMs: number, upstreamMs: number, limit: LimitOutcome): void;
+  request(
+    tenantId: string | null,
+    route: string | null,
+    status: number,
+    code: ErrorCode | null,
+    totalMs: number,
+    upstreamMs: number,
+    limit: LimitOutcome,
+  ): void;
   /** A parked (wait=true) pop started (+1) or ended (-1). */
   parked(tenantId: string, delta: 1 | -1): void;
 }
@@ -38,7 +46,11 @@ export interface MetricSources {
   usage(): ReadonlyMap<string, UsageTotals>;
   flush(): { readonly flushes: number; readonly failures: number; readonly lagMs: number };
   /** Configuration reloads (reloads.ts); absent: the reload families stay empty. */
-  reloads?(): { readonly lastAtMs: number; readonly last: { readonly result: 'applied' | 'refused' } | null; readonly counts: Readonly<Record<'applied' | 'refused', number>> };
+  reloads?(): {
+    readonly lastAtMs: number;
+    readonly last: { readonly result: 'applied' | 'refused' } | null;
+    readonly counts: Readonly<Record<'applied' | 'refused', number>>;
+  };
 }
 
 /** A tenant's metered totals as the usage counters read them. */
@@ -176,8 +188,16 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
       });
     },
   });
-  const overhead = new RouteHistogram('queen_edge_proxy_overhead_seconds', 'Time spent in the edge per request (total minus upstream), by route name.', LATENCY_BUCKETS);
-  const upstream = new RouteHistogram('queen_edge_upstream_duration_seconds', 'Time from dispatch to the last relayed byte of forwarded requests, by route name.', LATENCY_BUCKETS);
+  const overhead = new RouteHistogram(
+    'queen_edge_proxy_overhead_seconds',
+    'Time spent in the edge per request (total minus upstream), by route name.',
+    LATENCY_BUCKETS,
+  );
+  const upstream = new RouteHistogram(
+    'queen_edge_upstream_duration_seconds',
+    'Time from dispatch to the last relayed byte of forwarded requests, by route name.',
+    LATENCY_BUCKETS,
+  );
   // prom-client's typings declare a numeric metric type its registry never uses (it reads the string).
   registry.registerMetric(overhead as unknown as Parameters<Registry['registerMetric']>[0]);
   registry.registerMetric(upstream as unknown as Parameters<Registry['registerMetric']>[0]);

@@ -7,9 +7,31 @@
 import type { RouteSpec } from '../routes/table.js';
 import type { Exchange } from './exchange.js';
 import {
-  actingTenant, admit, authenticate, authorize, body, contentEncoding, cors, forward, gates, headsInFlight, health, hostTenant,
-  noBody, preAdmit, publicRateLimit, publicTenant, query, route, singleHeaders, storage, ANSWERED, CONTINUE,
-  type Parts, type Stage, type StageResult,
+  actingTenant,
+  admit,
+  authenticate,
+  authorize,
+  body,
+  contentEncoding,
+  cors,
+  forward,
+  gates,
+  headsInFlight,
+  health,
+  hostTenant,
+  noBody,
+  preAdmit,
+  publicRateLimit,
+  publicTenant,
+  query,
+  route,
+  singleHeaders,
+  storage,
+  ANSWERED,
+  CONTINUE,
+  type Parts,
+  type Stage,
+  type StageResult,
 } from './stages.js';
 
 /** Before the route is known. */
@@ -20,7 +42,18 @@ export const PUBLIC_STAGES: readonly Stage[] = [publicTenant, publicRateLimit, n
 
 /** A tenant's route, forwarded to one of its brokers; `storage` only on routes that write. */
 export const TENANT_STAGES: readonly Stage[] = [
-  authenticate, actingTenant, authorize, gates, query, contentEncoding, preAdmit, headsInFlight, body, storage, admit, forward,
+  authenticate,
+  actingTenant,
+  authorize,
+  gates,
+  query,
+  contentEncoding,
+  preAdmit,
+  headsInFlight,
+  body,
+  storage,
+  admit,
+  forward,
 ];
 
 const compiled = new WeakMap<RouteSpec, readonly Stage[]>();

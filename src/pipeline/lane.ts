@@ -5,12 +5,7 @@ import type { RouteSpec } from '../routes/table.js';
 import { popNamespaceLaneKey, popQueueLaneKey, pushLaneKey } from '../upstream/lane-key.js';
 import type { Lane } from '../upstream/proxy.js';
 
-export function laneOf(
-  route: RouteSpec,
-  params: Readonly<Record<string, string | undefined>>,
-  query: QueryFacts,
-  facts: BodyFacts | null,
-): Lane {
+export function laneOf(route: RouteSpec, params: Readonly<Record<string, string | undefined>>, query: QueryFacts, facts: BodyFacts | null): Lane {
   switch (route.lane) {
     case 'pop-queue':
       return { key: popQueueLaneKey(params.queue ?? '', params.partition, query.values), leaseId: null };

@@ -110,7 +110,9 @@ export type Stage = (x: Exchange, p: Parts) => StageResult | Promise<StageResult
 export function singleHeaders(x: Exchange): StageResult {
   const dup = duplicatedSingleton(x.req.rawHeaders);
   if (dup === null) return CONTINUE;
-  return dup === 'authorization' ? edgeError('unauthorized', 'more than one Authorization header') : edgeError('invalid_request', `more than one ${dup} header`);
+  return dup === 'authorization'
+    ? edgeError('unauthorized', 'more than one Authorization header')
+    : edgeError('invalid_request', `more than one ${dup} header`);
 }
 
 export function hostTenant(x: Exchange, p: Parts): StageResult {
@@ -259,10 +261,13 @@ export function headsInFlight(x: Exchange, p: Parts): StageResult {
   }
   const pre = x.endHead;
   const flight = x.hold(inFlight);
-  x.endHead = pre === NO_RELEASE ? flight : () => {
-    flight();
-    pre();
-  };
+  x.endHead =
+    pre === NO_RELEASE
+      ? flight
+      : () => {
+          flight();
+          pre();
+        };
   return CONTINUE;
 }
 
@@ -319,7 +324,8 @@ function bodyFacts(x: Exchange, read: Buffer): StageResult {
   x.requestMessages = parsed.messages;
   x.requestAcks = parsed.acks;
   const maxBatch = x.tenant!.limits.maxBatch;
-  if (kind !== 'ack' && parsed.messages > maxBatch) return edgeError('invalid_request', `push of ${parsed.messages} items exceeds the plan's maximum of ${maxBatch}`);
+  if (kind !== 'ack' && parsed.messages > maxBatch)
+    return edgeError('invalid_request', `push of ${parsed.messages} items exceeds the plan's maximum of ${maxBatch}`);
   return CONTINUE;
 }
 

@@ -35,7 +35,12 @@ export function connectRedis(cfg: RedisTarget): RedisClient | null {
   if (cfg.cluster.length > 0) {
     // The slot map is refreshed every second, so after a failover admits find the promoted replica
     // quickly even when no MOVED reply tells them (docs/redis.md).
-    client = new Cluster([...cfg.cluster], { enableOfflineQueue: false, clusterRetryStrategy: reconnectDelay, slotsRefreshInterval: 1000, redisOptions: common });
+    client = new Cluster([...cfg.cluster], {
+      enableOfflineQueue: false,
+      clusterRetryStrategy: reconnectDelay,
+      slotsRefreshInterval: 1000,
+      redisOptions: common,
+    });
   } else if (cfg.url) {
     client = new Redis(cfg.url, { ...common, enableOfflineQueue: false, retryStrategy: reconnectDelay });
   } else {

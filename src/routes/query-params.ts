@@ -139,7 +139,9 @@ function decode(s: string): string | null {
 /** One parameter's value normalised to the form forwarded, or a refusal naming it. */
 function canonical(name: string, kind: ParamKind, raw: string): string | EdgeError {
   if (kind === 'string') {
-    return raw.length > MAX_QUERY_VALUE_LENGTH ? edgeError('invalid_request', `query parameter "${name}" is longer than ${MAX_QUERY_VALUE_LENGTH} characters`) : raw;
+    return raw.length > MAX_QUERY_VALUE_LENGTH
+      ? edgeError('invalid_request', `query parameter "${name}" is longer than ${MAX_QUERY_VALUE_LENGTH} characters`)
+      : raw;
   }
   if (kind === 'bool') {
     return raw === 'true' || raw === 'false' ? raw : edgeError('invalid_request', `query parameter "${name}" must be true or false`);

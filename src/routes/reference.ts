@@ -42,13 +42,15 @@ export function renderReference(routes: readonly RouteSpec[]): string {
     if (subtrees.has(`${r.name} ${r.path}`)) continue;
     const path = displayPath(r.path);
     const methods = r.exposure === 'tenant' ? r.methods.join(', ') : 'any';
-    lines.push(`| ${methods} | \`${path}\` | ${r.name} | ${accessCell(r)} | ${r.feature ?? ''} | ${r.lane === 'none' ? '' : r.lane} | ${r.meter === 'none' ? '' : r.meter} | ${BROKER_CELL[r.broker]} |`);
+    lines.push(
+      `| ${methods} | \`${path}\` | ${r.name} | ${accessCell(r)} | ${r.feature ?? ''} | ${r.lane === 'none' ? '' : r.lane} | ${r.meter === 'none' ? '' : r.meter} | ${BROKER_CELL[r.broker]} |`,
+    );
   }
   lines.push(
     '',
     '## Query parameters',
     '',
-    'The edge forwards a query it rebuilt from the parameters it read, never the client\'s bytes:',
+    "The edge forwards a query it rebuilt from the parameters it read, never the client's bytes:",
     'each declared name at most once, values percent-encoded, names shortest first (Queen brokers',
     'read a parameter by searching the raw query for its first `name=`). A name a route does not',
     'declare is refused with `400 invalid_request` naming it; `queryAllow:` in the config adds names',
@@ -62,7 +64,11 @@ export function renderReference(routes: readonly RouteSpec[]): string {
     '|---|---|',
   );
   for (const [name, params] of Object.entries(QUERY_PARAMS)) {
-    lines.push(`| ${name} | ${Object.entries(params).map(([p, kind]) => `\`${p}\` ${kind}`).join(', ')} |`);
+    lines.push(
+      `| ${name} | ${Object.entries(params)
+        .map(([p, kind]) => `\`${p}\` ${kind}`)
+        .join(', ')} |`,
+    );
   }
   lines.push('', '## Error codes', '', 'Every refusal is `{"error":"<message>","code":"<code>"}`.', '', '| Status | Code | Default message |', '|---|---|---|');
   for (const [code, { status, message }] of Object.entries(ERROR_CATALOGUE)) lines.push(`| ${status} | \`${code}\` | ${message} |`);

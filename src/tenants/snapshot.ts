@@ -133,7 +133,12 @@ export function buildSnapshot(file: FileDirectory, records: RedisRecords, previo
   const fromFile = new Map<string, RawTenant>();
   for (const [id, raw] of Object.entries(file.tenants)) {
     const problems = check(id, raw);
-    if (problems.length > 0) reject(`tenant:${id}`, 'file', problems.map((p) => `tenants.${id}.${p}`));
+    if (problems.length > 0)
+      reject(
+        `tenant:${id}`,
+        'file',
+        problems.map((p) => `tenants.${id}.${p}`),
+      );
     else if (!records.deleted.has(id)) fromFile.set(id, raw);
   }
   const fromRedis = new Map<string, RawTenant>();
@@ -160,9 +165,11 @@ export function buildSnapshot(file: FileDirectory, records: RedisRecords, previo
       if (shared) return shared;
     }
     if (raw.auth) {
-      if (file.auth && sameTrust(raw.auth, file.auth)) return 'auth: trusts the same tokens as the global auth settings (same key, no distinct issuer or audience)';
+      if (file.auth && sameTrust(raw.auth, file.auth))
+        return 'auth: trusts the same tokens as the global auth settings (same key, no distinct issuer or audience)';
       for (const [other, t] of inForce) {
-        if (other !== id && t.auth && sameTrust(raw.auth, t.auth)) return `auth: trusts the same tokens as tenant "${other}" (same key, no distinct issuer or audience)`;
+        if (other !== id && t.auth && sameTrust(raw.auth, t.auth))
+          return `auth: trusts the same tokens as tenant "${other}" (same key, no distinct issuer or audience)`;
       }
     }
     return undefined;

@@ -156,7 +156,11 @@ class Directory implements TenantStore {
     const status = { ...r.status };
     delete status[id];
     const k = this.#keys;
-    await this.#commit({ ...r, tenants, deleted, status }, (redis) => redis.multi().del(k.tenant(id)).srem(k.tenants, id).srem(k.deleted, id).hdel(k.status, id).exec(), `tenant:${id}`);
+    await this.#commit(
+      { ...r, tenants, deleted, status },
+      (redis) => redis.multi().del(k.tenant(id)).srem(k.tenants, id).srem(k.deleted, id).hdel(k.status, id).exec(),
+      `tenant:${id}`,
+    );
     return { ok: true };
   }
 
@@ -260,10 +264,16 @@ class Directory implements TenantStore {
     if (refused) return refused.conflict ? { ok: false, problems: refused.problems, conflict: true } : { ok: false, problems: refused.problems };
     // Among records the lower id wins a clash, so a new record could push a tenant in force out of
     // the directory (or back to its file version): such a write is a conflict too.
-    const displaced = trial.rejected.find((x) => x.kind === 'tenant' && x.id !== id && x.conflict && trial.snapshot.byId.get(x.id) !== this.#snap.byId.get(x.id));
+    const displaced = trial.rejected.find(
+      (x) => x.kind === 'tenant' && x.id !== id && x.conflict && trial.snapshot.byId.get(x.id) !== this.#snap.byId.get(x.id),
+    );
     if (displaced) return { ok: false, problems: displaced.problems.map((p) => `would displace tenant "${displaced.id}": ${p}`), conflict: true };
     const k = this.#keys;
-    await this.#commit(next, (redis) => redis.multi().set(k.tenant(id), text).sadd(k.tenants, id).srem(k.deleted, id).hdel(k.status, id).exec(), `tenant:${id}`);
+    await this.#commit(
+      next,
+      (redis) => redis.multi().set(k.tenant(id), text).sadd(k.tenants, id).srem(k.deleted, id).hdel(k.status, id).exec(),
+      `tenant:${id}`,
+    );
     return { ok: true };
   }
 
@@ -279,7 +289,11 @@ class Directory implements TenantStore {
     const storage = { ...r.storage };
     delete storage[id];
     const next = { ...r, tenants, deleted: new Set(r.deleted).add(id), status, storage };
-    await this.#commit(next, (redis) => redis.multi().del(k.tenant(id)).srem(k.tenants, id).sadd(k.deleted, id).hdel(k.status, id).hdel(k.storage, id).exec(), `tenant:${id}`);
+    await this.#commit(
+      next,
+      (redis) => redis.multi().del(k.tenant(id)).srem(k.tenants, id).sadd(k.deleted, id).hdel(k.status, id).hdel(k.storage, id).exec(),
+      `tenant:${id}`,
+    );
     return existed;
   }
 

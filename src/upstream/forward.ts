@@ -72,14 +72,7 @@ const DROPPED_RESPONSE_HEADERS: ReadonlySet<string> = new Set([
   'x-request-id',
 ]);
 
-const CONNECT_CODES: ReadonlySet<string> = new Set([
-  'ECONNREFUSED',
-  'ENOTFOUND',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-  'EAI_AGAIN',
-  'UND_ERR_CONNECT_TIMEOUT',
-]);
+const CONNECT_CODES: ReadonlySet<string> = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN', 'UND_ERR_CONNECT_TIMEOUT']);
 
 /** The one mapping from transport errors to failure kinds (as Caddy's statusError does). */
 export function classifyUpstreamError(err: unknown): UpstreamFailure {
@@ -125,11 +118,12 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
     // A streamed body is metered as undici writes it to the broker's socket, so an upload cut short
     // counts what the broker got, not what the client declared. Only streamed bodies get the
     // callback (no closure for the rest); undici passes the chunk, its typings say a size.
-    const bodySent = req.body !== null && !Buffer.isBuffer(req.body)
-      ? (sent: number | Uint8Array) => {
-          rec.bytesIn += typeof sent === 'number' ? sent : sent.byteLength;
-        }
-      : undefined;
+    const bodySent =
+      req.body !== null && !Buffer.isBuffer(req.body)
+        ? (sent: number | Uint8Array) => {
+            rec.bytesIn += typeof sent === 'number' ? sent : sent.byteLength;
+          }
+        : undefined;
 
     // Runs before the response ends, so the upstream time is in `rec` before finish/close fire.
     const finish = () => {

@@ -116,7 +116,8 @@ function probeFailure(err: unknown, timeoutMs: number): string {
   const e = err as { name?: string; code?: string; cause?: { code?: string }; message?: string };
   const code = e.code ?? e.cause?.code;
   if (code === 'ECONNREFUSED') return 'connection refused';
-  if (e.name === 'TimeoutError' || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT') return `timeout (${timeoutMs} ms)`;
+  if (e.name === 'TimeoutError' || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT')
+    return `timeout (${timeoutMs} ms)`;
   if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return 'host not found';
   return code ?? e.message ?? String(err);
 }

@@ -14,7 +14,7 @@ export type MaintenanceSwitch = 'push' | 'pop';
 /** One broker's switches as it reported them, or why it could not be asked. */
 export type BrokerMaintenanceState =
   | { readonly url: string; readonly maintenance: boolean; readonly popMaintenance: boolean }
-  | { readonly url: string; readonly error: string; /** The broker's HTTP status when it answered with something else than 200. */ readonly status?: number };
+  | { readonly url: string; readonly error: string /** The broker's HTTP status when it answered with something else than 200. */; readonly status?: number };
 
 export interface BrokerMaintenance {
   /** Both switches of `url`, a broker of `tenantId`. Never rejects. */
@@ -27,7 +27,10 @@ const PATHS: Record<MaintenanceSwitch, string> = { push: '/api/v1/system/mainten
 
 /** The broker answered, with a status other than 200: it is up but refused or lacks the route. */
 class BrokerAnswered extends Error {
-  constructor(readonly status: number, message: string) {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
     super(message);
   }
 }

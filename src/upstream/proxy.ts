@@ -82,7 +82,12 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
   function afterResponse(x: ProxyExchange, broker: string, meter: AnswerMeter, learnsLease: boolean): void {
     meter.end((outcome) => {
       if (outcome.problem !== null) {
-        log.warn({ broker, problem: outcome.problem }, outcome.problem === 'undecodable' ? 'metering: answer in a content coding the edge cannot decode; metered from the request' : 'metering: answer cut or not JSON; nothing metered from it');
+        log.warn(
+          { broker, problem: outcome.problem },
+          outcome.problem === 'undecodable'
+            ? 'metering: answer in a content coding the edge cannot decode; metered from the request'
+            : 'metering: answer cut or not JSON; nothing metered from it',
+        );
         // Undecodable: the broker acted; its pushes and acks are counted from the request.
         if (outcome.problem === 'undecodable') x.answerLost = true;
       } else if (learnsLease && outcome.facts.leaseId !== null) clusters.learnLease(outcome.facts.leaseId, broker);
@@ -137,7 +142,8 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
         if (!(result.failure === 'timeout' && req.parked)) clusters.reportFailure(broker, result.failure === 'protocol' ? 'reset' : result.failure);
         if (result.status !== 0) return null;
         if (result.failure === 'connect' && !result.sent && !clientGone(res)) {
-          (tried ??= new Set()).add(broker);
+          tried ??= new Set();
+          tried.add(broker);
           broker = clusters.pick(tenant, lane.key, tried);
           continue;
         }

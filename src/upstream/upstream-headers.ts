@@ -16,7 +16,8 @@ const FORWARDED: readonly string[] = ['content-type', 'accept'];
 /** W3C Trace Context `traceparent`: version, trace-id, parent-id, flags; a future version may append fields. */
 const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-.*)?$/;
 /** One `tracestate` list member: simple or multi-tenant key, `=`, a value of printable ASCII without `,` or `=`. */
-const TRACESTATE_MEMBER = /^(?:[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13})=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]$/;
+const TRACESTATE_MEMBER =
+  /^(?:[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13})=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]$/;
 const TRACESTATE_MAX_MEMBERS = 32;
 const TRACESTATE_MAX_LENGTH = 512;
 

@@ -34,7 +34,13 @@ afterAll(async () => {
   r.disconnect();
 });
 
-const BETA = { plan: 'test', hosts: ['beta.localhost'], brokers: ['http://127.0.0.1:1'], cors: { origins: ['https://beta.example'] }, limits: { maxBatch: 10 } };
+const BETA = {
+  plan: 'test',
+  hosts: ['beta.localhost'],
+  brokers: ['http://127.0.0.1:1'],
+  cors: { origins: ['https://beta.example'] },
+  limits: { maxBatch: 10 },
+};
 
 describe('admin API authentication', () => {
   it('401 unauthorized without a token, with a wrong one, or with another scheme', async () => {
@@ -67,7 +73,14 @@ describe('admin API routes', () => {
     expect(list.status).toBe(200);
     expect(list.json.tenants.map((t: { id: string }) => t.id)).toContain('acme');
     const one = await admin(a, 'GET', '/admin/v1/tenants/acme');
-    expect(one.json).toMatchObject({ id: 'acme', status: 'active', plan: 'test', hosts: ['acme.localhost'], cors: { origins: ['https://app.example.com', 'https://*.acme.dev'] }, limits: {} });
+    expect(one.json).toMatchObject({
+      id: 'acme',
+      status: 'active',
+      plan: 'test',
+      hosts: ['acme.localhost'],
+      cors: { origins: ['https://app.example.com', 'https://*.acme.dev'] },
+      limits: {},
+    });
     expect((await admin(a, 'GET', '/admin/v1/tenants/nope')).status).toBe(404);
   });
 
@@ -119,7 +132,11 @@ describe('admin API routes', () => {
     const put = await admin(a, 'PUT', '/admin/v1/plans/test', { body: { ...TEST_PLAN, features: ['kv'] } });
     expect(put.status).toBe(200);
     expect(put.json.features).toEqual(['kv']);
-    await waitFor(async () => ((await call(b, 'GET', '/api/v1/kv/k1', { token: tok })).json as { code?: string } | undefined)?.code !== 'feature_gated', 1000, 'kv allowed on the other instance');
+    await waitFor(
+      async () => ((await call(b, 'GET', '/api/v1/kv/k1', { token: tok })).json as { code?: string } | undefined)?.code !== 'feature_gated',
+      1000,
+      'kv allowed on the other instance',
+    );
     expect(forwarded(broker).some((r) => r.path === '/api/v1/kv/k1')).toBe(true);
     await admin(a, 'PUT', '/admin/v1/plans/test', { body: TEST_PLAN });
     expect((await admin(a, 'GET', '/admin/v1/plans/none')).status).toBe(404);
@@ -129,7 +146,11 @@ describe('admin API routes', () => {
     const tok = await token({ roles: ['read-write'], tenant: 'acme' });
     const s = await admin(a, 'POST', '/admin/v1/tenants/acme/suspend');
     expect(s.json.status).toBe('suspended');
-    await waitFor(async () => ((await call(b, 'GET', '/api/v1/pop/queue/q', { token: tok })).json as { code?: string } | undefined)?.code === 'cluster_suspended', 1000, 'suspended on b');
+    await waitFor(
+      async () => ((await call(b, 'GET', '/api/v1/pop/queue/q', { token: tok })).json as { code?: string } | undefined)?.code === 'cluster_suspended',
+      1000,
+      'suspended on b',
+    );
     expect((await admin(a, 'POST', '/admin/v1/tenants/acme/resume')).json.status).toBe('active');
     await waitFor(async () => (await call(b, 'GET', '/api/v1/pop/queue/q', { token: tok })).status === 204, 1000, 'resumed on b');
     expect((await admin(a, 'POST', '/admin/v1/tenants/nope/suspend')).status).toBe(404);
@@ -139,7 +160,13 @@ describe('admin API routes', () => {
     const tok = await token({ roles: ['read-write'], tenant: 'acme' });
     const r = await admin(a, 'PUT', '/admin/v1/tenants/acme/storage', { body: { usedBytes: TEST_PLAN.storageBytes * 2 } });
     expect(r.json.storage).toEqual({ usedBytes: TEST_PLAN.storageBytes * 2, blocked: true });
-    await waitFor(async () => ((await call(b, 'POST', '/api/v1/push', { token: tok, body: { items: [{ queue: 'q', payload: 1 }] } })).json as { code?: string } | undefined)?.code === 'storage_quota_exceeded', 1000, 'blocked on b');
+    await waitFor(
+      async () =>
+        ((await call(b, 'POST', '/api/v1/push', { token: tok, body: { items: [{ queue: 'q', payload: 1 }] } })).json as { code?: string } | undefined)?.code ===
+        'storage_quota_exceeded',
+      1000,
+      'blocked on b',
+    );
     await admin(a, 'PUT', '/admin/v1/tenants/acme/storage', { body: { usedBytes: 0 } });
   });
 
@@ -151,7 +178,9 @@ describe('admin API routes', () => {
     expect(all.json).toEqual({ from: '2020-01-01T00:00:00.000Z', to: '2020-02-01T00:00:00.000Z', tenants: [{ tenant: 'acme', total: u.json.total }] });
     expect((await admin(a, 'GET', '/admin/v1/usage?from=2020-02-01T00:00:00Z&to=2020-01-01T00:00:00Z')).json.code).toBe('invalid_request');
     const brokers = await admin(a, 'GET', '/admin/v1/brokers');
-    expect(brokers.json.clusters).toEqual([expect.objectContaining({ tenant: 'acme', brokers: [expect.objectContaining({ url: broker.url, healthy: true })] })]);
+    expect(brokers.json.clusters).toEqual([
+      expect.objectContaining({ tenant: 'acme', brokers: [expect.objectContaining({ url: broker.url, healthy: true })] }),
+    ]);
     expect((await admin(a, 'GET', '/admin/v1/nothing')).status).toBe(404);
   });
 });

@@ -16,7 +16,9 @@ let h: EdgeHarness;
 
 beforeAll(async () => {
   broker = await startBrokerDouble({ name: 'b1' });
-  h = await startEdge(testConfig([broker.url], { redis: { url: SHARED_REDIS_URL, keyPrefix: prefix, timeoutMs: 200 }, server: { admin: { token: ADMIN_TOKEN } } }));
+  h = await startEdge(
+    testConfig([broker.url], { redis: { url: SHARED_REDIS_URL, keyPrefix: prefix, timeoutMs: 200 }, server: { admin: { token: ADMIN_TOKEN } } }),
+  );
 });
 
 afterAll(async () => {
@@ -58,7 +60,15 @@ describe('queen-edge tenants / usage', () => {
 
   it('usage TENANT --month: a day table with a total row, and JSON', async () => {
     const tok = await token({ roles: ['read-write'], tenant: 'acme' });
-    await call(h, 'POST', '/api/v1/push', { token: tok, body: { items: [{ queue: 'q', payload: 1 }, { queue: 'q', payload: 2 }] } });
+    await call(h, 'POST', '/api/v1/push', {
+      token: tok,
+      body: {
+        items: [
+          { queue: 'q', payload: 1 },
+          { queue: 'q', payload: 2 },
+        ],
+      },
+    });
     const month = new Date().toISOString().slice(0, 7);
     await new Promise((r) => setTimeout(r, 30));
     const table = await cli('usage', 'acme', '--month', month);
@@ -76,7 +86,15 @@ describe('queen-edge tenants / usage', () => {
     expect(refused.err).toContain('401 unauthorized');
     expect((await cli('tenants', 'get', 'nope')).code).toBe(1);
     expect((await cli('tenants', 'list', '--url', 'http://127.0.0.1:1')).code).toBe(1);
-    for (const argv of [['tenants', 'get'], ['tenants', 'get', 'a', 'b'], ['usage', 'acme', '--month', '2026-13'], ['tenants', 'list', '--colour'], ['tenants', 'list', '--file', 'x'], ['frobnicate'], []]) {
+    for (const argv of [
+      ['tenants', 'get'],
+      ['tenants', 'get', 'a', 'b'],
+      ['usage', 'acme', '--month', '2026-13'],
+      ['tenants', 'list', '--colour'],
+      ['tenants', 'list', '--file', 'x'],
+      ['frobnicate'],
+      [],
+    ]) {
       const r = await cli(...argv);
       expect(r.code, argv.join(' ')).toBe(2);
       expect(r.err).toContain('usage:');

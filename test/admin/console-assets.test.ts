@@ -43,7 +43,13 @@ describe('/console static files', () => {
   });
 
   it('serves nothing else under /console, and no console without an admin token', async () => {
-    for (const path of ['/console/index.html', '/console/../package.json', '/console/%2e%2e/package.json', '/console/vendor/uPlot.cjs.js', '/console/app.js/']) {
+    for (const path of [
+      '/console/index.html',
+      '/console/../package.json',
+      '/console/%2e%2e/package.json',
+      '/console/vendor/uPlot.cjs.js',
+      '/console/app.js/',
+    ]) {
       expect((await admin(edge, 'GET', path, { token: null })).status, path).toBe(404);
     }
     expect((await admin(edge, 'POST', '/console', { token: null })).status).toBe(404);

@@ -105,7 +105,10 @@ describe('the admin listener over a socket', () => {
   });
 
   it('refuses two Host headers, whichever comes first (Node would read only the first)', async () => {
-    for (const hosts of [['127.0.0.1', 'attacker.example'], ['attacker.example', 'localhost']]) {
+    for (const hosts of [
+      ['127.0.0.1', 'attacker.example'],
+      ['attacker.example', 'localhost'],
+    ]) {
       const raw = await rawGet(`GET /metrics HTTP/1.1\r\nHost: ${hosts[0]}\r\nHost: ${hosts[1]}\r\nConnection: close\r\n\r\n`);
       expect(raw.split('\r\n', 1)[0], hosts.join(' then ')).toBe('HTTP/1.1 403 Forbidden');
       expect(JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4))).toEqual(REFUSED);
@@ -113,7 +116,15 @@ describe('the admin listener over a socket', () => {
   });
 
   it('serves IP literals, localhost and the configured names, any port, any case', async () => {
-    for (const host of [`127.0.0.1:${port}`, '10.20.30.40:9090', `[::1]:${port}`, 'localhost', `LOCALHOST:${port}`, 'queen-edge-admin.ns.svc', `Queen-Edge-Admin.NS.svc:${port}`]) {
+    for (const host of [
+      `127.0.0.1:${port}`,
+      '10.20.30.40:9090',
+      `[::1]:${port}`,
+      'localhost',
+      `LOCALHOST:${port}`,
+      'queen-edge-admin.ns.svc',
+      `Queen-Edge-Admin.NS.svc:${port}`,
+    ]) {
       const metrics = await get('/metrics', host);
       expect([metrics.status, metrics.text], host).toEqual([200, expect.stringContaining('# HELP queen_edge_')]);
       expect([(await get('/readyz', host)).json, (await get('/livez', host)).json], host).toEqual([{ status: 'ready' }, { status: 'ok' }]);

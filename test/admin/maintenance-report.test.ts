@@ -38,7 +38,7 @@ afterAll(async () => {
 const cli = (...argv: string[]) => runCli(edge, ...argv);
 
 describe('a maintenance switch a broker answers with 404', () => {
-  it('--json prints every broker\'s outcome, the message names the status, exit 1', async () => {
+  it("--json prints every broker's outcome, the message names the status, exit 1", async () => {
     const r = await cli('maintenance', 'acme', 'on', '--json');
     expect(r.code).toBe(1);
     const doc = JSON.parse(r.out);

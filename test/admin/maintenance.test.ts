@@ -41,16 +41,30 @@ const systemCalls = (b: BrokerDouble) => b.requests.filter((r) => r.path.startsW
 describe('broker maintenance over the admin API', () => {
   it('reads both brokers, switches one or all, and logs each switch with the admin token id', async () => {
     const off = { maintenance: false, popMaintenance: false };
-    expect((await admin(edge, 'GET', '/admin/v1/tenants/acme/maintenance')).json).toEqual({ tenant: 'acme', brokers: [{ url: b1.url, ...off }, { url: b2.url, ...off }] });
+    expect((await admin(edge, 'GET', '/admin/v1/tenants/acme/maintenance')).json).toEqual({
+      tenant: 'acme',
+      brokers: [
+        { url: b1.url, ...off },
+        { url: b2.url, ...off },
+      ],
+    });
 
     const one = await admin(edge, 'PUT', '/admin/v1/tenants/acme/maintenance', { body: { mode: 'pop', enabled: true, broker: b1.url } });
     expect(one.status).toBe(200);
     expect(one.json.brokers).toEqual([{ url: b1.url, maintenance: false, popMaintenance: true }]);
-    expect([b1.maintenance, b2.maintenance]).toEqual([{ push: false, pop: true }, { push: false, pop: false }]);
+    expect([b1.maintenance, b2.maintenance]).toEqual([
+      { push: false, pop: true },
+      { push: false, pop: false },
+    ]);
 
     const all = await admin(edge, 'PUT', '/admin/v1/tenants/acme/maintenance', { body: { mode: 'push', enabled: true } });
-    expect(all.json.brokers).toEqual([{ url: b1.url, maintenance: true, popMaintenance: true }, { url: b2.url, maintenance: true, popMaintenance: false }]);
-    expect((await admin(edge, 'GET', `/admin/v1/tenants/acme/maintenance?broker=${encodeURIComponent(b2.url)}`)).json.brokers).toEqual([{ url: b2.url, maintenance: true, popMaintenance: false }]);
+    expect(all.json.brokers).toEqual([
+      { url: b1.url, maintenance: true, popMaintenance: true },
+      { url: b2.url, maintenance: true, popMaintenance: false },
+    ]);
+    expect((await admin(edge, 'GET', `/admin/v1/tenants/acme/maintenance?broker=${encodeURIComponent(b2.url)}`)).json.brokers).toEqual([
+      { url: b2.url, maintenance: true, popMaintenance: false },
+    ]);
 
     const changes = captured.lines.filter((l) => l.msg === 'admin change' && l.action === 'broker.maintenance');
     expect(changes.map((l) => l.change)).toEqual([
@@ -66,12 +80,17 @@ describe('broker maintenance over the admin API', () => {
 
     await admin(edge, 'PUT', '/admin/v1/tenants/acme/maintenance', { body: { mode: 'push', enabled: false } });
     await admin(edge, 'PUT', '/admin/v1/tenants/acme/maintenance', { body: { mode: 'pop', enabled: false } });
-    expect([b1.maintenance, b2.maintenance]).toEqual([{ push: false, pop: false }, { push: false, pop: false }]);
+    expect([b1.maintenance, b2.maintenance]).toEqual([
+      { push: false, pop: false },
+      { push: false, pop: false },
+    ]);
   });
 
   it('refuses a broker the tenant does not list, a bad body and an unknown tenant; 502 names a broker that is down', async () => {
     const before = systemCalls(b1).length + systemCalls(b2).length;
-    expect((await admin(edge, 'PUT', '/admin/v1/tenants/acme/maintenance', { body: { mode: 'pop', enabled: true, broker: 'http://127.0.0.1:1' } })).status).toBe(400);
+    expect(
+      (await admin(edge, 'PUT', '/admin/v1/tenants/acme/maintenance', { body: { mode: 'pop', enabled: true, broker: 'http://127.0.0.1:1' } })).status,
+    ).toBe(400);
     expect((await admin(edge, 'PUT', '/admin/v1/tenants/acme/maintenance', { body: { mode: 'both', enabled: true } })).json.code).toBe('invalid_request');
     expect((await admin(edge, 'PUT', '/admin/v1/tenants/acme/maintenance', { body: { enabled: 'yes' } })).status).toBe(400);
     expect((await admin(edge, 'GET', '/admin/v1/tenants/nope/maintenance')).status).toBe(404);
@@ -94,7 +113,11 @@ describe('broker maintenance over the admin API', () => {
     const rw = await token({ roles: ['read-write'], tenant: 'acme' });
     // One message on each broker, so the pop finds it whichever broker its lane falls on.
     for (const b of [b1, b2]) {
-      const r = await request(`${b.url}/api/v1/push`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ items: [{ queue: 'maint', payload: { n: 1 } }] }) });
+      const r = await request(`${b.url}/api/v1/push`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ items: [{ queue: 'maint', payload: { n: 1 } }] }),
+      });
       expect(r.statusCode).toBe(201);
       await r.body.dump();
     }
@@ -119,7 +142,11 @@ describe('broker maintenance over the admin API', () => {
       const stdout = new PassThrough();
       let out = '';
       stdout.on('data', (c: Buffer) => (out += c.toString()));
-      const code = await runAdminCli(argv, { stdout, stderr: new PassThrough(), env: { QUEEN_EDGE_ADMIN_URL: edge.adminUrl, QUEEN_EDGE_ADMIN_TOKEN: ADMIN_TOKEN } });
+      const code = await runAdminCli(argv, {
+        stdout,
+        stderr: new PassThrough(),
+        env: { QUEEN_EDGE_ADMIN_URL: edge.adminUrl, QUEEN_EDGE_ADMIN_TOKEN: ADMIN_TOKEN },
+      });
       return { code, out };
     };
     const on = await cli('maintenance', 'acme', 'on', '--pop', '--broker', b2.url);

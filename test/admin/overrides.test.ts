@@ -32,9 +32,9 @@ afterAll(async () => {
   r.disconnect();
 });
 
-
 const pushStatus = async (edge: EdgeHarness) =>
-  (await call(edge, 'POST', '/api/v1/push', { token: await token({ roles: ['read-write'], tenant: 'acme' }), body: { items: [{ queue: 'q', payload: 1 }] } })).status;
+  (await call(edge, 'POST', '/api/v1/push', { token: await token({ roles: ['read-write'], tenant: 'acme' }), body: { items: [{ queue: 'q', payload: 1 }] } }))
+    .status;
 
 describe('tenant sources and reset to the file', () => {
   it('a resume override beats a file that says suspended; API, CLI and log show it; reset gives the file its say', async () => {
@@ -61,7 +61,9 @@ describe('tenant sources and reset to the file', () => {
   });
 
   it('a tenant created through the API has nothing to reset to: 400, it stays', async () => {
-    expect((await admin(h, 'PUT', '/admin/v1/tenants/solo', { body: { plan: 'test', brokers: ['http://127.0.0.1:1'], hosts: ['solo.localhost'] } })).status).toBe(200);
+    expect(
+      (await admin(h, 'PUT', '/admin/v1/tenants/solo', { body: { plan: 'test', brokers: ['http://127.0.0.1:1'], hosts: ['solo.localhost'] } })).status,
+    ).toBe(200);
     expect((await admin(h, 'GET', '/admin/v1/tenants/solo')).json.source).toEqual({ record: 'admin', status: 'admin', inFile: false, overridden: false });
     const r = await admin(h, 'DELETE', '/admin/v1/tenants/solo/overrides');
     expect(r.status).toBe(400);

@@ -32,12 +32,23 @@ describe('histogramQuantile', () => {
     expect(histogramQuantile(0.7, b)).toBeCloseTo(0.001 + (0.009 * 20) / 40);
     expect(histogramQuantile(0.99, b)).toBeCloseTo(0.01 + (0.09 * 9) / 10);
     expect(histogramQuantile(0.5, new Map([[Infinity, 0]]))).toBeNull();
-    expect(histogramQuantile(0.99, new Map([[0.5, 1], [Infinity, 2]]))).toBe(0.5);
+    expect(
+      histogramQuantile(
+        0.99,
+        new Map([
+          [0.5, 1],
+          [Infinity, 2],
+        ]),
+      ),
+    ).toBe(0.5);
   });
 });
 
 function worker(parkedTenant: string) {
-  const m = createMetrics({ limiterMode: () => 'redis', brokers: () => [], usage: () => new Map(), flush: () => ({ flushes: 0, failures: 0, lagMs: 0 }) }, new Registry());
+  const m = createMetrics(
+    { limiterMode: () => 'redis', brokers: () => [], usage: () => new Map(), flush: () => ({ flushes: 0, failures: 0, lagMs: 0 }) },
+    new Registry(),
+  );
   m.parked(parkedTenant, 1);
   return m;
 }
@@ -46,12 +57,19 @@ describe('createLiveStats over two workers, as the primary aggregates them', () 
   it('counts both workers, sums their requests and refusals, and rates them between reads', async () => {
     const w1 = worker('acme');
     const w2 = worker('beta');
-    const aggregate = async () => (await AggregatorRegistry.aggregate([await w1.registry.getMetricsAsJSON(), await w2.registry.getMetricsAsJSON()]).metrics()) as string;
+    const aggregate = async () =>
+      (await AggregatorRegistry.aggregate([await w1.registry.getMetricsAsJSON(), await w2.registry.getMetricsAsJSON()]).metrics()) as string;
     let now = 1_000_000;
     const stats = createLiveStats(aggregate, { redisConfigured: true, failMode: 'closed' }, () => now);
 
     const first = await stats();
-    expect(first).toMatchObject({ workers: 2, parkedPolls: 2, windowSeconds: null, requests: { total: 0, perSecond: null }, redis: { configured: true, failMode: 'closed', limiterModes: { redis: 2 } } });
+    expect(first).toMatchObject({
+      workers: 2,
+      parkedPolls: 2,
+      windowSeconds: null,
+      requests: { total: 0, perSecond: null },
+      redis: { configured: true, failMode: 'closed', limiterModes: { redis: 2 } },
+    });
 
     for (let i = 0; i < 30; i++) w1.request('acme', 'push', 201, null, 2, 1, 'admitted');
     for (let i = 0; i < 10; i++) w2.request('beta', 'push', 429, 'rate_limited', 0.5, 0, 'rate_limited');
@@ -81,7 +99,12 @@ describe('GET /admin/v1/stats and /admin/v1/plans', () => {
       expect((await call(edge, 'POST', '/api/v1/push', { token: jwt, body: { items: [{ queue: 'q', payload: 1 }] } })).status).toBe(201);
       const r = await admin(edge, 'GET', '/admin/v1/stats');
       expect(r.status).toBe(200);
-      expect(r.json).toMatchObject({ workers: 1, requests: { total: 1 }, redis: { configured: false, failMode: 'local', limiterModes: { memory: 1 } }, brokers: [{ url: broker.url, up: true, inflight: 0 }] });
+      expect(r.json).toMatchObject({
+        workers: 1,
+        requests: { total: 1 },
+        redis: { configured: false, failMode: 'local', limiterModes: { memory: 1 } },
+        brokers: [{ url: broker.url, up: true, inflight: 0 }],
+      });
       const plans = await admin(edge, 'GET', '/admin/v1/plans');
       expect(plans.json).toMatchObject({ writable: false, plans: [{ id: 'test', limits: { maxBatch: 1000 } }] });
     } finally {

@@ -45,7 +45,13 @@ afterAll(async () => {
 
 const isProbe = (r: RecordedRequest) => r.path === '/health' && r.headers['x-request-id'] === undefined;
 const probes = (b: BrokerDouble) => b.requests.filter(isProbe).length;
-const tenantBody = (hosts: string[], brokers: string[], extra: Record<string, unknown> = {}) => ({ plan: 'test', hosts, brokers, ...(brokers.includes(b1.url) ? { tenancyAwareBrokers: true } : {}), ...extra });
+const tenantBody = (hosts: string[], brokers: string[], extra: Record<string, unknown> = {}) => ({
+  plan: 'test',
+  hosts,
+  brokers,
+  ...(brokers.includes(b1.url) ? { tenancyAwareBrokers: true } : {}),
+  ...extra,
+});
 
 describe('hosts are unique across tenants', () => {
   it('a PUT listing a host another tenant lists is 409 conflict and changes nothing', async () => {
@@ -98,7 +104,13 @@ describe('brokers follow the directory', () => {
 describe('the admin view', () => {
   it('shows the record in force, not a Redis record the directory rejected', async () => {
     const k = directoryKeys(prefix);
-    const rejected = JSON.stringify({ plan: 'gold', hosts: ['globex.localhost'], brokers: [b1.url], tenancyAwareBrokers: true, cors: { origins: ['https://rejected.example'] } });
+    const rejected = JSON.stringify({
+      plan: 'gold',
+      hosts: ['globex.localhost'],
+      brokers: [b1.url],
+      tenancyAwareBrokers: true,
+      cors: { origins: ['https://rejected.example'] },
+    });
     await redis.multi().set(k.tenant('globex'), rejected).sadd(k.tenants, 'globex').exec();
     await redis.publish(k.changes, 'tenant:globex');
     await waitFor(() => captured.lines.some((l) => l.key === k.tenant('globex')), 3000, 'the store to judge the record');
@@ -110,7 +122,9 @@ describe('the admin view', () => {
 describe('a tenant with its own identity provider, set through the admin API', () => {
   it('its tokens need no claim, the global key no longer serves it, and the secret is never shown', async () => {
     const secret = 'delta-own-secret-0123456789abcdef';
-    const put = await admin(edge, 'PUT', '/admin/v1/tenants/delta', { body: tenantBody(['delta.localhost'], [b1.url], { auth: { secret, issuer: 'https://idp.delta.example' } }) });
+    const put = await admin(edge, 'PUT', '/admin/v1/tenants/delta', {
+      body: tenantBody(['delta.localhost'], [b1.url], { auth: { secret, issuer: 'https://idp.delta.example' } }),
+    });
     expect(put.status).toBe(200);
     expect(put.json.auth).toMatchObject({ secret: '(set)', issuer: 'https://idp.delta.example' });
     expect(JSON.stringify(captured.lines)).not.toContain(secret);
@@ -120,7 +134,9 @@ describe('a tenant with its own identity provider, set through the admin API', (
     expect((await call(edge, 'GET', '/api/v1/pop/queue/q', { token: own, host: 'acme.localhost' })).status).toBe(401);
     const global = await token({ roles: ['read-write'], tenant: 'delta' });
     expect((await call(edge, 'GET', '/api/v1/pop/queue/q', { token: global, host: 'delta.localhost' })).status).toBe(401);
-    expect((await admin(edge, 'PUT', '/admin/v1/tenants/delta', { body: tenantBody(['delta.localhost'], [b1.url], { auth: { issuer: 'x' } }) })).status).toBe(400);
+    expect((await admin(edge, 'PUT', '/admin/v1/tenants/delta', { body: tenantBody(['delta.localhost'], [b1.url], { auth: { issuer: 'x' } }) })).status).toBe(
+      400,
+    );
   });
 });
 
@@ -133,22 +149,31 @@ describe('a broker is dedicated to one tenant unless declared tenancy-aware', ()
     expect(refused.json.code).toBe('conflict');
     expect(refused.json.problems).toHaveLength(1);
     // Named from either side: the write would displace solo (records clash by id order).
-    expect(refused.json.problems[0]).toMatch(/^(would displace tenant "solo": )?brokers: tenant "(lodger|solo)" and tenant "(solo|lodger)" both list broker .*set tenancyAwareBrokers: true on tenant "(lodger|solo)" and tenant "(solo|lodger)"/);
+    expect(refused.json.problems[0]).toMatch(
+      /^(would displace tenant "solo": )?brokers: tenant "(lodger|solo)" and tenant "(solo|lodger)" both list broker .*set tenancyAwareBrokers: true on tenant "(lodger|solo)" and tenant "(solo|lodger)"/,
+    );
     // Declaring it on one side is not enough: solo's requests would reach it without x-queen-tenant.
     const half = await admin(edge, 'PUT', '/admin/v1/tenants/lodger', { body: tenantBody(['lodger.localhost'], [same], { tenancyAwareBrokers: true }) });
     expect(half.status).toBe(409);
     expect(half.json.problems[0]).toContain('set tenancyAwareBrokers: true on tenant "solo" (docs/tenancy.md)');
     expect((await admin(edge, 'GET', '/admin/v1/tenants/lodger')).status).toBe(404);
     // b1 is declared by every tenant on it: one more that does not declare it is refused too.
-    expect((await admin(edge, 'PUT', '/admin/v1/tenants/lodger', { body: tenantBody(['lodger.localhost'], [b1.url], { tenancyAwareBrokers: false }) })).status).toBe(409);
-    expect((await admin(edge, 'PUT', '/admin/v1/tenants/solo', { body: tenantBody(['solo.localhost'], [b2.url], { tenancyAwareBrokers: true }) })).status).toBe(200);
+    expect(
+      (await admin(edge, 'PUT', '/admin/v1/tenants/lodger', { body: tenantBody(['lodger.localhost'], [b1.url], { tenancyAwareBrokers: false }) })).status,
+    ).toBe(409);
+    expect((await admin(edge, 'PUT', '/admin/v1/tenants/solo', { body: tenantBody(['solo.localhost'], [b2.url], { tenancyAwareBrokers: true }) })).status).toBe(
+      200,
+    );
     const shared = await admin(edge, 'PUT', '/admin/v1/tenants/lodger', { body: tenantBody(['lodger.localhost'], [same], { tenancyAwareBrokers: true }) });
     expect(shared.status).toBe(200);
     expect(shared.json).toMatchObject({ id: 'lodger', brokers: [same.replace(/\/+$/, '')], tenancyAwareBrokers: true });
   });
 
-  it('requests of a tenant on declared brokers carry x-queen-tenant with its id, replacing the client\'s', async () => {
-    const r = await call(edge, 'GET', '/api/v1/pop/queue/q', { token: await token({ roles: ['read-write'], tenant: 'acme' }), headers: { 'x-queen-tenant': 'globex' } });
+  it("requests of a tenant on declared brokers carry x-queen-tenant with its id, replacing the client's", async () => {
+    const r = await call(edge, 'GET', '/api/v1/pop/queue/q', {
+      token: await token({ roles: ['read-write'], tenant: 'acme' }),
+      headers: { 'x-queen-tenant': 'globex' },
+    });
     expect(r.status).toBe(204);
     const seen = b1.requests.filter((x) => x.headers['x-request-id'] === r.headers['x-request-id']);
     expect(seen.map((x) => x.headers['x-queen-tenant'])).toEqual(['acme']);

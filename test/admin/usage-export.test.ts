@@ -43,8 +43,13 @@ let edge: EdgeHarness;
 beforeAll(async () => {
   broker = await startBrokerDouble({ name: 'b1' });
   // One broker double for all: declared tenancy-aware, as a shared broker must be.
-  const tenants = { acme: { tenancyAwareBrokers: true }, ...Object.fromEntries(ids.map((id) => [id, { plan: 'test', hosts: [`${id}.localhost`], brokers: [broker.url], tenancyAwareBrokers: true }])) };
-  edge = await startEdge(testConfig([broker.url], { redis: { url: SHARED_REDIS_URL, keyPrefix: prefix, timeoutMs: 200 }, server: { admin: { token: ADMIN_TOKEN } }, tenants }));
+  const tenants = {
+    acme: { tenancyAwareBrokers: true },
+    ...Object.fromEntries(ids.map((id) => [id, { plan: 'test', hosts: [`${id}.localhost`], brokers: [broker.url], tenancyAwareBrokers: true }])),
+  };
+  edge = await startEdge(
+    testConfig([broker.url], { redis: { url: SHARED_REDIS_URL, keyPrefix: prefix, timeoutMs: 200 }, server: { admin: { token: ADMIN_TOKEN } }, tenants }),
+  );
   // One HSET per tenant-day, in the store's layout (<prefix>{usage}:d:<tenant>:<yyyymmdd>, `<hh>:<field>`).
   const r = await connectTest(SHARED_REDIS_URL, 10000);
   for (let i = 0; i < TENANTS; i += 100) {
@@ -83,7 +88,8 @@ async function eachLine(body: AsyncIterable<Buffer>, onLine: (line: string) => v
   return chunks;
 }
 
-const query = (g: string, format: string) => `/admin/v1/usage/export?from=${new Date(FROM).toISOString()}&to=${new Date(TO).toISOString()}&granularity=${g}&format=${format}`;
+const query = (g: string, format: string) =>
+  `/admin/v1/usage/export?from=${new Date(FROM).toISOString()}&to=${new Date(TO).toISOString()}&granularity=${g}&format=${format}`;
 
 describe('usage export over a month of hourly usage for 1,000 tenants (Redis)', () => {
   // The one full-size export (720,720 rows): on a loaded 2-core machine it takes about 20 s.
@@ -103,7 +109,8 @@ describe('usage export over a month of hourly usage for 1,000 tenants (Redis)', 
       }
       rows++;
       // The config's own tenant, acme, sorts first and has no usage: zero rows, still one per hour.
-      if (rows === 1) expect(line.split(',')).toEqual(['"2026-11-01T00:00:00.000Z"', '"2026-11-01T01:00:00.000Z"', '"acme"', ...EXPORT_COLUMNS.slice(3).map(() => '0')]);
+      if (rows === 1)
+        expect(line.split(',')).toEqual(['"2026-11-01T00:00:00.000Z"', '"2026-11-01T01:00:00.000Z"', '"acme"', ...EXPORT_COLUMNS.slice(3).map(() => '0')]);
       if (!line.includes(',"t0003",') && !line.includes(',"t0999",')) return;
       const v = line.split(',');
       const t = v[col('tenant')]!.slice(1, -1);
@@ -141,7 +148,14 @@ describe('usage export over a month of hourly usage for 1,000 tenants (Redis)', 
     expect(rows).toBe(2 * 30);
     let requests = 0;
     for (let h = 24; h < 48; h++) requests += synthetic(10, h).requests;
-    expect(day1OfT0010).toMatchObject({ period_end: '2026-11-03T00:00:00.000Z', requests, messages_pushed: 0, egress_bytes: 100 * 24, refusals_rate_limited: 2, refusals_total: 2 });
+    expect(day1OfT0010).toMatchObject({
+      period_end: '2026-11-03T00:00:00.000Z',
+      requests,
+      messages_pushed: 0,
+      egress_bytes: 100 * 24,
+      refusals_rate_limited: 2,
+      refusals_total: 2,
+    });
   });
 
   it('named tenants only, a deleted one included; bad parameters are JSON refusals', async () => {
@@ -166,14 +180,30 @@ describe('usage export over a month of hourly usage for 1,000 tenants (Redis)', 
 
   it('queen-edge usage export streams the same rows to stdout', async () => {
     let text = '';
-    const stdout = new Writable({ write: (c, _e, cb) => {
+    const stdout = new Writable({
+      write: (c, _e, cb) => {
         text += String(c);
         cb();
       },
     });
     const stderr = new Writable({ write: (_c, _e, cb) => cb() });
     const code = await runAdminCli(
-      ['usage', 'export', '--from', '2026-11-05T00:00:00Z', '--to', '2026-11-06T00:00:00Z', '--granularity', 'day', '--tenant', 't0002', '--url', edge.adminUrl, '--token', ADMIN_TOKEN],
+      [
+        'usage',
+        'export',
+        '--from',
+        '2026-11-05T00:00:00Z',
+        '--to',
+        '2026-11-06T00:00:00Z',
+        '--granularity',
+        'day',
+        '--tenant',
+        't0002',
+        '--url',
+        edge.adminUrl,
+        '--token',
+        ADMIN_TOKEN,
+      ],
       { stdout, stderr, env: {} },
     );
     expect(code).toBe(0);
@@ -190,12 +220,20 @@ describe('usage export from the in-memory store', () => {
     const mem = await startEdge(testConfig([broker.url], { server: { admin: { token: ADMIN_TOKEN } } }));
     try {
       const tok = await token({ roles: ['read-write'], tenant: 'acme' });
-      for (let i = 0; i < 3; i++) expect((await call(mem, 'POST', '/api/v1/push', { token: tok, body: { items: [{ queue: 'q', payload: { i } }] } })).status).toBe(201);
+      for (let i = 0; i < 3; i++)
+        expect((await call(mem, 'POST', '/api/v1/push', { token: tok, body: { items: [{ queue: 'q', payload: { i } }] } })).status).toBe(201);
       // Three hours around now, so an hour boundary passing during the test changes nothing.
       const hour = Date.now() - (Date.now() % HOUR_MS);
-      const r = await admin(mem, 'GET', `/admin/v1/usage/export?from=${new Date(hour - HOUR_MS).toISOString()}&to=${new Date(hour + 2 * HOUR_MS).toISOString()}&format=jsonl`);
+      const r = await admin(
+        mem,
+        'GET',
+        `/admin/v1/usage/export?from=${new Date(hour - HOUR_MS).toISOString()}&to=${new Date(hour + 2 * HOUR_MS).toISOString()}&format=jsonl`,
+      );
       expect(r.status).toBe(200);
-      const docs = r.text.trimEnd().split('\n').map((l) => JSON.parse(l));
+      const docs = r.text
+        .trimEnd()
+        .split('\n')
+        .map((l) => JSON.parse(l));
       expect(docs.map((d) => d.period_start)).toEqual([-1, 0, 1].map((k) => new Date(hour + k * HOUR_MS).toISOString()));
       expect(docs.every((d) => d.tenant === 'acme')).toBe(true);
       const sum = (f: string) => docs.reduce((n, d) => n + d[f], 0);
@@ -241,7 +279,14 @@ describe('a usage store failing in the middle of an export', () => {
       stats: async () => ({}),
       planIds: () => [],
       brokers: () => [],
-      maintenance: { read: async () => { throw new Error('not used'); }, set: async () => { throw new Error('not used'); } },
+      maintenance: {
+        read: async () => {
+          throw new Error('not used');
+        },
+        set: async () => {
+          throw new Error('not used');
+        },
+      },
       readiness: { notReadyReason: () => null },
       metricsText: async () => '',
       log: silentLogger(),
@@ -250,7 +295,9 @@ describe('a usage store failing in the middle of an export', () => {
     const server = http.createServer((req, res) => handler(req, res));
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     try {
-      const res = await request(`http://127.0.0.1:${(server.address() as AddressInfo).port}${query('day', 'csv')}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+      const res = await request(`http://127.0.0.1:${(server.address() as AddressInfo).port}${query('day', 'csv')}`, {
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+      });
       expect(res.statusCode).toBe(200);
       let received = '';
       const read = (async () => {

@@ -9,7 +9,10 @@ describe('drain', () => {
     const broker = await startBrokerDouble();
     const edge = await startEdge(testConfig([broker.url]));
     const rw = await token({ roles: ['read-write'], tenant: 'acme' });
-    const parked = request(`${edge.url}/api/v1/pop/queue/drain?wait=true&timeout=20000`, { headers: { host: 'acme.localhost', authorization: `Bearer ${rw}` }, dispatcher: edge.dispatcher }).then(
+    const parked = request(`${edge.url}/api/v1/pop/queue/drain?wait=true&timeout=20000`, {
+      headers: { host: 'acme.localhost', authorization: `Bearer ${rw}` },
+      dispatcher: edge.dispatcher,
+    }).then(
       (r) => r.statusCode,
       () => 'cut',
     );

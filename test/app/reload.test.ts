@@ -48,10 +48,22 @@ describe('App.reload', () => {
     expect((await push('beta', ['read-write'])).status).toBe(201);
     expect(forwarded(broker).length).toBe(before + 1);
     // The new plan's batch limit applies to beta.
-    const batch = await call(h, 'POST', '/api/v1/push', { host: 'beta.localhost', token: await token({ roles: ['read-write'], tenant: 'beta' }), body: { items: [{ queue: 'q', payload: 1 }, { queue: 'q', payload: 2 }] } });
+    const batch = await call(h, 'POST', '/api/v1/push', {
+      host: 'beta.localhost',
+      token: await token({ roles: ['read-write'], tenant: 'beta' }),
+      body: {
+        items: [
+          { queue: 'q', payload: 1 },
+          { queue: 'q', payload: 2 },
+        ],
+      },
+    });
     expect(batch.json).toMatchObject({ code: 'invalid_request', error: "push of 2 items exceeds the plan's maximum of 1" });
     // The route override: ack now needs the admin role.
-    const ack = await call(h, 'POST', '/api/v1/ack', { token: await token({ roles: ['read-write'], tenant: 'acme' }), body: { transactionId: 't', partitionId: 'p', leaseId: 'l' } });
+    const ack = await call(h, 'POST', '/api/v1/ack', {
+      token: await token({ roles: ['read-write'], tenant: 'acme' }),
+      body: { transactionId: 't', partitionId: 'p', leaseId: 'l' },
+    });
     expect(ack.json).toMatchObject({ code: 'forbidden' });
 
     // A host listed twice: refused as a whole, nothing changes.
@@ -59,10 +71,16 @@ describe('App.reload', () => {
     expect(() => h.app.reload(broken)).toThrow(ConfigError);
     expect((await preflight('https://new.example')).status).toBe(204);
     expect((await push('beta', ['read-write'])).status).toBe(201);
-    expect((await call(h, 'POST', '/api/v1/ack', { token: await token({ roles: ['read-write'], tenant: 'acme' }), body: {} })).json).toMatchObject({ code: 'forbidden' });
+    expect((await call(h, 'POST', '/api/v1/ack', { token: await token({ roles: ['read-write'], tenant: 'acme' }), body: {} })).json).toMatchObject({
+      code: 'forbidden',
+    });
 
     // A tenant on a broker another lists without both declaring it tenancy-aware: refused, nothing changes.
-    const shared: RawConfig = { ...next, tenants: { ...next.tenants, gamma: { ...next.tenants.beta!, hosts: ['gamma.localhost'], tenancyAwareBrokers: false } }, routes: {} };
+    const shared: RawConfig = {
+      ...next,
+      tenants: { ...next.tenants, gamma: { ...next.tenants.beta!, hosts: ['gamma.localhost'], tenancyAwareBrokers: false } },
+      routes: {},
+    };
     expect(() => h.app.reload(shared)).toThrow(/tenants\.gamma\.brokers: tenant "gamma" and tenant "acme" both list broker/);
     expect((await push('gamma', ['read-write'])).status).toBe(403);
     expect((await push('beta', ['read-write'])).status).toBe(201);

@@ -41,7 +41,9 @@ function authConfig(auth: Record<string, unknown>): AuthConfig {
 /** A clock the test moves by hand. */
 function manualClock(start = Date.now()): { now: () => number; advance: (ms: number) => void } {
   let t = start;
-  return { now: () => t, advance: (ms) => {
+  return {
+    now: () => t,
+    advance: (ms) => {
       t += ms;
     },
   };
@@ -334,10 +336,15 @@ describe('PEM public keys', () => {
   it('refuses HS256 signed with the RSA public key PEM as the secret (alg confusion)', async () => {
     const rsa = await keyPair('RS256');
     const forged = hmacWithPublicKey({ sub: 'attacker', roles: ['admin'], exp: exp() }, rsa.spkiPem);
-    const pemOnly = createTokenVerifier(authConfig({ algorithms: ['HS256', 'RS256'], secret: null, publicKey: await dir.write('confused.pem', rsa.spkiPem) }), { log });
+    const pemOnly = createTokenVerifier(authConfig({ algorithms: ['HS256', 'RS256'], secret: null, publicKey: await dir.write('confused.pem', rsa.spkiPem) }), {
+      log,
+    });
     await pemOnly.start();
     expectDenied(await pemOnly.verify(forged), 'no key for this algorithm');
-    const withSecret = createTokenVerifier(authConfig({ algorithms: ['HS256', 'RS256'], secret: SECRET, publicKey: await dir.write('confused2.pem', rsa.spkiPem) }), { log });
+    const withSecret = createTokenVerifier(
+      authConfig({ algorithms: ['HS256', 'RS256'], secret: SECRET, publicKey: await dir.write('confused2.pem', rsa.spkiPem) }),
+      { log },
+    );
     await withSecret.start();
     expectDenied(await withSecret.verify(forged), 'bad signature');
     expectIdentity(await withSecret.verify(await signWith(rsa, { sub: 'real', exp: exp() })));
@@ -492,7 +499,10 @@ describe('JWKS', () => {
 describe('signature gate', () => {
   const clock = manualClock();
   const now = (): number => epochSec(clock.now());
-  const v = createTokenVerifier(authConfig({ secret: SECRET, algorithms: ['HS256'], issuer: 'https://idp.example' }), { log: capturingLogger().log, clock: clock.now });
+  const v = createTokenVerifier(authConfig({ secret: SECRET, algorithms: ['HS256'], issuer: 'https://idp.example' }), {
+    log: capturingLogger().log,
+    clock: clock.now,
+  });
   const hs = (claims: JWTPayload) => signToken({ iss: 'https://idp.example', exp: now() + 60, ...claims }, SECRET, { alg: 'HS256' });
   const recording = (refusal: EdgeError | null = null) => {
     const calls: string[] = [];
@@ -594,7 +604,10 @@ describe('verified-token cache', () => {
   });
 
   it('holds at most cacheBytes of tokens, evicting the least recently used, and no token that alone exceeds it', async () => {
-    const v = createTokenVerifier(authConfig({ secret: SECRET, algorithms: ['HS256'], cacheBytes: 25_000, maxTokenBytes: 16_384, requireExp: false }), { log: capturingLogger().log, clock: clock.now });
+    const v = createTokenVerifier(authConfig({ secret: SECRET, algorithms: ['HS256'], cacheBytes: 25_000, maxTokenBytes: 16_384, requireExp: false }), {
+      log: capturingLogger().log,
+      clock: clock.now,
+    });
     const tokens = await Promise.all(['a', 'b', 'c', 'd'].map((sub) => hs({ sub, exp: now() + 600, pad: 'x'.repeat(3000) })));
     for (const t of tokens) expectIdentity(await v.verify(t));
     // Each costs about 512 + 2.2 x 4.15 KB: two fit in 25,000 bytes, the oldest two were evicted.

@@ -101,14 +101,22 @@ describe('through the edge', () => {
 
   it("a tenant naming the global JWKS under another spelling is refused at start, as a reload refuses it: the shared issuer's claimless token never acts for it", async () => {
     const spelled = `${globalIdp.url.replace('127.0.0.1', 'LOCALHOST')}?x#y`;
-    const cfg = testConfig(brokers, { auth: { jwksUrl: globalIdp.url }, tenants: { respelled: { plan: 'test', hosts: ['respelled.localhost'], brokers: unusedBroker(), auth: { jwksUrl: spelled } } } });
+    const cfg = testConfig(brokers, {
+      auth: { jwksUrl: globalIdp.url },
+      tenants: { respelled: { plan: 'test', hosts: ['respelled.localhost'], brokers: unusedBroker(), auth: { jwksUrl: spelled } } },
+    });
     await expect(startEdge(cfg, { log: logs.log })).rejects.toThrow(/tenants\.respelled\.auth: trusts the same tokens as the global auth settings/);
   });
 
   it("a tenant naming another tenant's PEM key under another path is refused at start, unless the issuer tells them apart", async () => {
     const copy = await dir.write('victim-copy.pem', ec.spkiPem);
     const withIntruder = (issuer: string | null) =>
-      testConfig(brokers, { tenants: { victim: { plan: 'test', brokers: unusedBroker(), auth: { publicKey: pem, issuer: issuer && 'https://victim.example' } }, intruder: { plan: 'test', brokers: unusedBroker(), auth: { publicKey: copy, issuer } } } });
+      testConfig(brokers, {
+        tenants: {
+          victim: { plan: 'test', brokers: unusedBroker(), auth: { publicKey: pem, issuer: issuer && 'https://victim.example' } },
+          intruder: { plan: 'test', brokers: unusedBroker(), auth: { publicKey: copy, issuer } },
+        },
+      });
     await expect(startEdge(withIntruder(null), { log: logs.log })).rejects.toThrow(/tenants.intruder.auth: trusts the same tokens as tenant "victim"/);
     const apart = await startEdge(withIntruder('https://intruder.example'), { log: logs.log });
     await apart.close();
@@ -132,7 +140,7 @@ describe('through the edge', () => {
 });
 
 describe('admin writes', () => {
-  it('a PUT naming the global JWKS under another spelling, or a file tenant\'s PEM under another path, is 409 conflict', async () => {
+  it("a PUT naming the global JWKS under another spelling, or a file tenant's PEM under another path, is 409 conflict", async () => {
     const prefix = uniquePrefix();
     const [broker, idp] = await Promise.all([startBrokerDouble(), startJwksServer([rsa.publicJwk])]);
     const redis = await connectTest(SHARED_REDIS_URL);
@@ -148,7 +156,8 @@ describe('admin writes', () => {
       }),
     );
     try {
-      const put = (auth: Record<string, unknown>) => admin(edge, 'PUT', '/admin/v1/tenants/intruder', { body: { plan: 'test', hosts: ['intruder.localhost'], brokers: unusedBroker(), auth } });
+      const put = (auth: Record<string, unknown>) =>
+        admin(edge, 'PUT', '/admin/v1/tenants/intruder', { body: { plan: 'test', hosts: ['intruder.localhost'], brokers: unusedBroker(), auth } });
       const respelled = await put({ jwksUrl: `${idp.url.replace('127.0.0.1', 'localhost')}?x` });
       expect(respelled.status).toBe(409);
       expect(respelled.json.problems).toEqual(['auth: trusts the same tokens as the global auth settings (same key, no distinct issuer or audience)']);
@@ -165,4 +174,3 @@ describe('admin writes', () => {
     }
   });
 });
-

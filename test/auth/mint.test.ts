@@ -22,7 +22,9 @@ function identity(sub: string | null, roles: string[], tenant: string | null = n
 
 function manualClock(start = T0): { now: () => number; set: (ms: number) => void } {
   let t = start;
-  return { now: () => t, set: (ms) => {
+  return {
+    now: () => t,
+    set: (ms) => {
       t = ms;
     },
   };

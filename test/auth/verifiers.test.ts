@@ -11,8 +11,19 @@ import { waitFor } from '../helpers/redis.js';
 import { b64json, epochSec, keyPair, signToken, signWith, type TestKeyPair } from '../helpers/tokens.js';
 
 const GLOBAL_SECRET = 'global-secret-0123456789abcdef-0123';
-const PLAN = { limits: { requestsPerSec: 1, requestBurst: 1, messagesPerSec: 1, messageBurst: 1, parkedPolls: 1, maxPayloadBytes: 1, maxBatch: 1 }, quotas: { messagesPerMonth: 0, ingressBytesPerMonth: 0 }, storageBytes: 0 };
-const cfg: AuthConfig = parseConfig({ auth: { secret: GLOBAL_SECRET, issuer: 'https://global.example', rolesClaim: 'perms' }, plans: { free: PLAN }, tenants: { t: { plan: 'free', brokers: ['http://127.0.0.1:1'] } } }, {}).auth;
+const PLAN = {
+  limits: { requestsPerSec: 1, requestBurst: 1, messagesPerSec: 1, messageBurst: 1, parkedPolls: 1, maxPayloadBytes: 1, maxBatch: 1 },
+  quotas: { messagesPerMonth: 0, ingressBytesPerMonth: 0 },
+  storageBytes: 0,
+};
+const cfg: AuthConfig = parseConfig(
+  {
+    auth: { secret: GLOBAL_SECRET, issuer: 'https://global.example', rolesClaim: 'perms' },
+    plans: { free: PLAN },
+    tenants: { t: { plan: 'free', brokers: ['http://127.0.0.1:1'] } },
+  },
+  {},
+).auth;
 const own = (over: Partial<RawTenantAuth>): RawTenantAuth => ({ secret: null, publicKey: null, jwksUrl: null, issuer: null, audience: null, ...over });
 const claims = () => ({ sub: 'u', iat: epochSec(Date.now()), exp: epochSec(Date.now()) + 600 });
 
@@ -24,15 +35,26 @@ beforeAll(async () => {
 afterEach(() => verifiers?.close());
 
 describe('tenantAuthConfig', () => {
-  it('takes the tenant\'s keys, issuer and audience; keeps only algorithms and the roles claim from the global settings', () => {
+  it("takes the tenant's keys, issuer and audience; keeps only algorithms and the roles claim from the global settings", () => {
     const merged = tenantAuthConfig(cfg, own({ jwksUrl: 'https://idp.example/jwks' }));
-    expect(merged).toMatchObject({ secret: null, publicKey: null, jwksUrl: 'https://idp.example/jwks', issuer: null, audience: null, rolesClaim: 'perms', algorithms: cfg.algorithms });
-    expect(tenantAuthConfig(cfg, own({ secret: 's', rolesClaim: 'roles', algorithms: ['HS512'] }))).toMatchObject({ rolesClaim: 'roles', algorithms: ['HS512'] });
+    expect(merged).toMatchObject({
+      secret: null,
+      publicKey: null,
+      jwksUrl: 'https://idp.example/jwks',
+      issuer: null,
+      audience: null,
+      rolesClaim: 'perms',
+      algorithms: cfg.algorithms,
+    });
+    expect(tenantAuthConfig(cfg, own({ secret: 's', rolesClaim: 'roles', algorithms: ['HS512'] }))).toMatchObject({
+      rolesClaim: 'roles',
+      algorithms: ['HS512'],
+    });
   });
 });
 
 describe('tenant verifiers', () => {
-  it('a tenant with its own secret refuses the global key; the global verifier refuses the tenant\'s', async () => {
+  it("a tenant with its own secret refuses the global key; the global verifier refuses the tenant's", async () => {
     verifiers = createTenantVerifiers(cfg, { log: capturingLogger().log });
     const tenant: AuthScope = { id: 'a', auth: own({ secret: 'tenant-a-secret-0123456789abcdef' }) };
     const globalToken = await signToken({ ...claims(), iss: 'https://global.example' }, GLOBAL_SECRET, { alg: 'HS256' });

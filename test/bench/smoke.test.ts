@@ -26,7 +26,13 @@ describe('bench harness', () => {
 
   it('a --quick run answers every request as expected and measures the proxies: direct, floor, edge, h2 and the throttled 429 rows', async () => {
     const lines: string[] = [];
-    const opts = { ...parseArgs(['--quick', '--only', 'direct,floor,edge,h2-edge,throttled', '--seconds', '2', '--warmup', '1', '--h2-streams', '10', '--tsx', '--no-write'], (l) => lines.push(l)), connections: 10 };
+    const opts = {
+      ...parseArgs(
+        ['--quick', '--only', 'direct,floor,edge,h2-edge,throttled', '--seconds', '2', '--warmup', '1', '--h2-streams', '10', '--tsx', '--no-write'],
+        (l) => lines.push(l),
+      ),
+      connections: 10,
+    };
     const report = await runBench(opts);
     const h2 = h2loadAvailable();
     if (!h2) expect(report.skipped['h2-edge']).toBe(H2LOAD_HINT);

@@ -7,7 +7,16 @@ const b = (v: unknown) => Buffer.from(typeof v === 'string' ? v : JSON.stringify
 
 describe('body facts', () => {
   it('counts push items and keeps the first', () => {
-    expect(pushFacts(b({ items: [{ queue: 'q', partition: 'p', payload: 1 }, { queue: 'q', payload: 2 }] }))).toEqual({
+    expect(
+      pushFacts(
+        b({
+          items: [
+            { queue: 'q', partition: 'p', payload: 1 },
+            { queue: 'q', payload: 2 },
+          ],
+        }),
+      ),
+    ).toEqual({
       messages: 2,
       firstItem: { queue: 'q', partition: 'p', payload: 1 },
       leaseId: null,
@@ -30,11 +39,29 @@ describe('body facts', () => {
     const deep = b(`{"items":[${'['.repeat(10000)}${']'.repeat(10000)}]}`);
     const r = pushFacts(deep);
     expect(isEdgeError(r) && r.message).toMatch(/nested deeper/);
-    expect(isEdgeError(pushFacts(b('{"items":[{"queue":"q","payload":"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}]}')))).toBe(false);
+    expect(isEdgeError(pushFacts(b('{"items":[{"queue":"q","payload":"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}]}')))).toBe(
+      false,
+    );
   });
 
   it('counts transaction pushes and acks and finds the lease', () => {
-    const r = transactionFacts(b({ operations: [{ type: 'push', items: [{ queue: 'a', payload: 1 }, { queue: 'a', payload: 2 }] }, { type: 'ack', leaseId: 'L2' }, { type: 'push', items: [{ queue: 'b', payload: 3 }] }, { type: 'ack', leaseId: 'L3' }], requiredLeases: ['L1'] }));
+    const r = transactionFacts(
+      b({
+        operations: [
+          {
+            type: 'push',
+            items: [
+              { queue: 'a', payload: 1 },
+              { queue: 'a', payload: 2 },
+            ],
+          },
+          { type: 'ack', leaseId: 'L2' },
+          { type: 'push', items: [{ queue: 'b', payload: 3 }] },
+          { type: 'ack', leaseId: 'L3' },
+        ],
+        requiredLeases: ['L1'],
+      }),
+    );
     expect(r).toEqual({ messages: 3, firstItem: { queue: 'a', payload: 1 }, leaseId: 'L1', acks: 2 });
     expect(isEdgeError(transactionFacts(b({ operations: [{ type: 'push', items: 1 }] })))).toBe(true);
   });
@@ -97,7 +124,14 @@ describe('what the edge counts is what the broker acts on', () => {
   });
 
   it('counts pushes and acks in a transaction', () => {
-    const r = transactionFacts(b({ operations: [{ type: 'push', items: items(3) }, { type: 'ack', transactionId: 't', leaseId: 'L' }] }));
+    const r = transactionFacts(
+      b({
+        operations: [
+          { type: 'push', items: items(3) },
+          { type: 'ack', transactionId: 't', leaseId: 'L' },
+        ],
+      }),
+    );
     expect(r).toMatchObject({ messages: 3, leaseId: 'L', acks: 1 });
   });
 });

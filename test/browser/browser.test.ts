@@ -173,10 +173,16 @@ describe('the browser example through queen-edge', () => {
       const before = forwarded(broker).length;
       const result = await runFlow(evil, acmeUrl(), acmeToken);
       expect(result.state).toBe('error');
-      expect(await rows(evil)).toEqual([expect.objectContaining({ step: 'push', status: 'network-error', detail: expect.stringMatching(/TypeError.*accept the certificate/) })]);
+      expect(await rows(evil)).toEqual([
+        expect.objectContaining({ step: 'push', status: 'network-error', detail: expect.stringMatching(/TypeError.*accept the certificate/) }),
+      ]);
       // A GET with a token is preflighted too, and refused the same way.
       const err = await evil.evaluate(
-        ([url, jwt]) => fetch(url!, { headers: { Authorization: `Bearer ${jwt}` } }).then(() => 'no error', (e: Error) => e.name),
+        ([url, jwt]) =>
+          fetch(url!, { headers: { Authorization: `Bearer ${jwt}` } }).then(
+            () => 'no error',
+            (e: Error) => e.name,
+          ),
         [`${acmeUrl()}/api/v1/pop/queue/browser-demo?consumerGroup=web`, acmeToken],
       );
       expect(err).toBe('TypeError');

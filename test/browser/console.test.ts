@@ -22,12 +22,26 @@ interface PageGlobals {
   };
   sessionStorage: { length: number };
   cspViolations: string[];
-  qeCharts: Record<string, { data: number[][]; ctx: { canvas: { width: number; height: number }; getImageData(x: number, y: number, w: number, h: number): { data: Uint8ClampedArray } } }>;
+  qeCharts: Record<
+    string,
+    {
+      data: number[][];
+      ctx: { canvas: { width: number; height: number }; getImageData(x: number, y: number, w: number, h: number): { data: Uint8ClampedArray } };
+    }
+  >;
 }
 
 const ARTIFACTS_DIR = join(import.meta.dirname, '../artifacts');
 const CHROMIUM = '/usr/bin/chromium';
-const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'];
+const CHROMIUM_ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--no-first-run',
+];
 /** Generous: the machine running CI is small and busy. */
 const UI_TIMEOUT = 15000;
 
@@ -74,7 +88,12 @@ beforeAll(async () => {
       server: { admin: { token: ADMIN_TOKEN } },
       plans: {
         test: { ...TEST_PLAN, quotas: { messagesPerMonth: 5_000_000, ingressBytesPerMonth: 2 * 1024 ** 3 } },
-        starter: { ...TEST_PLAN, features: ['streams', 'traces'], limits: { ...TEST_PLAN.limits, requestsPerSec: 50, requestBurst: 100, messagesPerSec: 500, messageBurst: 1000 }, quotas: { messagesPerMonth: 1_000_000, ingressBytesPerMonth: 1024 ** 3 } },
+        starter: {
+          ...TEST_PLAN,
+          features: ['streams', 'traces'],
+          limits: { ...TEST_PLAN.limits, requestsPerSec: 50, requestBurst: 100, messagesPerSec: 500, messageBurst: 1000 },
+          quotas: { messagesPerMonth: 1_000_000, ingressBytesPerMonth: 1024 ** 3 },
+        },
       },
       // b2 serves both tenants: declared tenancy-aware, as a shared broker must be.
       tenants: {
@@ -85,7 +104,8 @@ beforeAll(async () => {
   );
   await writeHistory();
   acmeJwt = await token({ roles: ['read-write'], tenant: 'acme' });
-  for (let i = 0; i < 5; i++) expect((await call(edge, 'POST', '/api/v1/push', { token: acmeJwt, body: { items: [{ queue: 'orders', payload: { i } }] } })).status).toBe(201);
+  for (let i = 0; i < 5; i++)
+    expect((await call(edge, 'POST', '/api/v1/push', { token: acmeJwt, body: { items: [{ queue: 'orders', payload: { i } }] } })).status).toBe(201);
   browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
   page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
   // Whatever the CSP blocks is recorded: the console must need nothing it forbids.
@@ -137,7 +157,9 @@ describe('the operator console', { timeout: 60_000 }, () => {
     expect(csp).toContain("frame-ancestors 'none'");
     await page.waitForSelector('#login:not([hidden])', { timeout: UI_TIMEOUT });
     await signIn('not-the-admin-token');
-    await page.waitForFunction(() => (globalThis as unknown as PageGlobals).document.querySelector('#login-error')?.textContent?.includes('401'), undefined, { timeout: UI_TIMEOUT });
+    await page.waitForFunction(() => (globalThis as unknown as PageGlobals).document.querySelector('#login-error')?.textContent?.includes('401'), undefined, {
+      timeout: UI_TIMEOUT,
+    });
     expect(await page.isVisible('#nav')).toBe(false);
     expect(await page.evaluate(() => (globalThis as unknown as PageGlobals).sessionStorage.length)).toBe(0);
     await shot('login');
@@ -153,7 +175,11 @@ describe('the operator console', { timeout: 60_000 }, () => {
     for (let i = 0; i < 40; i++) await call(edge, 'POST', '/api/v1/push', { token: acmeJwt, body: { items: [{ queue: 'orders', payload: { i } }] } });
     for (let i = 0; i < 8; i++) expect((await call(edge, 'GET', '/api/v1/pop/queue/orders', { token: bad })).status).toBe(401);
     await page.waitForSelector('#refusals code:text-is("unauthorized")', { timeout: UI_TIMEOUT });
-    await page.waitForFunction(() => /Request rate\s*[1-9]/.test((globalThis as unknown as PageGlobals).document.querySelector('.cards')!.innerText), undefined, { timeout: UI_TIMEOUT });
+    await page.waitForFunction(
+      () => /Request rate\s*[1-9]/.test((globalThis as unknown as PageGlobals).document.querySelector('.cards')!.innerText),
+      undefined,
+      { timeout: UI_TIMEOUT },
+    );
     const text = await page.innerText('main');
     expect(text).toMatch(/Workers alive\s*1\s*process/);
     expect(text).toContain('fail mode local');
@@ -168,7 +194,11 @@ describe('the operator console', { timeout: 60_000 }, () => {
     const pushed = (await admin(edge, 'GET', '/admin/v1/tenants/acme/usage?granularity=month')).json.total.messagesPushed as number;
     expect(pushed).toBeGreaterThanOrEqual(5);
     expect(await page.innerText('#tenants tr[data-tenant="acme"]')).toContain(`${pushed.toLocaleString('en-US')} msg of 5,000,000 msg`);
-    await page.waitForFunction(() => !(globalThis as unknown as PageGlobals).document.querySelector('#tenants')!.textContent!.includes('measuring'), undefined, { timeout: UI_TIMEOUT });
+    await page.waitForFunction(
+      () => !(globalThis as unknown as PageGlobals).document.querySelector('#tenants')!.textContent!.includes('measuring'),
+      undefined,
+      { timeout: UI_TIMEOUT },
+    );
     await shot('tenants');
 
     await page.click('#tenants tr[data-tenant="acme"] button');
@@ -204,22 +234,24 @@ describe('the operator console', { timeout: 60_000 }, () => {
       }
       // uPlot paints on an animation frame after its data arrives: poll until every chart's line is
       // on the canvas (or the wait runs out and the assertions below say which chart is blank).
-      const measure = () => page.evaluate(() => {
-        const charts = (globalThis as unknown as PageGlobals).qeCharts;
-        return Object.fromEntries(
-          Object.entries(charts).map(([name, u]) => {
-            const sum = u.data.slice(1).reduce((n, s) => n + s.reduce((a, v) => a + (v ?? 0), 0), 0);
-            // Pixels of the plot in a series stroke colour (the first two: blue #2452c5, green
-            // #1d7a3d): the lines were drawn. Either may lie on top of the other where they meet.
-            const { width, height } = u.ctx.canvas;
-            const px = u.ctx.getImageData(0, 0, width, height).data;
-            const near = (i: number, r: number, g: number, b: number) => Math.abs(px[i]! - r) < 24 && Math.abs(px[i + 1]! - g) < 24 && Math.abs(px[i + 2]! - b) < 24;
-            let stroke = 0;
-            for (let i = 0; i < px.length; i += 4) if (near(i, 0x24, 0x52, 0xc5) || near(i, 0x1d, 0x7a, 0x3d)) stroke++;
-            return [name, { points: u.data[0]!.length, sum, stroke }];
-          }),
-        );
-      });
+      const measure = () =>
+        page.evaluate(() => {
+          const charts = (globalThis as unknown as PageGlobals).qeCharts;
+          return Object.fromEntries(
+            Object.entries(charts).map(([name, u]) => {
+              const sum = u.data.slice(1).reduce((n, s) => n + s.reduce((a, v) => a + (v ?? 0), 0), 0);
+              // Pixels of the plot in a series stroke colour (the first two: blue #2452c5, green
+              // #1d7a3d): the lines were drawn. Either may lie on top of the other where they meet.
+              const { width, height } = u.ctx.canvas;
+              const px = u.ctx.getImageData(0, 0, width, height).data;
+              const near = (i: number, r: number, g: number, b: number) =>
+                Math.abs(px[i]! - r) < 24 && Math.abs(px[i + 1]! - g) < 24 && Math.abs(px[i + 2]! - b) < 24;
+              let stroke = 0;
+              for (let i = 0; i < px.length; i += 4) if (near(i, 0x24, 0x52, 0xc5) || near(i, 0x1d, 0x7a, 0x3d)) stroke++;
+              return [name, { points: u.data[0]!.length, sum, stroke }];
+            }),
+          );
+        });
       const names = ['requests', 'messages', 'bytes', 'refusals'];
       const deadline = Date.now() + UI_TIMEOUT;
       let drawn = await measure();
@@ -258,7 +290,11 @@ describe('the operator console', { timeout: 60_000 }, () => {
     expect(json).toContain('"requestsPerSec": 50,');
     await page.fill('dialog[open] textarea', json.replace('"requestsPerSec": 50,', '"requestsPerSec": 60,'));
     await page.click('dialog[open] button[value="ok"]');
-    await page.waitForFunction(() => (globalThis as unknown as PageGlobals).document.querySelector('#plans tr[data-plan="starter"]')?.innerText.includes('60 req/s'), undefined, { timeout: UI_TIMEOUT });
+    await page.waitForFunction(
+      () => (globalThis as unknown as PageGlobals).document.querySelector('#plans tr[data-plan="starter"]')?.innerText.includes('60 req/s'),
+      undefined,
+      { timeout: UI_TIMEOUT },
+    );
     expect((await admin(edge, 'GET', '/admin/v1/plans/starter')).json.limits.requestsPerSec).toBe(60);
   });
 

@@ -6,7 +6,13 @@ import { ConfigError, loadConfigFile, parseConfig, substituteEnv } from '../../s
 import { compileTables } from '../../src/tables.js';
 
 const minimal = {
-  plans: { free: { limits: { requestsPerSec: 1, requestBurst: 1, messagesPerSec: 1, messageBurst: 1, parkedPolls: 1, maxPayloadBytes: 1, maxBatch: 1 }, quotas: { messagesPerMonth: 1, ingressBytesPerMonth: 1 }, storageBytes: 1 } },
+  plans: {
+    free: {
+      limits: { requestsPerSec: 1, requestBurst: 1, messagesPerSec: 1, messageBurst: 1, parkedPolls: 1, maxPayloadBytes: 1, maxBatch: 1 },
+      quotas: { messagesPerMonth: 1, ingressBytesPerMonth: 1 },
+      storageBytes: 1,
+    },
+  },
   tenants: { t: { plan: 'free', brokers: ['http://127.0.0.1:1/'] } },
 };
 
@@ -40,12 +46,19 @@ describe('configuration', () => {
 
   it('refuses trustProxy: true without trustedProxies, and trustedProxies entries that are no address or range', () => {
     expect(() => parseConfig({ ...minimal, server: { trustProxy: true } }, {})).toThrow(/trustProxy: true is replaced by server.trustedProxies/);
-    expect(() => parseConfig({ ...minimal, server: { trustedProxies: ['10.0.0.0/8', 'lb.internal'] } }, {})).toThrow(/not an address or CIDR range: lb.internal/);
+    expect(() => parseConfig({ ...minimal, server: { trustedProxies: ['10.0.0.0/8', 'lb.internal'] } }, {})).toThrow(
+      /not an address or CIDR range: lb.internal/,
+    );
   });
 
   it('types a whole-value variable only where the schema wants a number or boolean', () => {
     const cfg = parseConfig(
-      { ...minimal, server: { https: { port: '${P}' }, trustProxy: '${TP}', trustedProxies: ['10.0.0.0/8'], admin: { token: '${TOKEN}' } }, log: { accessLog: '${AL:-false}' }, auth: { secret: '${S}' } },
+      {
+        ...minimal,
+        server: { https: { port: '${P}' }, trustProxy: '${TP}', trustedProxies: ['10.0.0.0/8'], admin: { token: '${TOKEN}' } },
+        log: { accessLog: '${AL:-false}' },
+        auth: { secret: '${S}' },
+      },
       { P: '9443', TP: 'true', TOKEN: '12345', S: '0042' },
     );
     expect(cfg.server.https.port).toBe(9443);
@@ -78,7 +91,9 @@ describe('configuration', () => {
 
   it('names the variable a bad value came from and never prints the value', () => {
     const secret = '*hunter2-very-secret';
-    const typed = problemsOf(() => parseConfig({ ...minimal, server: { https: { port: '${EDGE_PORT}' } }, auth: { clockToleranceSec: '${SKEW}' } }, { EDGE_PORT: secret, SKEW: 'abc' }));
+    const typed = problemsOf(() =>
+      parseConfig({ ...minimal, server: { https: { port: '${EDGE_PORT}' } }, auth: { clockToleranceSec: '${SKEW}' } }, { EDGE_PORT: secret, SKEW: 'abc' }),
+    );
     // Checked once the types are right: the cross-field rules.
     const refined = problemsOf(() => parseConfig({ ...minimal, auth: { defaultTenant: '${DT}' } }, { DT: secret }));
     const text = [...typed, ...refined].join('\n');
@@ -89,12 +104,17 @@ describe('configuration', () => {
   });
 
   it('reports a variable with no value and no default by path', () => {
-    expect(problemsOf(() => parseConfig({ ...minimal, auth: { secret: '${NOPE}' } }, {}))).toContain('auth.secret: environment variable NOPE is not set and has no default');
+    expect(problemsOf(() => parseConfig({ ...minimal, auth: { secret: '${NOPE}' } }, {}))).toContain(
+      'auth.secret: environment variable NOPE is not set and has no default',
+    );
   });
 
   it('lists every problem with its path', () => {
     const problems = problemsOf(() =>
-      parseConfig({ ...minimal, server: { https: { port: 'x' }, bodyLimitBytes: -1 }, tenants: { t: { plan: 'gold', brokers: ['ftp://x'] } }, nonsense: 1 }, {}),
+      parseConfig(
+        { ...minimal, server: { https: { port: 'x' }, bodyLimitBytes: -1 }, tenants: { t: { plan: 'gold', brokers: ['ftp://x'] } }, nonsense: 1 },
+        {},
+      ),
     );
     const text = problems.join('\n');
     expect(text).toMatch(/server\.https\.port/);
@@ -105,19 +125,35 @@ describe('configuration', () => {
   });
 
   it('refuses a tenant on an unknown plan and a host listed twice', () => {
-    expect(problemsOf(() => parseConfig({ ...minimal, tenants: { t: { plan: 'gold', brokers: ['http://a'] } } }, {}))).toContain('tenants.t.plan: unknown plan "gold"');
-    const cfg = parseConfig({ ...minimal, tenants: { a: { plan: 'free', brokers: ['http://a'], hosts: ['x'] }, b: { plan: 'free', brokers: ['http://b'], hosts: ['X'] } } }, {});
+    expect(problemsOf(() => parseConfig({ ...minimal, tenants: { t: { plan: 'gold', brokers: ['http://a'] } } }, {}))).toContain(
+      'tenants.t.plan: unknown plan "gold"',
+    );
+    const cfg = parseConfig(
+      { ...minimal, tenants: { a: { plan: 'free', brokers: ['http://a'], hosts: ['x'] }, b: { plan: 'free', brokers: ['http://b'], hosts: ['X'] } } },
+      {},
+    );
     expect(problemsOf(() => compileTables(cfg))).toEqual(['tenants.b.hosts: host "x" is already listed by tenant "a"']);
   });
 
-  it("refuses at load a file tenant whose own auth repeats the global key without telling its tokens apart (it was dropped silently)", () => {
-    const cfg = parseConfig({ ...minimal, auth: { secret: 'shared-secret-shared-secret-32b!' }, tenants: { a: { plan: 'free', brokers: ['http://a'], auth: { secret: 'shared-secret-shared-secret-32b!' } } } }, {});
+  it('refuses at load a file tenant whose own auth repeats the global key without telling its tokens apart (it was dropped silently)', () => {
+    const cfg = parseConfig(
+      {
+        ...minimal,
+        auth: { secret: 'shared-secret-shared-secret-32b!' },
+        tenants: { a: { plan: 'free', brokers: ['http://a'], auth: { secret: 'shared-secret-shared-secret-32b!' } } },
+      },
+      {},
+    );
     expect(problemsOf(() => compileTables(cfg)).join('\n')).toMatch(/^tenants\.a/);
   });
 
   it('refuses admin allowedHosts that are not bare host names (they would never match a Host)', () => {
-    const problems = problemsOf(() => parseConfig({ ...minimal, server: { admin: { allowedHosts: ['admin.ns.svc', 'http://admin.ns.svc', 'admin.ns.svc:9090', '*.svc', ''] } } }, {}));
-    expect(problems.filter((p) => p.startsWith('server.admin.allowedHosts'))).toEqual([1, 2, 3, 4].map((i) => `server.admin.allowedHosts[${i}]: a host name, without scheme, port or path`));
+    const problems = problemsOf(() =>
+      parseConfig({ ...minimal, server: { admin: { allowedHosts: ['admin.ns.svc', 'http://admin.ns.svc', 'admin.ns.svc:9090', '*.svc', ''] } } }, {}),
+    );
+    expect(problems.filter((p) => p.startsWith('server.admin.allowedHosts'))).toEqual(
+      [1, 2, 3, 4].map((i) => `server.admin.allowedHosts[${i}]: a host name, without scheme, port or path`),
+    );
   });
 
   it('reports YAML syntax errors and missing files', async () => {

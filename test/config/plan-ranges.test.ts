@@ -25,7 +25,7 @@ describe('plan value ranges', () => {
     expect(planSchema.safeParse(plan({ [key]: value })).success).toBe(false);
   });
 
-  it('bounds a tenant\'s limit overrides the same way', () => {
+  it("bounds a tenant's limit overrides the same way", () => {
     const t = { plan: 'p', brokers: ['http://127.0.0.1:6632'] };
     expect(tenantSchema.safeParse({ ...t, limits: { requestsPerSec: 1e-300 } }).success).toBe(false);
     expect(tenantSchema.safeParse({ ...t, limits: { requestsPerSec: 5 } }).success).toBe(true);

@@ -117,7 +117,9 @@ describe('one tenant uploading a herd of near-complete bodies', () => {
     const { answers, peakKb } = await measure(pid, herd);
     expectHeld(answers, peakKb, 'h1');
     // Charged: the warm-up herd, the uploads let in, and this request.
-    const after = await request(`http://127.0.0.1:${httpPort}/api/v1/resources/queues`, { headers: { host: 'acme.localhost', authorization: `Bearer ${tok}` } });
+    const after = await request(`http://127.0.0.1:${httpPort}/api/v1/resources/queues`, {
+      headers: { host: 'acme.localhost', authorization: `Bearer ${tok}` },
+    });
     await after.body.dump();
     expect(after.headers.ratelimit).toMatch(new RegExp(`^"requests";r=${BURST - UPLOADS - Math.floor(TENANT_BUDGET / LENGTH) - 1};`));
   }, 20_000);
@@ -133,7 +135,14 @@ describe('one tenant uploading a herd of near-complete bodies', () => {
         return Promise.all(
           Array.from({ length: UPLOADS }, (_, i) => {
             const stream = sessions[i % 2]!.request(
-              { ':method': 'POST', ':path': '/api/v1/push', ':authority': 'acme.localhost', authorization: `Bearer ${tok}`, 'content-type': 'application/json', 'content-length': String(length) },
+              {
+                ':method': 'POST',
+                ':path': '/api/v1/push',
+                ':authority': 'acme.localhost',
+                authorization: `Bearer ${tok}`,
+                'content-type': 'application/json',
+                'content-length': String(length),
+              },
               { endStream: false },
             );
             stream.on('error', () => {});

@@ -46,7 +46,10 @@ describe('queen-edge command line', { timeout: 60_000 }, () => {
     return [...words.slice(2), ...extra];
   }
   // The file's own plaintext listener (config/default.yaml has none) shows which config the process read.
-  const onPortZero = { ...testConfig(['http://127.0.0.1:1'], { server: { https: { port: 0 }, http: { port: 0 }, admin: { port: 0 } } }), log: { level: 'info' } };
+  const onPortZero = {
+    ...testConfig(['http://127.0.0.1:1'], { server: { https: { port: 0 }, http: { port: 0 }, admin: { port: 0 } } }),
+    log: { level: 'info' },
+  };
 
   it('npm start reads $QUEEN_EDGE_CONFIG', async () => {
     const edge = await start(onPortZero, await npmStartArgs(), { QUEEN_EDGE_CONFIG: '{config}' });
@@ -102,7 +105,9 @@ describe('queen-edge command line', { timeout: 60_000 }, () => {
     try {
       const edge = await start(onPortZero, ['--config', '{config}', '--admin-port', String(port)]);
       expect((await edge.exited).code).toBe(1);
-      expect(edge.stderr()).toMatch(new RegExp(`^queen-edge: admin listener cannot listen on 127\\.0\\.0\\.1:${port}: address already in use \\(EADDRINUSE\\).*--admin-port\\)\n$`));
+      expect(edge.stderr()).toMatch(
+        new RegExp(`^queen-edge: admin listener cannot listen on 127\\.0\\.0\\.1:${port}: address already in use \\(EADDRINUSE\\).*--admin-port\\)\n$`),
+      );
     } finally {
       taken.close();
     }
@@ -119,7 +124,10 @@ describe('queen-edge command line', { timeout: 60_000 }, () => {
 
   it('two tenants on one broker not declared tenancy-aware: exits 2 and says why', async () => {
     const { plans } = testConfig(['http://127.0.0.1:1']);
-    const edge = await start({ plans, tenants: { a: { plan: 'test', brokers: ['http://127.0.0.1:6632'] }, b: { plan: 'test', brokers: ['http://LOCALHOST:6632/'] } } });
+    const edge = await start({
+      plans,
+      tenants: { a: { plan: 'test', brokers: ['http://127.0.0.1:6632'] }, b: { plan: 'test', brokers: ['http://LOCALHOST:6632/'] } },
+    });
     expect((await edge.exited).code).toBe(2);
     expect(edge.stderr()).toContain('tenants.b.brokers: tenant "b" and tenant "a" both list broker "http://LOCALHOST:6632/"');
     expect(edge.stderr()).toContain('set tenancyAwareBrokers: true on tenant "b" and tenant "a"');

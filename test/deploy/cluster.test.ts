@@ -76,7 +76,12 @@ const push = (queue: string, n: number) => send('POST', '/api/v1/push', { items:
 
 /** Workers that wrote access-log lines for successful pushes since log line `since` (the access line carries the worker id). */
 function servingWorkers(since: number): Set<number> {
-  return new Set(edge.lines.slice(since).filter((l) => l.route !== undefined && l.status === 201).map((l) => l.worker!));
+  return new Set(
+    edge.lines
+      .slice(since)
+      .filter((l) => l.route !== undefined && l.status === 201)
+      .map((l) => l.worker!),
+  );
 }
 
 function listening(): LogLine[] {
@@ -131,7 +136,11 @@ describe('queen-edge with two workers', () => {
     );
     await waitFor(() => broker.parked() === 2, 5000, 'two parked polls');
     // Metered in memory and flushed each second per worker: SIGTERM right after must still land every count in Redis.
-    for (let i = 0; i < 6; i++) expect((await send('POST', '/api/v1/push', { items: [{ queue: 'beta-q', transactionId: `b-${i}`, payload: { i } }] }, { host: 'beta.localhost', jwt: rwBeta })).status).toBe(201);
+    for (let i = 0; i < 6; i++)
+      expect(
+        (await send('POST', '/api/v1/push', { items: [{ queue: 'beta-q', transactionId: `b-${i}`, payload: { i } }] }, { host: 'beta.localhost', jwt: rwBeta }))
+          .status,
+      ).toBe(201);
     const signalledAt = Date.now();
     process.kill(edge.pid, 'SIGTERM');
     await edge.waitForLog((l) => l.msg === 'draining workers');
@@ -144,7 +153,11 @@ describe('queen-edge with two workers', () => {
     expect(broker.parked()).toBeGreaterThanOrEqual(1);
 
     // The broker delivers to the first poll while the edge drains: the response still reaches the client.
-    const direct = await fetch(`${broker.url}/api/v1/push`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ items: [{ queue: 'drain-completes', payload: { late: true } }] }) });
+    const direct = await fetch(`${broker.url}/api/v1/push`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ items: [{ queue: 'drain-completes', payload: { late: true } }] }),
+    });
     expect(direct.status).toBe(201);
     const done = await completes;
     expect(done.status).toBe(200);

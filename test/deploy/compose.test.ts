@@ -31,7 +31,10 @@ async function composeCommand(): Promise<string[]> {
 async function compose(args: string[], env: Record<string, string>): Promise<string> {
   const [cmd, ...pre] = await composeCommand();
   // Only what a person's shell would pass: PATH, HOME and the given variables (no QUEEN_EDGE_* leaking in).
-  const { stdout } = await run(cmd!, [...pre, '-f', join(ROOT, 'docker-compose.yml'), ...args], { cwd: ROOT, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', ...env } });
+  const { stdout } = await run(cmd!, [...pre, '-f', join(ROOT, 'docker-compose.yml'), ...args], {
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', ...env },
+  });
   return stdout;
 }
 
@@ -47,11 +50,15 @@ interface Service {
 describe('docker-compose.yml', { timeout: 20_000 }, () => {
   let services: Record<string, Service>;
   beforeAll(async () => {
-    services = (parse(await compose(['--profile', 'dev', '--profile', 'queen', 'config'], { JWT_SECRET: SECRET })) as { services: Record<string, Service> }).services;
+    services = (parse(await compose(['--profile', 'dev', '--profile', 'queen', 'config'], { JWT_SECRET: SECRET })) as { services: Record<string, Service> })
+      .services;
   });
 
   it('refuses to start without JWT_SECRET, naming it', async () => {
-    const err = await compose(['config', '-q'], {}).then(() => null, (e: { stderr?: string }) => e);
+    const err = await compose(['config', '-q'], {}).then(
+      () => null,
+      (e: { stderr?: string }) => e,
+    );
     expect(err?.stderr).toMatch(/JWT_SECRET/);
   });
 
@@ -84,7 +91,10 @@ describe('docker-compose.yml', { timeout: 20_000 }, () => {
       // The edge's environment as compose resolves it; the names `broker` and `redis` only resolve
       // inside the compose network, so the relay's address stands in for the one and memory for the other.
       const env = { ...services.edge!.environment!, QUEEN_EDGE_BROKER_URL: `http://127.0.0.1:${broker.port}`, QUEEN_EDGE_REDIS_URL: '' };
-      const raw = parse(readFileSync(join(ROOT, 'config/docker.yaml'), 'utf8')) as { server: Record<string, { host: string; port: number | null }>; log: { level: string } };
+      const raw = parse(readFileSync(join(ROOT, 'config/docker.yaml'), 'utf8')) as {
+        server: Record<string, { host: string; port: number | null }>;
+        log: { level: string };
+      };
       for (const l of ['https', 'admin'] as const) raw.server[l] = { ...raw.server[l]!, host: '127.0.0.1', port: 0 };
       raw.log.level = 'silent';
       edge = await startEdge(parseConfig(raw, env));
@@ -98,7 +108,11 @@ describe('docker-compose.yml', { timeout: 20_000 }, () => {
       const ready = await call(edge, 'GET', '/readyz', { base: edge.adminUrl, host: '127.0.0.1' });
       expect(ready.status, ready.text).toBe(200);
       const jwt = await token({ roles: ['read-write'], tenant: 'default' }, SECRET);
-      const pushed = await call(edge, 'POST', '/api/v1/push', { host: 'localhost', token: jwt, body: { items: [{ queue: 'compose', payload: { n: 1 }, transactionId: 'c-1' }] } });
+      const pushed = await call(edge, 'POST', '/api/v1/push', {
+        host: 'localhost',
+        token: jwt,
+        body: { items: [{ queue: 'compose', payload: { n: 1 }, transactionId: 'c-1' }] },
+      });
       expect(pushed.status, pushed.text).toBe(201);
       expect(pushed.json).toEqual([expect.objectContaining({ status: 'queued', transaction_id: 'c-1' })]);
       const popped = await call(edge, 'GET', '/api/v1/pop/queue/compose?batch=1', { host: 'localhost', token: jwt });

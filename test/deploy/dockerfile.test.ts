@@ -19,11 +19,19 @@ interface Instruction {
 
 /** Instructions of a Dockerfile: comments dropped, `\` continuations joined. */
 function instructions(text: string): Instruction[] {
-  const joined = text.split('\n').filter((l) => !/^\s*#/.test(l)).join('\n').replace(/\\\n/g, ' ');
-  return joined.split('\n').map((l) => l.trim()).filter(Boolean).map((l) => {
-    const [op, ...rest] = l.split(/\s+/);
-    return { op: op!.toUpperCase(), args: rest.join(' ') };
-  });
+  const joined = text
+    .split('\n')
+    .filter((l) => !/^\s*#/.test(l))
+    .join('\n')
+    .replace(/\\\n/g, ' ');
+  return joined
+    .split('\n')
+    .map((l) => l.trim())
+    .filter(Boolean)
+    .map((l) => {
+      const [op, ...rest] = l.split(/\s+/);
+      return { op: op!.toUpperCase(), args: rest.join(' ') };
+    });
 }
 
 /** Splits instructions into stages at each FROM, by stage name (`FROM image AS name`). */
@@ -105,7 +113,11 @@ describe('Dockerfile', () => {
   });
 
   it('exposes the ports of the image config', () => {
-    const exposed = runtime!.filter((i) => i.op === 'EXPOSE').flatMap((i) => i.args.split(/\s+/)).map(Number).sort();
+    const exposed = runtime!
+      .filter((i) => i.op === 'EXPOSE')
+      .flatMap((i) => i.args.split(/\s+/))
+      .map(Number)
+      .sort();
     expect(exposed).toEqual([defaults.server.https.port, defaults.server.admin.port].sort());
   });
 
@@ -126,7 +138,15 @@ describe('Dockerfile', () => {
     expect(defaults.server.https.host).toBe('0.0.0.0');
     expect(defaults.server.workers).toBe(1);
     expect(defaults.tenants.default!.brokers).toEqual(['http://broker:6632']);
-    const env = { QUEEN_EDGE_BROKER_URL: 'http://queen.internal:6632', QUEEN_EDGE_REDIS_URL: 'redis://r:6379/0', JWT_SECRET: 's', QUEEN_EDGE_ADMIN_TOKEN: 't', QUEEN_EDGE_TLS_CERT: '/etc/queen-edge/tls/tls.crt', QUEEN_EDGE_TLS_KEY: '/etc/queen-edge/tls/tls.key', QUEEN_EDGE_WORKERS: '2' };
+    const env = {
+      QUEEN_EDGE_BROKER_URL: 'http://queen.internal:6632',
+      QUEEN_EDGE_REDIS_URL: 'redis://r:6379/0',
+      JWT_SECRET: 's',
+      QUEEN_EDGE_ADMIN_TOKEN: 't',
+      QUEEN_EDGE_TLS_CERT: '/etc/queen-edge/tls/tls.crt',
+      QUEEN_EDGE_TLS_KEY: '/etc/queen-edge/tls/tls.key',
+      QUEEN_EDGE_WORKERS: '2',
+    };
     const set = parseConfig(parse(read(IMAGE_CONFIG)), env);
     expect(set.tenants.default!.brokers).toEqual(['http://queen.internal:6632']);
     expect(set.redis.url).toBe('redis://r:6379/0');
@@ -137,7 +157,10 @@ describe('Dockerfile', () => {
   });
 
   it('reads its config from /etc/queen-edge/config.yaml and has /etc/queen-edge/tls for certificates', () => {
-    const env = runtime!.filter((i) => i.op === 'ENV').map((i) => i.args).join(' ');
+    const env = runtime!
+      .filter((i) => i.op === 'ENV')
+      .map((i) => i.args)
+      .join(' ');
     expect(env).toContain('QUEEN_EDGE_CONFIG=/etc/queen-edge/config.yaml');
     expect(runtime!.some((i) => i.op === 'COPY' && i.args === `${IMAGE_CONFIG} /etc/queen-edge/config.yaml`)).toBe(true);
     expect(runtime!.some((i) => i.op === 'RUN' && i.args.includes('mkdir -p /etc/queen-edge/tls'))).toBe(true);

@@ -83,7 +83,9 @@ describe('cluster startup failure', () => {
     const port = await freePort();
     blocker = createServer();
     await new Promise<void>((r) => blocker!.listen({ host: '127.0.0.1', port }, r));
-    const edge = await start(edgeConfig(b.url, { workers: 2, https: { host: '127.0.0.1', port } }, { redis: { url: SHARED_REDIS_URL, keyPrefix: uniquePrefix() } }));
+    const edge = await start(
+      edgeConfig(b.url, { workers: 2, https: { host: '127.0.0.1', port } }, { redis: { url: SHARED_REDIS_URL, keyPrefix: uniquePrefix() } }),
+    );
     expect(await edge.exited).toEqual({ code: 1, signal: null });
     expect(edge.lines.some((l) => l.msg === 'worker failed to start: stopping')).toBe(true);
     expect(edge.lines.some((l) => l.msg === 'worker died: replacing it')).toBe(false);

@@ -99,7 +99,10 @@ export async function spawnEdge(config: unknown, args?: string[], env: NodeJS.Pr
 }
 
 /** One request on a connection of its own, so the cluster primary's round-robin hands it to the next worker. */
-export async function freshRequest(url: string, opts: { method?: 'GET' | 'POST'; headers?: Record<string, string>; body?: string } = {}): Promise<{ status: number; text: string }> {
+export async function freshRequest(
+  url: string,
+  opts: { method?: 'GET' | 'POST'; headers?: Record<string, string>; body?: string } = {},
+): Promise<{ status: number; text: string }> {
   const agent = new Agent({ connect: { rejectUnauthorized: false } });
   try {
     const res = await request(url, { method: opts.method ?? 'GET', dispatcher: agent, headers: opts.headers, body: opts.body });
@@ -113,13 +116,15 @@ export async function freshRequest(url: string, opts: { method?: 'GET' | 'POST';
 export function connectionRefused(port: number): Promise<boolean> {
   return new Promise((done) => {
     const agent = new Agent({ connect: { rejectUnauthorized: false, timeout: 2000 } });
-    request(`https://127.0.0.1:${port}/health`, { dispatcher: agent }).then(
-      async (r) => {
-        await r.body.dump();
-        done(false);
-      },
-      (err: NodeJS.ErrnoException & { cause?: NodeJS.ErrnoException }) => done((err.code ?? err.cause?.code) === 'ECONNREFUSED'),
-    ).finally(() => void agent.destroy());
+    request(`https://127.0.0.1:${port}/health`, { dispatcher: agent })
+      .then(
+        async (r) => {
+          await r.body.dump();
+          done(false);
+        },
+        (err: NodeJS.ErrnoException & { cause?: NodeJS.ErrnoException }) => done((err.code ?? err.cause?.code) === 'ECONNREFUSED'),
+      )
+      .finally(() => void agent.destroy());
   });
 }
 

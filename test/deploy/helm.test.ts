@@ -62,18 +62,34 @@ describe('helm/queen-edge', () => {
     const ajv = new Ajv({ allErrors: true, strict: false, verbose: true });
     const validate = ajv.compile(JSON.parse(read('values.schema.json')) as object);
     expect(validate(values)).toBe(false);
-    const titles = (validate.errors ?? []).map((e) => e.parentSchema?.title).filter(Boolean).join('\n');
+    const titles = (validate.errors ?? [])
+      .map((e) => e.parentSchema?.title)
+      .filter(Boolean)
+      .join('\n');
     expect(titles).toContain('set config.tenants');
     expect(titles).toContain('set a JWT key source');
     expect(titles).toContain('set image.repository: build the image');
     expect(validate(working), JSON.stringify(validate.errors)).toBe(true);
     // Redis instead of file tenants; a public key instead of a secret.
-    expect(validate({ ...values, image: working.image, redis: { url: 'redis://r:6379' }, config: { ...values.config, auth: { ...values.config.auth, publicKey: '/k.pem' } } })).toBe(true);
+    expect(
+      validate({
+        ...values,
+        image: working.image,
+        redis: { url: 'redis://r:6379' },
+        config: { ...values.config, auth: { ...values.config.auth, publicKey: '/k.pem' } },
+      }),
+    ).toBe(true);
     expect(validate({ ...working, config: { ...working.config, tenants: { t: { plan: 'free', brokers: [] } } } })).toBe(false);
     expect(validate({ ...working, service: { type: 'Ingress', port: 443 } })).toBe(false);
     expect(validate({ ...working, replicaCount: 0 })).toBe(false);
     expect(validate({ ...working, typo: true })).toBe(false);
-    expect(validate({ ...working, extraVolumes: [{ name: 'keys', secret: { secretName: 'k' } }], extraVolumeMounts: [{ name: 'keys', mountPath: '/etc/queen-edge/keys' }] })).toBe(true);
+    expect(
+      validate({
+        ...working,
+        extraVolumes: [{ name: 'keys', secret: { secretName: 'k' } }],
+        extraVolumeMounts: [{ name: 'keys', mountPath: '/etc/queen-edge/keys' }],
+      }),
+    ).toBe(true);
     expect(validate({ ...working, extraVolumeMounts: [{ name: 'keys' }] })).toBe(false);
     expect(validate({ ...working, networkPolicy: { enabled: true, publicFrom: [], adminFrom: [{ namespaceSelector: {} }], egress: [] } })).toBe(true);
   });
@@ -83,7 +99,8 @@ describe('helm/queen-edge', () => {
     // As the ConfigMap holds it, with the broker pointed at the double and the ports freed (the only test changes).
     const rendered = structuredClone(working.config);
     rendered.tenants.default.brokers = [broker.url];
-    for (const l of ['https', 'http', 'admin'] as const) if (rendered.server[l].port !== null) rendered.server[l] = { ...rendered.server[l], host: '127.0.0.1', port: 0 };
+    for (const l of ['https', 'http', 'admin'] as const)
+      if (rendered.server[l].port !== null) rendered.server[l] = { ...rendered.server[l], host: '127.0.0.1', port: 0 };
     rendered.log.level = 'silent';
     // The environment the Deployment sets from the chart's Secret.
     const app = await startApp(parseConfig(rendered, { JWT_SECRET: working.secrets.jwtSecret }), { log: silentLogger() });
@@ -97,10 +114,22 @@ describe('helm/queen-edge', () => {
   });
 
   it('every template is non-empty and references only keys values.yaml defines', () => {
-    expect(templates.map((t) => t.name)).toEqual(expect.arrayContaining([
-      'deployment.yaml', 'service.yaml', 'admin-service.yaml', 'configmap.yaml', 'secret.yaml', 'tls-secret.yaml', 'hpa.yaml', 'pdb.yaml', 'servicemonitor.yaml',
-      'networkpolicy.yaml', 'prometheusrule.yaml', 'tests/test-readyz.yaml',
-    ]));
+    expect(templates.map((t) => t.name)).toEqual(
+      expect.arrayContaining([
+        'deployment.yaml',
+        'service.yaml',
+        'admin-service.yaml',
+        'configmap.yaml',
+        'secret.yaml',
+        'tls-secret.yaml',
+        'hpa.yaml',
+        'pdb.yaml',
+        'servicemonitor.yaml',
+        'networkpolicy.yaml',
+        'prometheusrule.yaml',
+        'tests/test-readyz.yaml',
+      ]),
+    );
     for (const t of templates) {
       expect(t.text.trim().length, t.name).toBeGreaterThan(0);
       for (const ref of valueRefs(t.text)) expect(hasPath(values, ref), `${t.name}: .Values.${ref.join('.')}`).toBe(true);
@@ -153,18 +182,22 @@ describe('helm/queen-edge', () => {
   });
 });
 
-describe('helm/queen-edge: operators\' defaults and options', () => {
-  it('names no registry: the image is the operator\'s to build and push, and rendering without it fails with that message', () => {
+describe("helm/queen-edge: operators' defaults and options", () => {
+  it("names no registry: the image is the operator's to build and push, and rendering without it fails with that message", () => {
     expect((values.image as { repository: string }).repository).toBe('');
     expect(read('values.yaml')).toMatch(/No public registry publishes queen-edge: build the image/);
-    expect(read('templates/_helpers.tpl')).toMatch(/required "image\.repository is required: build the image from the project's Dockerfile and push it to your registry/);
+    expect(read('templates/_helpers.tpl')).toMatch(
+      /required "image\.repository is required: build the image from the project's Dockerfile and push it to your registry/,
+    );
     for (const name of ['deployment.yaml', 'tests/test-readyz.yaml']) expect(template(name), name).toContain('image: {{ include "queen-edge.image" . }}');
     expect(read('README.md')).toMatch(/docker push/);
   });
 
   it('the Service is ClusterIP by default; LoadBalancer and NodePort keep client addresses (Local) unless told otherwise', () => {
     expect(values.service).toMatchObject({ type: 'ClusterIP', externalTrafficPolicy: 'Local' });
-    expect(template('service.yaml')).toMatch(/\{\{- if ne \.Values\.service\.type "ClusterIP" \}\}\n {2}externalTrafficPolicy: \{\{ \.Values\.service\.externalTrafficPolicy \}\}/);
+    expect(template('service.yaml')).toMatch(
+      /\{\{- if ne \.Values\.service\.type "ClusterIP" \}\}\n {2}externalTrafficPolicy: \{\{ \.Values\.service\.externalTrafficPolicy \}\}/,
+    );
     expect(read('values.yaml')).toMatch(/a per-IP limit becomes a per-node limit/);
   });
 
@@ -202,7 +235,7 @@ describe('helm/queen-edge: operators\' defaults and options', () => {
     expect(t).toMatch(/process\.exit\(1\);\n/);
   });
 
-  it('the PrometheusRule embeds the project\'s rule file (a link to ops/prometheus, which promtool checks)', () => {
+  it("the PrometheusRule embeds the project's rule file (a link to ops/prometheus, which promtool checks)", () => {
     const pr = template('prometheusrule.yaml');
     expect(values.prometheusRule).toMatchObject({ enabled: false });
     expect(pr.startsWith('{{- if .Values.prometheusRule.enabled }}')).toBe(true);

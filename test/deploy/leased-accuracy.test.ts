@@ -74,7 +74,11 @@ const planOf = (c: Case) => ({ ...TEST_PLAN, limits: { ...TEST_PLAN.limits, ...c
  * slices and the rest exactly.
  */
 const QUOTA = 3000;
-const QUOTA_PLAN = { ...TEST_PLAN, limits: { ...TEST_PLAN.limits, messagesPerSec: 2000, messageBurst: 2000 }, quotas: { messagesPerMonth: QUOTA, ingressBytesPerMonth: 0 } };
+const QUOTA_PLAN = {
+  ...TEST_PLAN,
+  limits: { ...TEST_PLAN.limits, messagesPerSec: 2000, messageBurst: 2000 },
+  quotas: { messagesPerMonth: QUOTA, ingressBytesPerMonth: 0 },
+};
 
 /**
  * Units held outside the exact count at the end: unspent slices (one per instance) plus the
@@ -109,7 +113,9 @@ beforeAll(async () => {
           // One broker double for all: declared tenancy-aware, as a shared broker must be.
           warm: { plan: 'test', hosts: ['warm.localhost'], brokers: [broker.url], tenancyAwareBrokers: true },
           quota: { plan: 'quota', hosts: ['quota.localhost'], brokers: [broker.url], tenancyAwareBrokers: true },
-          ...Object.fromEntries(CASES.map((c) => [c.tenant, { plan: c.tenant, hosts: [`${c.tenant}.localhost`], brokers: [broker.url], tenancyAwareBrokers: true }])),
+          ...Object.fromEntries(
+            CASES.map((c) => [c.tenant, { plan: c.tenant, hosts: [`${c.tenant}.localhost`], brokers: [broker.url], tenancyAwareBrokers: true }]),
+          ),
         },
       }),
     ),
@@ -125,83 +131,91 @@ afterAll(async () => {
 });
 
 describe('leased mode, three edge processes on one Redis', () => {
-  it.each(CASES)('$tenant: admits within ±5 % of the limit per 10-s window under 3× load, at ≤ 0.1 limiter round trips per request', async (c) => {
-    const jwt = await token({ roles: ['read-write'], tenant: c.tenant });
-    const warmJwt = await token({ roles: ['read-write'], tenant: 'warm' });
-    const probe = await connectTest(redis.url, 2000);
-    const pools = ports.map((p) => new Pool(`http://127.0.0.1:${p}`, { connections: 16 }));
-    const statuses: number[] = [];
-    let firstAnswer = 0;
-    let lastAnswer = 0;
-    const send = (pool: Pool, tenant: string) =>
-      pool
-        .request({
-          ...c.request,
-          headers: { host: `${tenant}.localhost`, authorization: `Bearer ${tenant === c.tenant ? jwt : warmJwt}`, ...(c.request.body ? { 'content-type': 'application/json' } : {}) },
-        })
-        .then(
-          async (res) => {
-            await res.body.dump();
-            if (tenant !== c.tenant) return;
-            lastAnswer = performance.now();
-            firstAnswer ||= lastAnswer;
-            statuses.push(res.statusCode);
-          },
-          () => void statuses.push(0),
-        );
-    /** Offers OFFERED_PER_INSTANCE × INSTANCES requests a second for `ms`, paced by the clock (a stalled loop catches up in a burst instead of offering less). */
-    async function offer(tenant: string, ms: number, during: Promise<void>[]): Promise<{ first: number; last: number; sent: number }> {
-      const start = performance.now();
-      let sent = 0;
-      let last = start;
-      for (;;) {
-        const now = performance.now();
-        if (now - start >= ms) return { first: start, last, sent };
-        const due = Math.floor(((now - start) / 1000) * OFFERED_PER_INSTANCE * INSTANCES);
-        for (; sent < due; sent++) during.push(send(pools[sent % INSTANCES]!, tenant));
-        last = now;
-        await new Promise((r) => setTimeout(r, 5));
+  it.each(CASES)(
+    '$tenant: admits within ±5 % of the limit per 10-s window under 3× load, at ≤ 0.1 limiter round trips per request',
+    async (c) => {
+      const jwt = await token({ roles: ['read-write'], tenant: c.tenant });
+      const warmJwt = await token({ roles: ['read-write'], tenant: 'warm' });
+      const probe = await connectTest(redis.url, 2000);
+      const pools = ports.map((p) => new Pool(`http://127.0.0.1:${p}`, { connections: 16 }));
+      const statuses: number[] = [];
+      let firstAnswer = 0;
+      let lastAnswer = 0;
+      const send = (pool: Pool, tenant: string) =>
+        pool
+          .request({
+            ...c.request,
+            headers: {
+              host: `${tenant}.localhost`,
+              authorization: `Bearer ${tenant === c.tenant ? jwt : warmJwt}`,
+              ...(c.request.body ? { 'content-type': 'application/json' } : {}),
+            },
+          })
+          .then(
+            async (res) => {
+              await res.body.dump();
+              if (tenant !== c.tenant) return;
+              lastAnswer = performance.now();
+              firstAnswer ||= lastAnswer;
+              statuses.push(res.statusCode);
+            },
+            () => void statuses.push(0),
+          );
+      /** Offers OFFERED_PER_INSTANCE × INSTANCES requests a second for `ms`, paced by the clock (a stalled loop catches up in a burst instead of offering less). */
+      async function offer(tenant: string, ms: number, during: Promise<void>[]): Promise<{ first: number; last: number; sent: number }> {
+        const start = performance.now();
+        let sent = 0;
+        let last = start;
+        for (;;) {
+          const now = performance.now();
+          if (now - start >= ms) return { first: start, last, sent };
+          const due = Math.floor(((now - start) / 1000) * OFFERED_PER_INSTANCE * INSTANCES);
+          for (; sent < due; sent++) during.push(send(pools[sent % INSTANCES]!, tenant));
+          last = now;
+          await new Promise((r) => setTimeout(r, 5));
+        }
       }
-    }
 
-    // Warm every process up (JIT, pools, the token cache) on another tenant with the same
-    // requests, so the measured tenant's first requests are decided as soon as they arrive.
-    const warm: Promise<void>[] = [];
-    await offer('warm', WARM_MS, warm);
-    await Promise.all(warm);
-    const measured: Promise<void>[] = [];
-    const before = await commandCalls(probe);
-    const run = await offer(c.tenant, WINDOW_MS, measured);
-    const after = await commandCalls(probe);
-    await Promise.all(measured);
-    await Promise.all(pools.map((p) => p.close()));
-    probe.disconnect();
+      // Warm every process up (JIT, pools, the token cache) on another tenant with the same
+      // requests, so the measured tenant's first requests are decided as soon as they arrive.
+      const warm: Promise<void>[] = [];
+      await offer('warm', WARM_MS, warm);
+      await Promise.all(warm);
+      const measured: Promise<void>[] = [];
+      const before = await commandCalls(probe);
+      const run = await offer(c.tenant, WINDOW_MS, measured);
+      const after = await commandCalls(probe);
+      await Promise.all(measured);
+      await Promise.all(pools.map((p) => p.close()));
+      probe.disconnect();
 
-    const admittedRequests = statuses.filter((s) => s >= 200 && s < 300).length;
-    const refused = statuses.filter((s) => s === 429).length;
-    const admitted = admittedRequests * c.unitsPerRequest;
-    // The exact limiter's count from a full bucket: the burst plus the refill while requests were decided.
-    const limit = c.burst + (c.rate * (run.last - run.first)) / 1000;
-    const delta = (cmd: string) => (after.get(cmd) ?? 0) - (before.get(cmd) ?? 0);
-    // Top-level calls only: INFO commandstats also counts the commands a script runs inside.
-    const scripts = delta('evalsha') + delta('eval');
-    console.log(
-      `leased accuracy (${c.tenant}): ${statuses.length} answered in the window, admitted ${admitted} units of a limit of ${limit.toFixed(0)} ` +
-        `(${(((admitted - limit) / limit) * 100).toFixed(2)} %), held bound ${held(c)}; ${scripts} limiter scripts (lease + heartbeat) ` +
-        `= ${(scripts / statuses.length).toFixed(3)} per request; other commands ${JSON.stringify([...after].map(([cmd, v]) => [cmd, v - (before.get(cmd) ?? 0)]).filter(([, v]) => v !== 0))}`,
-    );
-    // Every request was answered, admitted or refused: no errors skew the count.
-    expect(statuses.length).toBe(run.sent);
-    expect(admittedRequests + refused).toBe(run.sent);
-    // Offered stayed well above the limit, or the count would say nothing about the limiter.
-    expect(statuses.length * c.unitsPerRequest).toBeGreaterThan(2 * limit);
-    // The design's bound (see the file comment), widened by when the first and last decisions fell
-    // between sending and answering: never above the bucket, short of it by at most the held units.
-    expect(admitted).toBeLessThanOrEqual(c.burst + (c.rate * (lastAnswer - run.first)) / 1000);
-    expect(admitted).toBeGreaterThanOrEqual(c.burst + (c.rate * (run.last - firstAnswer)) / 1000 - held(c));
-    expect(Math.abs(admitted - limit) / limit).toBeLessThanOrEqual(0.05);
-    expect(scripts / statuses.length).toBeLessThanOrEqual(0.1);
-  }, 60_000);
+      const admittedRequests = statuses.filter((s) => s >= 200 && s < 300).length;
+      const refused = statuses.filter((s) => s === 429).length;
+      const admitted = admittedRequests * c.unitsPerRequest;
+      // The exact limiter's count from a full bucket: the burst plus the refill while requests were decided.
+      const limit = c.burst + (c.rate * (run.last - run.first)) / 1000;
+      const delta = (cmd: string) => (after.get(cmd) ?? 0) - (before.get(cmd) ?? 0);
+      // Top-level calls only: INFO commandstats also counts the commands a script runs inside.
+      const scripts = delta('evalsha') + delta('eval');
+      console.log(
+        `leased accuracy (${c.tenant}): ${statuses.length} answered in the window, admitted ${admitted} units of a limit of ${limit.toFixed(0)} ` +
+          `(${(((admitted - limit) / limit) * 100).toFixed(2)} %), held bound ${held(c)}; ${scripts} limiter scripts (lease + heartbeat) ` +
+          `= ${(scripts / statuses.length).toFixed(3)} per request; other commands ${JSON.stringify([...after].map(([cmd, v]) => [cmd, v - (before.get(cmd) ?? 0)]).filter(([, v]) => v !== 0))}`,
+      );
+      // Every request was answered, admitted or refused: no errors skew the count.
+      expect(statuses.length).toBe(run.sent);
+      expect(admittedRequests + refused).toBe(run.sent);
+      // Offered stayed well above the limit, or the count would say nothing about the limiter.
+      expect(statuses.length * c.unitsPerRequest).toBeGreaterThan(2 * limit);
+      // The design's bound (see the file comment), widened by when the first and last decisions fell
+      // between sending and answering: never above the bucket, short of it by at most the held units.
+      expect(admitted).toBeLessThanOrEqual(c.burst + (c.rate * (lastAnswer - run.first)) / 1000);
+      expect(admitted).toBeGreaterThanOrEqual(c.burst + (c.rate * (run.last - firstAnswer)) / 1000 - held(c));
+      expect(Math.abs(admitted - limit) / limit).toBeLessThanOrEqual(0.05);
+      expect(scripts / statuses.length).toBeLessThanOrEqual(0.1);
+    },
+    60_000,
+  );
 
   it('uses a monthly quota to the last message and never beyond it, three instances pushing through slices', async () => {
     const jwt = await token({ roles: ['read-write'], tenant: 'quota' });
@@ -220,14 +234,21 @@ describe('leased mode, three edge processes on one Redis', () => {
       for (; n < due; n++) {
         const pool = pools[n % INSTANCES]!;
         sent.push(
-          pool.request({ method: 'POST', path: '/api/v1/push', body, headers: { host: 'quota.localhost', authorization: `Bearer ${jwt}`, 'content-type': 'application/json' } }).then(
-            async (res) => {
-              await res.body.dump();
-              statuses.push(res.statusCode);
-              expect(await counter()).toBeLessThanOrEqual(QUOTA);
-            },
-            () => void statuses.push(0),
-          ),
+          pool
+            .request({
+              method: 'POST',
+              path: '/api/v1/push',
+              body,
+              headers: { host: 'quota.localhost', authorization: `Bearer ${jwt}`, 'content-type': 'application/json' },
+            })
+            .then(
+              async (res) => {
+                await res.body.dump();
+                statuses.push(res.statusCode);
+                expect(await counter()).toBeLessThanOrEqual(QUOTA);
+              },
+              () => void statuses.push(0),
+            ),
         );
       }
       await new Promise((r) => setTimeout(r, 5));
@@ -243,7 +264,9 @@ describe('leased mode, three edge processes on one Redis', () => {
     probe.disconnect();
     const refusals = new Map<number, number>();
     for (const x of others) refusals.set(x, (refusals.get(x) ?? 0) + 1);
-    console.log(`leased quota: ${statuses.length} pushes answered, ${admitted} messages admitted of a quota of ${QUOTA}; refusals ${JSON.stringify([...refusals])}; counter ${final}`);
+    console.log(
+      `leased quota: ${statuses.length} pushes answered, ${admitted} messages admitted of a quota of ${QUOTA}; refusals ${JSON.stringify([...refusals])}; counter ${final}`,
+    );
     expect(admitted).toBe(QUOTA);
     expect(others.every((x) => x === 429)).toBe(true);
     expect(final).toBe(QUOTA);

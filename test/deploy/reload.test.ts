@@ -55,7 +55,8 @@ async function preflight(port: number, origin: string): Promise<number> {
 async function reloadReport(adminPort: number): Promise<{ api: any; success: number }> {
   const agent = new Agent();
   try {
-    const get = async (path: string) => (await request(`http://127.0.0.1:${adminPort}${path}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, dispatcher: agent })).body.text();
+    const get = async (path: string) =>
+      (await request(`http://127.0.0.1:${adminPort}${path}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, dispatcher: agent })).body.text();
     const api = JSON.parse(await get('/admin/v1/reloads'));
     const success = Number(/^queen_edge_config_last_reload_success (\S+)$/m.exec(await get('/metrics'))?.[1]);
     return { api, success };

@@ -4,7 +4,13 @@ import { DEFAULT_RESTART_POLICY, nextRestart, workerCount } from '../../src/supe
 import { parseConfig } from '../../src/config/load.js';
 
 const base = {
-  plans: { p: { limits: { requestsPerSec: 1, requestBurst: 1, messagesPerSec: 1, messageBurst: 1, parkedPolls: 1, maxPayloadBytes: 1, maxBatch: 1 }, quotas: { messagesPerMonth: 0, ingressBytesPerMonth: 0 }, storageBytes: 0 } },
+  plans: {
+    p: {
+      limits: { requestsPerSec: 1, requestBurst: 1, messagesPerSec: 1, messageBurst: 1, parkedPolls: 1, maxPayloadBytes: 1, maxBatch: 1 },
+      quotas: { messagesPerMonth: 0, ingressBytesPerMonth: 0 },
+      storageBytes: 0,
+    },
+  },
   tenants: {},
 };
 const config = (server: object, redis: object = {}) => parseConfig({ ...base, server, redis }, {});

@@ -19,7 +19,10 @@ describe('npm run demo', { timeout: 60_000 }, () => {
   it('prints a token and curls that push, pop and ack through the edge (pasted twice too), the browser page link and a console link', async () => {
     const { scripts } = JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
     expect(scripts.demo).toBe('tsx examples/demo.ts');
-    const child = spawn(process.execPath, ['--import', 'tsx', 'examples/demo.ts', '--port', '0', '--admin-port', '0', '--browser-port', '0'], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', 'examples/demo.ts', '--port', '0', '--admin-port', '0', '--browser-port', '0'], {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     const exited = new Promise<number | null>((done) => child.once('exit', (code) => done(code)));
     cleanup.push(async () => {
       if (child.exitCode === null) child.kill('SIGKILL');
@@ -38,7 +41,10 @@ describe('npm run demo', { timeout: 60_000 }, () => {
     expect(out).toContain('NOT FOR PRODUCTION');
 
     const { stdout } = await run('bash', ['-e', '-c', block], { cwd: ROOT });
-    const [pushed, popped, acked] = stdout.trim().split('\n').map((l) => JSON.parse(l));
+    const [pushed, popped, acked] = stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(pushed).toEqual([expect.objectContaining({ status: 'queued', transaction_id: 'hello-1' })]);
     expect(popped).toMatchObject({ success: true, messages: [{ transactionId: 'hello-1', data: { hello: 'world' } }] });
     expect(acked).toEqual([expect.objectContaining({ success: true, noop: false })]);
@@ -83,7 +89,10 @@ describe('npm run demo', { timeout: 60_000 }, () => {
 describe('the development broker', () => {
   let broker: DevBroker;
   const call = async (method: 'GET' | 'POST', path: string, body?: unknown) => {
-    const res = await request(`${broker.url}${path}`, { method, ...(body === undefined ? {} : { body: JSON.stringify(body), headers: { 'content-type': 'application/json' } }) });
+    const res = await request(`${broker.url}${path}`, {
+      method,
+      ...(body === undefined ? {} : { body: JSON.stringify(body), headers: { 'content-type': 'application/json' } }),
+    });
     const text = await res.body.text();
     return { status: res.statusCode, text, json: text ? JSON.parse(text) : undefined };
   };
@@ -102,7 +111,12 @@ describe('the development broker', () => {
   it('leases a batch to one consumer per group; an ack needs the live lease and commits the cursor', async () => {
     broker = await startDevBroker();
     cleanup.push(() => broker.close());
-    await call('POST', '/api/v1/push', { items: [{ queue: 'q', transactionId: 'a', payload: 1 }, { queue: 'q', transactionId: 'b', payload: 2 }] });
+    await call('POST', '/api/v1/push', {
+      items: [
+        { queue: 'q', transactionId: 'a', payload: 1 },
+        { queue: 'q', transactionId: 'b', payload: 2 },
+      ],
+    });
     const first = (await call('GET', '/api/v1/pop/queue/q?batch=10&consumerGroup=g')).json;
     expect(first.messages.map((m: { transactionId: string }) => m.transactionId)).toEqual(['a', 'b']);
     expect((await call('GET', '/api/v1/pop/queue/q?consumerGroup=g')).status).toBe(204);

@@ -14,13 +14,7 @@
  * - `subscriptionMode`/`subscriptionFrom` are ignored: every cursor starts at the first message.
  * - An `autoAck` pop holds no lease, so it answers `leaseId: null`.
  */
-import {
-  createServer,
-  type IncomingHttpHeaders,
-  type IncomingMessage,
-  type Server,
-  type ServerResponse,
-} from 'node:http';
+import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
@@ -611,8 +605,7 @@ interface Exchange {
   attempt: (() => Reply | null) | null;
 }
 
-type Options = BrokerDoubleOptions &
-  Required<Pick<BrokerDoubleOptions, 'port' | 'pushStatus' | 'emptyPopMode' | 'defaultTimeoutMs' | 'cors'>>;
+type Options = BrokerDoubleOptions & Required<Pick<BrokerDoubleOptions, 'port' | 'pushStatus' | 'emptyPopMode' | 'defaultTimeoutMs' | 'cors'>>;
 
 const NOT_FOUND: Reply = { status: 404, body: { error: 'not found' } };
 
@@ -851,7 +844,10 @@ class QueenBrokerDouble implements BrokerDouble {
       return NOT_FOUND;
     }
     const m = this.maintenance;
-    return { status: 200, body: which === 'pop' ? { popMaintenanceMode: m.pop } : { maintenanceMode: m.push, popMaintenanceMode: m.pop, bufferedMessages: 0, bufferHealthy: true } };
+    return {
+      status: 200,
+      body: which === 'pop' ? { popMaintenanceMode: m.pop } : { maintenanceMode: m.push, popMaintenanceMode: m.pop, bufferedMessages: 0, bufferHealthy: true },
+    };
   }
 
   /** `GET /api/v1/resources/queues`: every queue with its partitions' names and depths. */
@@ -1129,7 +1125,9 @@ async function streamBigPop(res: ServerResponse, big: NonNullable<AnswerFixtures
   try {
     await send(Buffer.from(`{"success":true,"queue":"big","partition":"Default","leaseId":${JSON.stringify(big.leaseId)},"messages":[`));
     for (let i = 0; i < big.messages && !res.destroyed; i++) {
-      await send(Buffer.from(`${i === 0 ? '' : ','}{"id":"m-${i}","transactionId":"t-${i}","partitionId":"p","leaseId":${JSON.stringify(big.leaseId)},"data":"`));
+      await send(
+        Buffer.from(`${i === 0 ? '' : ','}{"id":"m-${i}","transactionId":"t-${i}","partitionId":"p","leaseId":${JSON.stringify(big.leaseId)},"data":"`),
+      );
       await send(data);
       await send(Buffer.from('"}'));
     }

@@ -40,7 +40,9 @@ async function signedCert(ca: Pem, commonName: string, usage: { serverAuth?: boo
       { name: 'basicConstraints', cA: false },
       { name: 'keyUsage', digitalSignature: true, critical: true },
       { name: 'extKeyUsage', ...usage },
-      ...(altNames ? [{ name: 'subjectAltName' as const, altNames: altNames.map((n) => (isIP(n) ? { type: 7 as const, ip: n } : { type: 2 as const, value: n })) }] : []),
+      ...(altNames
+        ? [{ name: 'subjectAltName' as const, altNames: altNames.map((n) => (isIP(n) ? { type: 7 as const, ip: n } : { type: 2 as const, value: n })) }]
+        : []),
     ],
   });
   return { cert: pems.cert, key: pems.private };

@@ -38,7 +38,15 @@ function merge(base: Json, over: Json): Json {
 
 export const TEST_PLAN = {
   features: [],
-  limits: { requestsPerSec: 100000, requestBurst: 100000, messagesPerSec: 1000000, messageBurst: 1000000, parkedPolls: 1000, maxPayloadBytes: 1048576, maxBatch: 1000 },
+  limits: {
+    requestsPerSec: 100000,
+    requestBurst: 100000,
+    messagesPerSec: 1000000,
+    messageBurst: 1000000,
+    parkedPolls: 1000,
+    maxPayloadBytes: 1048576,
+    maxBatch: 1000,
+  },
   quotas: { messagesPerMonth: 0, ingressBytesPerMonth: 0 },
   storageBytes: 1099511627776,
 };
@@ -102,7 +110,12 @@ export async function startEdge(config: RawConfig, opts: AppOptions = {}): Promi
 
 /** Signs an HS256 token with the test secret. */
 export async function token(claims: Json & { roles?: string[] | string; tenant?: unknown }, secret = TEST_SECRET, expiresIn = '10m'): Promise<string> {
-  return new SignJWT(claims).setProtectedHeader({ alg: 'HS256' }).setIssuedAt().setExpirationTime(expiresIn).setSubject(String(claims.sub ?? 'user-1')).sign(new TextEncoder().encode(secret));
+  return new SignJWT(claims)
+    .setProtectedHeader({ alg: 'HS256' })
+    .setIssuedAt()
+    .setExpirationTime(expiresIn)
+    .setSubject(String(claims.sub ?? 'user-1'))
+    .sign(new TextEncoder().encode(secret));
 }
 
 export interface Reply {

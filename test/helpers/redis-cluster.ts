@@ -49,7 +49,15 @@ async function freeClusterPort(taken: Set<number>): Promise<number> {
 
 /** A fail-fast probe client for one node. */
 function probe(port: number): Redis {
-  const r = new Redis({ host: '127.0.0.1', port, lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null, commandTimeout: 1000 });
+  const r = new Redis({
+    host: '127.0.0.1',
+    port,
+    lazyConnect: true,
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    commandTimeout: 1000,
+  });
   r.on('error', () => {});
   return r;
 }
@@ -109,12 +117,28 @@ export class RedisCluster {
   }
 
   async #spawn(node: ClusterNode): Promise<void> {
-    const child = spawn('redis-server', [
-      '--port', String(node.port), '--bind', '127.0.0.1',
-      '--cluster-enabled', 'yes', '--cluster-config-file', join(this.#dir, `nodes-${node.port}.conf`),
-      '--cluster-node-timeout', '2000', '--dir', this.#dir,
-      '--save', '', '--appendonly', 'no',
-    ], { stdio: 'ignore' });
+    const child = spawn(
+      'redis-server',
+      [
+        '--port',
+        String(node.port),
+        '--bind',
+        '127.0.0.1',
+        '--cluster-enabled',
+        'yes',
+        '--cluster-config-file',
+        join(this.#dir, `nodes-${node.port}.conf`),
+        '--cluster-node-timeout',
+        '2000',
+        '--dir',
+        this.#dir,
+        '--save',
+        '',
+        '--appendonly',
+        'no',
+      ],
+      { stdio: 'ignore' },
+    );
     node.child = child;
     await waitFor(async () => (await ask(node.port, 'PING')) === 'PONG', 10_000, `cluster node on ${node.port}`);
   }
@@ -124,17 +148,21 @@ export class RedisCluster {
    * masters (three) and every replica's link to its master is up.
    */
   async waitHealthy(timeoutMs = 20_000): Promise<void> {
-    await waitFor(async () => {
-      for (const n of this.nodes) {
-        if (!n.child) continue;
-        const info = await ask(n.port, 'CLUSTER', 'INFO');
-        if (!info?.includes('cluster_state:ok')) return false;
-        const repl = await ask(n.port, 'INFO', 'replication');
-        if (repl === null) return false;
-        if (repl.includes('role:slave') && !repl.includes('master_link_status:up')) return false;
-      }
-      return (await this.masters()).length === 3;
-    }, timeoutMs, 'a healthy Redis Cluster (state ok, replicas synced)');
+    await waitFor(
+      async () => {
+        for (const n of this.nodes) {
+          if (!n.child) continue;
+          const info = await ask(n.port, 'CLUSTER', 'INFO');
+          if (!info?.includes('cluster_state:ok')) return false;
+          const repl = await ask(n.port, 'INFO', 'replication');
+          if (repl === null) return false;
+          if (repl.includes('role:slave') && !repl.includes('master_link_status:up')) return false;
+        }
+        return (await this.masters()).length === 3;
+      },
+      timeoutMs,
+      'a healthy Redis Cluster (state ok, replicas synced)',
+    );
   }
 
   /** Ports of the running nodes that are masters right now. */

@@ -75,18 +75,22 @@ export class PrivateRedis {
     if (this.#child) return;
     const child = spawn('redis-server', ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
     this.#child = child;
-    await waitFor(async () => {
-      const probe = new Redis(this.url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
-      probe.on('error', () => {});
-      try {
-        await probe.connect();
-        return (await probe.ping()) === 'PONG';
-      } catch {
-        return false;
-      } finally {
-        probe.disconnect();
-      }
-    }, 5000, `redis-server on ${this.port}`);
+    await waitFor(
+      async () => {
+        const probe = new Redis(this.url, { lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
+        probe.on('error', () => {});
+        try {
+          await probe.connect();
+          return (await probe.ping()) === 'PONG';
+        } catch {
+          return false;
+        } finally {
+          probe.disconnect();
+        }
+      },
+      5000,
+      `redis-server on ${this.port}`,
+    );
   }
 
   /** Kills the server (SIGKILL: no goodbye, like a crash) and waits for it to exit. */

@@ -14,7 +14,8 @@ describe('clientKey', () => {
   });
 });
 
-const tokenOf = (sub: string | undefined, iss = 'https://idp.example'): string => craftToken({ alg: 'HS256' }, sub === undefined ? { iss } : { iss, sub }, 'sig');
+const tokenOf = (sub: string | undefined, iss = 'https://idp.example'): string =>
+  craftToken({ alg: 'HS256' }, sub === undefined ? { iss } : { iss, sub }, 'sig');
 const tick = (): Promise<void> => new Promise((r) => setImmediate(r));
 
 describe('createClientLimits', () => {

@@ -56,7 +56,15 @@ describe('limiter stores: TypeScript verdict vs Lua script', () => {
     await fc.assert(
       fc.asyncProperty(planArb, startArb, fc.array(stepArb, { minLength: 1, maxLength: 20 }), async (p, start, steps) => {
         const plan = compileLimitPlan(
-          { requestsPerSec: p.requestsPerSec, requestBurst: p.requestBurst, messagesPerSec: p.messagesPerSec, messageBurst: p.messageBurst, parkedPolls: p.parkedPolls, maxPayloadBytes: 1 << 20, maxBatch: 1000 },
+          {
+            requestsPerSec: p.requestsPerSec,
+            requestBurst: p.requestBurst,
+            messagesPerSec: p.messagesPerSec,
+            messageBurst: p.messageBurst,
+            parkedPolls: p.parkedPolls,
+            maxPayloadBytes: 1 << 20,
+            maxBatch: 1000,
+          },
           { messagesPerMonth: p.messagesPerMonth, ingressBytesPerMonth: p.ingressBytesPerMonth },
         );
         const tenant = `diff-${run++}`;
@@ -119,7 +127,15 @@ describe('limiter stores: TypeScript verdict vs Lua script', () => {
     await fc.assert(
       fc.asyncProperty(planArb, fc.array(stepArb, { minLength: 2, maxLength: 12 }), async (p, steps) => {
         const plan = compileLimitPlan(
-          { requestsPerSec: p.requestsPerSec, requestBurst: p.requestBurst, messagesPerSec: p.messagesPerSec, messageBurst: p.messageBurst, parkedPolls: p.parkedPolls, maxPayloadBytes: 1 << 20, maxBatch: 1000 },
+          {
+            requestsPerSec: p.requestsPerSec,
+            requestBurst: p.requestBurst,
+            messagesPerSec: p.messagesPerSec,
+            messageBurst: p.messageBurst,
+            parkedPolls: p.parkedPolls,
+            maxPayloadBytes: 1 << 20,
+            maxBatch: 1000,
+          },
           { messagesPerMonth: p.messagesPerMonth, ingressBytesPerMonth: p.ingressBytesPerMonth },
         );
         const tenant = `diff-turn-${run++}`;

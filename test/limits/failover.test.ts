@@ -8,12 +8,24 @@ import { limiterKeys } from '../../src/redis/keys.js';
 import { compilePlan, compileTenant, type Limits, type Tenant } from '../../src/tenants/model.js';
 import { connectTest, PrivateRedis, waitFor } from '../helpers/redis.js';
 
-const LIMITS: Limits = { requestsPerSec: 1, requestBurst: 10, messagesPerSec: 100, messageBurst: 1000, parkedPolls: 4, maxPayloadBytes: 1 << 20, maxBatch: 1000 };
+const LIMITS: Limits = {
+  requestsPerSec: 1,
+  requestBurst: 10,
+  messagesPerSec: 100,
+  messageBurst: 1000,
+  parkedPolls: 4,
+  maxPayloadBytes: 1 << 20,
+  maxBatch: 1000,
+};
 let seq = 0;
 
 function tenant(): Tenant {
   const plan = compilePlan('p', { features: [], limits: LIMITS, quotas: { messagesPerMonth: 0, ingressBytesPerMonth: 0 }, storageBytes: 0 });
-  return compileTenant(`f${++seq}`, { status: 'active', plan: 'p', hosts: [], brokers: ['http://127.0.0.1:1'], cors: { origins: [] }, boundedLoadFactor: null }, plan);
+  return compileTenant(
+    `f${++seq}`,
+    { status: 'active', plan: 'p', hosts: [], brokers: ['http://127.0.0.1:1'], cors: { origins: [] }, boundedLoadFactor: null },
+    plan,
+  );
 }
 
 const input = (t: Tenant): AdmitInput => ({ tenant: t, messages: 0, ingressBytes: 0, parkedPoll: false });

@@ -18,7 +18,15 @@ import { RedisCluster } from '../helpers/redis-cluster.js';
 import { connectTest, flushPrefix, PrivateRedis, SHARED_REDIS_URL, uniquePrefix, waitFor } from '../helpers/redis.js';
 
 /** Rates far above what the tests push: only the month quota limits them. */
-const LIMITS: Limits = { requestsPerSec: 100_000, requestBurst: 100_000, messagesPerSec: 1000, messageBurst: 1000, parkedPolls: 5, maxPayloadBytes: 1 << 20, maxBatch: 1000 };
+const LIMITS: Limits = {
+  requestsPerSec: 100_000,
+  requestBurst: 100_000,
+  messagesPerSec: 1000,
+  messageBurst: 1000,
+  parkedPolls: 5,
+  maxPayloadBytes: 1 << 20,
+  maxBatch: 1000,
+};
 const LEASE = { durationMs: 1000, sliceFraction: 0.02 };
 let seq = 0;
 
@@ -44,7 +52,16 @@ interface HoldingRecord {
 }
 function parseRecord(v: string): HoldingRecord {
   const [seq, at, spentMessages, , heldMessages, , reclaimedMessages, , reclaimAt, forgetAt, margin] = v.split(' ').map(Number) as number[];
-  return { seq: seq!, at: at!, spentMessages: spentMessages!, heldMessages: heldMessages!, reclaimedMessages: reclaimedMessages!, reclaimAt: reclaimAt!, forgetAt: forgetAt!, margin: margin! };
+  return {
+    seq: seq!,
+    at: at!,
+    spentMessages: spentMessages!,
+    heldMessages: heldMessages!,
+    reclaimedMessages: reclaimedMessages!,
+    reclaimAt: reclaimAt!,
+    forgetAt: forgetAt!,
+    margin: margin!,
+  };
 }
 /** The reserved field of the holdings HASH (last call, up since): not an instance's record. */
 const UP_FIELD = '~up';
@@ -108,8 +125,16 @@ describe.each(['redis', 'cluster'] as const)('lease holdings on %s', (kind) => {
   });
 
   /** An instance as app.ts builds one; its lease calls go through `leaseClient` (by default the shared one). */
-  async function instance(leaseClient: Redis | Cluster = client, options: LeasedOptions = {}, exactClient: Redis | Cluster = client, lease = LEASE): Promise<LeasedLimiter> {
-    const exact = createLimiter({ url: null, cluster: [], keyPrefix: prefix, timeoutMs: 500, failMode: 'closed' }, { log: silentLogger(), clock, redis: exactClient, quotaDenialMs: 2 * LEASE.durationMs });
+  async function instance(
+    leaseClient: Redis | Cluster = client,
+    options: LeasedOptions = {},
+    exactClient: Redis | Cluster = client,
+    lease = LEASE,
+  ): Promise<LeasedLimiter> {
+    const exact = createLimiter(
+      { url: null, cluster: [], keyPrefix: prefix, timeoutMs: 500, failMode: 'closed' },
+      { log: silentLogger(), clock, redis: exactClient, quotaDenialMs: 2 * LEASE.durationMs },
+    );
     const l = new LeasedLimiter(exact, leaseClient, prefix, lease, clock, options);
     await l.start();
     return l;
@@ -118,10 +143,15 @@ describe.each(['redis', 'cluster'] as const)('lease holdings on %s', (kind) => {
   const counter = async (t: Tenant) => Number((await client.get(keys(t).monthMessages)) ?? '0');
   async function records(t: Tenant): Promise<Map<string, HoldingRecord>> {
     const all = await client.hgetall(keys(t).monthHoldings);
-    return new Map(Object.entries(all).filter(([id]) => id !== UP_FIELD).map(([id, v]) => [id, parseRecord(v)]));
+    return new Map(
+      Object.entries(all)
+        .filter(([id]) => id !== UP_FIELD)
+        .map(([id, v]) => [id, parseRecord(v)]),
+    );
   }
   /** Redis's clock on the node that holds the tenant's keys, in ms. */
-  const redisTime = async (t: Tenant) => Number(await client.eval("local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000)", 1, keys(t).monthHoldings));
+  const redisTime = async (t: Tenant) =>
+    Number(await client.eval("local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000)", 1, keys(t).monthHoldings));
 
   /**
    * Pushes of one message through the instances in turn until `total` pushes; returns how many
@@ -138,27 +168,30 @@ describe.each(['redis', 'cluster'] as const)('lease holdings on %s', (kind) => {
     return count;
   }
 
-  it.each(['lost', 'unsent'] as const)('a lease call whose reply is %s loses no month unit: two instances admit the quota to the last message', async (fault) => {
-    const quota = 1000;
-    const t = tenant({ messagesPerMonth: quota, ingressBytesPerMonth: 0 });
-    let failing = true;
-    // Every third lease call of one instance fails.
-    const faulty = faultyClient(client, (n) => (failing && n % 3 === 0 ? fault : null));
-    const a = await instance(faulty.client);
-    const b = await instance();
-    let count = await pushRound(t, [a, b], 1100, quota, 7);
-    expect(faulty.faults[fault]).toBeGreaterThanOrEqual(5);
-    failing = false;
-    now += 2 * LEASE.durationMs + 1; // the leases ended, and so did the refused quota's local cache
-    // Enough for either instance alone to take what is left (the other may be refused from its cache).
-    count += await pushRound(t, [a, b], 100, quota);
-    expect(count).toBe(quota);
-    await a.close();
-    await b.close();
-    expect(await counter(t)).toBe(quota);
-    // Nothing is held once both gave back: every record settled.
-    for (const r of (await records(t)).values()) expect(r.heldMessages).toBe(0);
-  });
+  it.each(['lost', 'unsent'] as const)(
+    'a lease call whose reply is %s loses no month unit: two instances admit the quota to the last message',
+    async (fault) => {
+      const quota = 1000;
+      const t = tenant({ messagesPerMonth: quota, ingressBytesPerMonth: 0 });
+      let failing = true;
+      // Every third lease call of one instance fails.
+      const faulty = faultyClient(client, (n) => (failing && n % 3 === 0 ? fault : null));
+      const a = await instance(faulty.client);
+      const b = await instance();
+      let count = await pushRound(t, [a, b], 1100, quota, 7);
+      expect(faulty.faults[fault]).toBeGreaterThanOrEqual(5);
+      failing = false;
+      now += 2 * LEASE.durationMs + 1; // the leases ended, and so did the refused quota's local cache
+      // Enough for either instance alone to take what is left (the other may be refused from its cache).
+      count += await pushRound(t, [a, b], 100, quota);
+      expect(count).toBe(quota);
+      await a.close();
+      await b.close();
+      expect(await counter(t)).toBe(quota);
+      // Nothing is held once both gave back: every record settled.
+      for (const r of (await records(t)).values()) expect(r.heldMessages).toBe(0);
+    },
+  );
 
   it('a stale or replayed lease call changes nothing: no second release, no grant, no bucket return', async () => {
     const t = tenant({ messagesPerMonth: 10_000, ingressBytesPerMonth: 0 });
@@ -168,7 +201,12 @@ describe.each(['redis', 'cluster'] as const)('lease holdings on %s', (kind) => {
     now += LEASE.durationMs;
     expect(await admitted(a.admit(push(t, 3)))).toBe(true); // call 2: reports 3 spent, releases the rest, takes a new slice
     const [first, second] = faulty.calls.slice(-2) as [(string | number)[], (string | number)[]];
-    const state = async () => [await client.get(keys(t).requests), await client.get(keys(t).messages), await counter(t), await client.hgetall(keys(t).monthHoldings)];
+    const state = async () => [
+      await client.get(keys(t).requests),
+      await client.get(keys(t).messages),
+      await counter(t),
+      await client.hgetall(keys(t).monthHoldings),
+    ];
     const before = await state();
     // Call 1 run after call 2 (an older call a Cluster client resent on a redirection), and call 2 run twice.
     for (const args of [first, second]) {
@@ -360,7 +398,10 @@ describe('lease holdings while Redis is frozen', () => {
     const quota = 200;
     const t = tenant({ messagesPerMonth: quota, ingressBytesPerMonth: 0 });
     const k = limiterKeys(prefix, t.id, monthWindow(now).id);
-    const exact = createLimiter({ url: null, cluster: [], keyPrefix: prefix, timeoutMs: 300, failMode: 'closed' }, { log: silentLogger(), clock: () => now, redis: client, quotaDenialMs: 2 * lease.durationMs });
+    const exact = createLimiter(
+      { url: null, cluster: [], keyPrefix: prefix, timeoutMs: 300, failMode: 'closed' },
+      { log: silentLogger(), clock: () => now, redis: client, quotaDenialMs: 2 * lease.durationMs },
+    );
     const l = new LeasedLimiter(exact, client, prefix, lease, () => now);
     await l.start();
     const record = async () => parseRecord((await probe.hget(k.monthHoldings, l.instanceId()))!);
@@ -370,7 +411,14 @@ describe('lease holdings while Redis is frozen', () => {
     now += lease.durationMs;
     server.pause();
     // SIGSTOP takes effect asynchronously: wait until a ping goes unanswered.
-    const answers = () => Promise.race([probe.ping().then(() => true, () => true), new Promise<boolean>((done) => setTimeout(() => done(false), 100))]);
+    const answers = () =>
+      Promise.race([
+        probe.ping().then(
+          () => true,
+          () => true,
+        ),
+        new Promise<boolean>((done) => setTimeout(() => done(false), 100)),
+      ]);
     await waitFor(async () => !(await answers()), 5000, 'Redis to freeze');
     // The lease call (and the exact admit it falls back to) time out; Redis runs them once thawed.
     expect((await l.admit(pop(t))).refusal?.code).toBe('limiter_unavailable');

@@ -11,7 +11,15 @@ import { compilePlan, compileTenant, type Limits, type Quotas, type Tenant } fro
 import { RedisCluster } from '../helpers/redis-cluster.js';
 import { connectTest, flushPrefix, PrivateRedis, SHARED_REDIS_URL, uniquePrefix, waitFor } from '../helpers/redis.js';
 
-const LIMITS: Limits = { requestsPerSec: 10, requestBurst: 20, messagesPerSec: 100, messageBurst: 100, parkedPolls: 5, maxPayloadBytes: 1 << 20, maxBatch: 100 };
+const LIMITS: Limits = {
+  requestsPerSec: 10,
+  requestBurst: 20,
+  messagesPerSec: 100,
+  messageBurst: 100,
+  parkedPolls: 5,
+  maxPayloadBytes: 1 << 20,
+  maxBatch: 100,
+};
 const NO_QUOTAS = { messagesPerMonth: 0, ingressBytesPerMonth: 0 };
 
 describe('leaseSlice', () => {
@@ -119,13 +127,20 @@ describe.each(['redis', 'cluster'] as const)('LeasedLimiter on %s', (kind) => {
 
   function tenant(limits: Partial<Limits> = {}, quotas: Quotas = NO_QUOTAS): Tenant {
     const plan = compilePlan('p', { features: [], limits: { ...LIMITS, ...limits }, quotas, storageBytes: 0 });
-    return compileTenant(`t${++seq}`, { status: 'active', plan: 'p', hosts: [], brokers: ['http://127.0.0.1:1'], cors: { origins: [] }, boundedLoadFactor: null }, plan);
+    return compileTenant(
+      `t${++seq}`,
+      { status: 'active', plan: 'p', hosts: [], brokers: ['http://127.0.0.1:1'], cors: { origins: [] }, boundedLoadFactor: null },
+      plan,
+    );
   }
   const input = (t: Tenant, more: Partial<AdmitInput> = {}): AdmitInput => ({ tenant: t, messages: 0, ingressBytes: 0, parkedPoll: false, ...more });
 
   async function leased(sliceFraction = 0.25): Promise<LeasedLimiter> {
     // As app.ts builds it: a refused quota is rechecked after two leases.
-    const exact = createLimiter({ url: null, cluster: [], keyPrefix: prefix, timeoutMs: 500, failMode: 'closed' }, { log: silentLogger(), clock, redis: client, quotaDenialMs: 2000 });
+    const exact = createLimiter(
+      { url: null, cluster: [], keyPrefix: prefix, timeoutMs: 500, failMode: 'closed' },
+      { log: silentLogger(), clock, redis: client, quotaDenialMs: 2000 },
+    );
     // 10/s, burst 20, one instance: slice = min(10 × 1 s, 0.25 × 20) = 5.
     const l = new LeasedLimiter(exact, client, prefix, { durationMs: 1000, sliceFraction }, clock);
     await l.start();
@@ -287,7 +302,10 @@ describe.each(['redis', 'cluster'] as const)('LeasedLimiter on %s', (kind) => {
 
   it('gives back its own month slice before an exact admit, which would count it as used', async () => {
     const l = await leased();
-    const t = tenant({ requestsPerSec: 1000, requestBurst: 1000, messagesPerSec: 1000, messageBurst: 100 }, { messagesPerMonth: 1000, ingressBytesPerMonth: 0 });
+    const t = tenant(
+      { requestsPerSec: 1000, requestBurst: 1000, messagesPerSec: 1000, messageBurst: 100 },
+      { messagesPerMonth: 1000, ingressBytesPerMonth: 0 },
+    );
     await client.set(keys(t).monthMessages, '850');
     expect(await admitted(l.admit(input(t, { messages: 3 })))).toBe(true); // a month slice of 25: the counter reads 875
     expect(await counter(keys(t).monthMessages)).toBe(875);
@@ -315,7 +333,10 @@ describe.each(['redis', 'cluster'] as const)('LeasedLimiter on %s', (kind) => {
     // Two instances; month slices of 20 messages (0.02 × a burst of 1000), then 10 each.
     const a = await leased(0.02);
     const b = await leased(0.02);
-    const t = tenant({ requestsPerSec: 100_000, requestBurst: 100_000, messagesPerSec: 1000, messageBurst: 1000 }, { messagesPerMonth: 1000, ingressBytesPerMonth: 0 });
+    const t = tenant(
+      { requestsPerSec: 100_000, requestBurst: 100_000, messagesPerSec: 1000, messageBurst: 1000 },
+      { messagesPerMonth: 1000, ingressBytesPerMonth: 0 },
+    );
     let count = 0;
     const push = async (l: LeasedLimiter) => {
       now += 1; // the message bucket refills as fast as the pushes take
@@ -335,7 +356,10 @@ describe.each(['redis', 'cluster'] as const)('LeasedLimiter on %s', (kind) => {
   it('takes no month slice once the quota lacks room for (instances + 1) slices: the rest is admitted exactly', async () => {
     // One instance, month slices of 20 messages: slices while 40 or more are left, then exact admits.
     const l = await leased(0.02);
-    const t = tenant({ requestsPerSec: 100_000, requestBurst: 100_000, messagesPerSec: 1000, messageBurst: 1000 }, { messagesPerMonth: 100, ingressBytesPerMonth: 0 });
+    const t = tenant(
+      { requestsPerSec: 100_000, requestBurst: 100_000, messagesPerSec: 1000, messageBurst: 1000 },
+      { messagesPerMonth: 100, ingressBytesPerMonth: 0 },
+    );
     const push = () => l.admit(input(t, { messages: 1 }));
     for (let i = 0; i < 81; i++) {
       now += 1;
@@ -350,7 +374,10 @@ describe.each(['redis', 'cluster'] as const)('LeasedLimiter on %s', (kind) => {
   });
 
   it('rechecks a refused quota after quotaDenialMs, since slices held elsewhere go back to it', async () => {
-    const exact = createLimiter({ url: null, cluster: [], keyPrefix: prefix, timeoutMs: 500, failMode: 'closed' }, { log: silentLogger(), clock, redis: client, quotaDenialMs: 2000 });
+    const exact = createLimiter(
+      { url: null, cluster: [], keyPrefix: prefix, timeoutMs: 500, failMode: 'closed' },
+      { log: silentLogger(), clock, redis: client, quotaDenialMs: 2000 },
+    );
     await exact.start();
     const t = tenant({}, { messagesPerMonth: 100, ingressBytesPerMonth: 0 });
     // Another instance holds a slice of 30 of the 100.
@@ -389,7 +416,11 @@ describe('LeasedLimiter while Redis is away', () => {
   let server: PrivateRedis;
   let client: Redis;
   let now = Date.parse('2026-12-03T12:00:00Z');
-  const t = compileTenant('acme', { status: 'active', plan: 'p', hosts: [], brokers: ['http://127.0.0.1:1'], cors: { origins: [] }, boundedLoadFactor: null }, compilePlan('p', { features: [], limits: LIMITS, quotas: NO_QUOTAS, storageBytes: 0 }));
+  const t = compileTenant(
+    'acme',
+    { status: 'active', plan: 'p', hosts: [], brokers: ['http://127.0.0.1:1'], cors: { origins: [] }, boundedLoadFactor: null },
+    compilePlan('p', { features: [], limits: LIMITS, quotas: NO_QUOTAS, storageBytes: 0 }),
+  );
   const input: AdmitInput = { tenant: t, messages: 0, ingressBytes: 0, parkedPoll: false };
 
   beforeAll(async () => {
@@ -405,7 +436,10 @@ describe('LeasedLimiter while Redis is away', () => {
     await server.restart();
     await waitFor(() => client.status === 'ready', 5000, 'the client to reconnect');
     const prefix = uniquePrefix();
-    const exact = createLimiter({ url: null, cluster: [], keyPrefix: prefix, timeoutMs: 300, failMode }, { log: silentLogger(), clock: () => now, redis: client });
+    const exact = createLimiter(
+      { url: null, cluster: [], keyPrefix: prefix, timeoutMs: 300, failMode },
+      { log: silentLogger(), clock: () => now, redis: client },
+    );
     const l = new LeasedLimiter(exact, client, prefix, { durationMs: 1000, sliceFraction: 0.25 }, () => now);
     await l.start();
     expect((await l.admit(input)).refusal).toBeNull();

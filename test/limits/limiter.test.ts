@@ -9,7 +9,15 @@ import { compilePlan, compileTenant, type Limits, type Tenant } from '../../src/
 import { commandCalls, connectTest, flushPrefix, PrivateRedis, SHARED_REDIS_URL, uniquePrefix } from '../helpers/redis.js';
 import { RedisCluster } from '../helpers/redis-cluster.js';
 
-const BASE_LIMITS: Limits = { requestsPerSec: 0.5, requestBurst: 3, messagesPerSec: 100, messageBurst: 1000, parkedPolls: 2, maxPayloadBytes: 1 << 20, maxBatch: 1000 };
+const BASE_LIMITS: Limits = {
+  requestsPerSec: 0.5,
+  requestBurst: 3,
+  messagesPerSec: 100,
+  messageBurst: 1000,
+  parkedPolls: 2,
+  maxPayloadBytes: 1 << 20,
+  maxBatch: 1000,
+};
 let seq = 0;
 
 /** A tenant with its own id (so tests never share counters) and the given plan. */
@@ -26,7 +34,9 @@ function redisCfg(prefix: string, url: string | null): RawConfig['redis'] {
 /** A settable virtual clock. */
 function virtualClock(start: string) {
   let now = Date.parse(start);
-  return { now: () => now, set: (iso: string) => {
+  return {
+    now: () => now,
+    set: (iso: string) => {
       now = Date.parse(iso);
     },
     advance: (ms: number) => {
@@ -374,7 +384,10 @@ describe('Redis commands per admit', () => {
   it('is exactly one (EVALSHA) for every kind of admit, as MONITOR sees it', async () => {
     const l = createLimiter(redisCfg('qe:', null), { log: silentLogger(), redis: client, heartbeatMs: 3_600_000 });
     await l.start();
-    const t = tenant({ requestsPerSec: 1e6, requestBurst: 1e6, messagesPerSec: 1e9, messageBurst: 1e9, parkedPolls: 1e6 }, { messagesPerMonth: 1e12, ingressBytesPerMonth: 1e15 });
+    const t = tenant(
+      { requestsPerSec: 1e6, requestBurst: 1e6, messagesPerSec: 1e9, messageBurst: 1e9, parkedPolls: 1e6 },
+      { messagesPerMonth: 1e12, ingressBytesPerMonth: 1e15 },
+    );
     const monitor = await client.monitor();
     const sent: string[] = [];
     // Commands a script runs show up with source "lua"; only round trips from clients count.

@@ -34,9 +34,7 @@ describe('RedisLimitStore batching', () => {
     const month = monthWindow(now);
     const before = await commandCalls(probe);
     // Five tenants, five admits each, all issued in one turn: burst 3 admits 3 per tenant.
-    const decisions = await Promise.all(
-      Array.from({ length: 25 }, (_, i) => store.admit(`t${i % 5}`, plan, cost, now, month, `s${i}`, 60000)),
-    );
+    const decisions = await Promise.all(Array.from({ length: 25 }, (_, i) => store.admit(`t${i % 5}`, plan, cost, now, month, `s${i}`, 60000)));
     const after = await commandCalls(probe);
     const admitted = new Map<string, number>();
     decisions.forEach((d, i) => {
@@ -62,7 +60,10 @@ describe('RedisLimitStore deadline', () => {
       frozen.pause();
       const now = Date.now();
       const started = Date.now();
-      const outcome = await store.admit('t', plan, cost, now, monthWindow(now), 's', 60000).then(() => 'answered', (err: Error) => err.message);
+      const outcome = await store.admit('t', plan, cost, now, monthWindow(now), 's', 60000).then(
+        () => 'answered',
+        (err: Error) => err.message,
+      );
       expect(outcome).toMatch(/within 200 ms/);
       expect(Date.now() - started).toBeLessThan(5000);
     } finally {

@@ -10,13 +10,25 @@ import { silentLogger } from '../../src/observability/log.js';
 import { compilePlan, compileTenant, type Limits, type Tenant } from '../../src/tenants/model.js';
 import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix } from '../helpers/redis.js';
 
-const GOOD: Limits = { requestsPerSec: 100, requestBurst: 100, messagesPerSec: 1000, messageBurst: 1000, parkedPolls: 10, maxPayloadBytes: 1 << 20, maxBatch: 1000 };
+const GOOD: Limits = {
+  requestsPerSec: 100,
+  requestBurst: 100,
+  messagesPerSec: 1000,
+  messageBurst: 1000,
+  parkedPolls: 10,
+  maxPayloadBytes: 1 << 20,
+  maxBatch: 1000,
+};
 let seq = 0;
 
 /** Built without the config schema, as a record that slipped past validation would be. */
 function tenant(limits: Partial<Limits> = {}): Tenant {
   const plan = compilePlan('p', { features: [], limits: { ...GOOD, ...limits }, quotas: { messagesPerMonth: 0, ingressBytesPerMonth: 0 }, storageBytes: 0 });
-  return compileTenant(`se${++seq}-${process.pid}`, { status: 'active', plan: 'p', hosts: [], brokers: ['http://127.0.0.1:1'], cors: { origins: [] }, boundedLoadFactor: null }, plan);
+  return compileTenant(
+    `se${++seq}-${process.pid}`,
+    { status: 'active', plan: 'p', hosts: [], brokers: ['http://127.0.0.1:1'], cors: { origins: [] }, boundedLoadFactor: null },
+    plan,
+  );
 }
 
 const input = (t: Tenant): AdmitInput => ({ tenant: t, messages: 1, ingressBytes: 10, parkedPoll: false });

@@ -19,7 +19,15 @@ import {
 } from '../../src/limits/verdict.js';
 import type { Limits, Quotas } from '../../src/tenants/model.js';
 
-const LIMITS: Limits = { requestsPerSec: 0.5, requestBurst: 3, messagesPerSec: 100, messageBurst: 1000, parkedPolls: 2, maxPayloadBytes: 1 << 20, maxBatch: 1000 };
+const LIMITS: Limits = {
+  requestsPerSec: 0.5,
+  requestBurst: 3,
+  messagesPerSec: 100,
+  messageBurst: 1000,
+  parkedPolls: 2,
+  maxPayloadBytes: 1 << 20,
+  maxBatch: 1000,
+};
 const QUOTAS: Quotas = { messagesPerMonth: 1000, ingressBytesPerMonth: 10_000 };
 const EMPTY: LimitState = { requestTat: 0, messageTat: 0, parked: 0, monthMessages: 0, monthBytes: 0 };
 const NOTHING: LimitCost = { messages: 0, ingressBytes: 0, parkedPoll: false };
@@ -57,7 +65,10 @@ describe('limitVerdict', () => {
 
   it('drains the message bucket 100 at a time and refuses the 11th push for one second', () => {
     const fast = compileLimitPlan({ ...LIMITS, requestsPerSec: 1000, requestBurst: 1000 }, { messagesPerMonth: 0, ingressBytesPerMonth: 0 });
-    const vs = run(fast, Array.from({ length: 11 }, () => ({ at: T0, cost: { messages: 100 } })));
+    const vs = run(
+      fast,
+      Array.from({ length: 11 }, () => ({ at: T0, cost: { messages: 100 } })),
+    );
     expect(vs.slice(0, 10).every((v) => v.refused === 0)).toBe(true);
     expect(vs[10]!.refused).toBe(DIM_MESSAGES);
     expect(vs[10]!.messageWaitMs).toBeCloseTo(1000, 6);
@@ -66,7 +77,10 @@ describe('limitVerdict', () => {
 
   it('lets a push larger than the burst through on a full bucket, as debt', () => {
     const fast = compileLimitPlan({ ...LIMITS, requestsPerSec: 1000, requestBurst: 1000 }, { messagesPerMonth: 0, ingressBytesPerMonth: 0 });
-    const [big, next] = run(fast, [{ at: T0, cost: { messages: 1500 } }, { at: T0 + 10_000, cost: { messages: 1 } }]);
+    const [big, next] = run(fast, [
+      { at: T0, cost: { messages: 1500 } },
+      { at: T0 + 10_000, cost: { messages: 1 } },
+    ]);
     expect(big!.refused).toBe(0);
     // 1500 from a bucket of 1000 leaves 500 of debt: nothing more passes for 5 s (at 100/s).
     expect(next!.refused).toBe(0);
@@ -98,7 +112,9 @@ describe('limitVerdict', () => {
 
   it('treats a quota of 0 as unlimited and checks a quota only for requests that add to it', () => {
     const unlimited = compileLimitPlan(LIMITS, { messagesPerMonth: 0, ingressBytesPerMonth: 0 });
-    expect(limitVerdict({ ...EMPTY, monthMessages: 1e12, monthBytes: 1e15 }, unlimited, { messages: 5, ingressBytes: 5, parkedPoll: false }, T0).refused).toBe(0);
+    expect(limitVerdict({ ...EMPTY, monthMessages: 1e12, monthBytes: 1e15 }, unlimited, { messages: 5, ingressBytes: 5, parkedPoll: false }, T0).refused).toBe(
+      0,
+    );
     // A pop (no messages, no body) still passes when both quotas are spent: consumers can drain.
     expect(limitVerdict({ ...EMPTY, monthMessages: 1000, monthBytes: 10_000 }, plan, NOTHING, T0).refused).toBe(0);
     expect(limitVerdict({ ...EMPTY, monthBytes: 9_990 }, plan, { ...NOTHING, ingressBytes: 11 }, T0).refused).toBe(DIM_MONTH_BYTES);

@@ -42,7 +42,10 @@ function statusOf(stream: http2.ClientHttp2Stream): Promise<number | string> {
 describe('h2 deadlines', () => {
   it('a push body trickled one DATA byte at a time is cut at the request deadline: 408, nothing forwarded', async () => {
     const before = forwarded(broker).length;
-    const stream = session.request({ ':method': 'POST', ':path': '/api/v1/push', ':authority': 'acme.localhost', authorization: `Bearer ${rw}`, 'content-type': 'application/json' }, { endStream: false });
+    const stream = session.request(
+      { ':method': 'POST', ':path': '/api/v1/push', ':authority': 'acme.localhost', authorization: `Bearer ${rw}`, 'content-type': 'application/json' },
+      { endStream: false },
+    );
     const body = `{"items":[{"queue":"q","payload":"${'x'.repeat(10_000)}`;
     let sent = 0;
     const trickle = setInterval(() => {

@@ -40,7 +40,14 @@ const BODY = JSON.stringify({ items: [{ queue: 'q', payload: 1 }] });
 /** A push whose body is announced but not sent yet: the edge holds its stream open, waiting. */
 function pendingPush(): http2.ClientHttp2Stream {
   const stream = session.request(
-    { ':method': 'POST', ':path': '/api/v1/push', ':authority': 'acme.localhost', authorization: `Bearer ${rw}`, 'content-type': 'application/json', 'content-length': String(BODY.length) },
+    {
+      ':method': 'POST',
+      ':path': '/api/v1/push',
+      ':authority': 'acme.localhost',
+      authorization: `Bearer ${rw}`,
+      'content-type': 'application/json',
+      'content-length': String(BODY.length),
+    },
     { endStream: false },
   );
   stream.on('error', () => {});

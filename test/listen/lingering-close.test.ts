@@ -14,7 +14,9 @@ import { startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.
 
 /** Uploads `size` bytes without reading, then reads: what arrived before the connection ended, and its error code if it ended with one. */
 async function uploadThenRead(port: number, head: string, size: number, tls: boolean): Promise<{ answer: string; error: string | null }> {
-  const socket: Socket = tls ? tlsConnect({ host: '127.0.0.1', port, rejectUnauthorized: false, ALPNProtocols: ['http/1.1'] }) : connect({ host: '127.0.0.1', port });
+  const socket: Socket = tls
+    ? tlsConnect({ host: '127.0.0.1', port, rejectUnauthorized: false, ALPNProtocols: ['http/1.1'] })
+    : connect({ host: '127.0.0.1', port });
   let error: string | null = null;
   socket.on('error', (err: NodeJS.ErrnoException) => {
     error = err.code ?? err.message;
@@ -38,7 +40,9 @@ describe('lingering close', () => {
   let tok: string;
 
   beforeAll(async () => {
-    h = await startEdge(testConfig(['http://127.0.0.1:9'], { server: { bodyLimitBytes: 100_000, lingeringClose: { bytes: 32 * 1024 * 1024, idleMs: 5000, timeMs: 10_000 } } }));
+    h = await startEdge(
+      testConfig(['http://127.0.0.1:9'], { server: { bodyLimitBytes: 100_000, lingeringClose: { bytes: 32 * 1024 * 1024, idleMs: 5000, timeMs: 10_000 } } }),
+    );
     tok = await token({ roles: ['read-write'], tenant: 'acme' });
   });
 

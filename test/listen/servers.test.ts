@@ -51,7 +51,6 @@ function admin(_req: EdgeRequest, res: EdgeResponse): void {
   json(res, { listener: 'admin' });
 }
 
-
 const open: Listeners[] = [];
 async function start(config: ServerConfig, log = silentLogger()): Promise<{ listeners: Listeners; ports: { https: number; http: number; admin: number } }> {
   const listeners = await createListeners(config, { edge, admin }, { log });
@@ -76,7 +75,9 @@ function h1(options: https.RequestOptions & { tls?: boolean; ALPNProtocols?: str
       let data = '';
       res.setEncoding('utf8');
       res.on('data', (c: string) => (data += c));
-      res.on('end', () => resolve({ status: res.statusCode!, body: JSON.parse(data) as Record<string, unknown>, headers: res.headers, reusedSocket: req.reusedSocket, socket }));
+      res.on('end', () =>
+        resolve({ status: res.statusCode!, body: JSON.parse(data) as Record<string, unknown>, headers: res.headers, reusedSocket: req.reusedSocket, socket }),
+      );
     });
     req.on('error', reject);
     req.end();
@@ -105,7 +106,10 @@ function h2Connect(port: number): Promise<http2.ClientHttp2Session> {
 }
 
 /** The certificate a fresh TLS connection is served. */
-function peerCert(port: number, options: tls.ConnectionOptions = {}): Promise<tls.DetailedPeerCertificate & { alpn: string | false | null; authorized: boolean }> {
+function peerCert(
+  port: number,
+  options: tls.ConnectionOptions = {},
+): Promise<tls.DetailedPeerCertificate & { alpn: string | false | null; authorized: boolean }> {
   return new Promise((resolve, reject) => {
     const socket = tls.connect({ host: '127.0.0.1', port, rejectUnauthorized: false, ...options }, () => {
       resolve({ ...socket.getPeerCertificate(true), alpn: socket.alpnProtocol, authorized: socket.authorized });
@@ -198,7 +202,17 @@ describe('HTTPS certificates', () => {
     const def = await writePem(dir, 'sni-default', await makeServerCert(ca, ['default.test']));
     const a = await writePem(dir, 'sni-a', await makeServerCert(ca, ['a.test']));
     const b = await writePem(dir, 'sni-b', await makeServerCert(ca, ['*.b.test']));
-    const { ports } = await start(serverConfig({ https: { ...def, sni: [{ servername: 'a.test', ...a }, { servername: '*.b.test', ...b }] } }));
+    const { ports } = await start(
+      serverConfig({
+        https: {
+          ...def,
+          sni: [
+            { servername: 'a.test', ...a },
+            { servername: '*.b.test', ...b },
+          ],
+        },
+      }),
+    );
     const seen = async (servername: string): Promise<string | undefined> => {
       const c = await peerCert(ports.https, { servername, ca: ca.cert, rejectUnauthorized: true });
       return c.subjectaltname;
@@ -260,7 +274,11 @@ describe('client certificates', () => {
     client = await makeClientCert(clientCa, 'device-1');
     stranger = await makeClientCert(await makeCa('someone else'), 'device-2');
     const files = await writePem(dir, 'mtls', await makeServerCert(ca, ['localhost']));
-    const listeners = await createListeners(serverConfig({ https: { ...files, clientCa: join(dir, 'client-ca.pem') } }), { edge, admin }, { log: silentLogger() });
+    const listeners = await createListeners(
+      serverConfig({ https: { ...files, clientCa: join(dir, 'client-ca.pem') } }),
+      { edge, admin },
+      { log: silentLogger() },
+    );
     const bound = await listeners.listen();
     ports = { https: bound.https!.port };
     return () => listeners.close(0);
@@ -403,7 +421,11 @@ describe('protocols and guards', () => {
 describe('lifecycle', () => {
   it('close(forceAfterMs) destroys connections still busy after the grace time', async () => {
     const { listeners, ports } = await start(serverConfig({ http: { port: 0 } }));
-    const outcome = (p: Promise<Reply>): Promise<string> => p.then(() => 'answered', (e: Error) => e.message);
+    const outcome = (p: Promise<Reply>): Promise<string> =>
+      p.then(
+        () => 'answered',
+        (e: Error) => e.message,
+      );
     const hung = outcome(h1({ port: ports.http, tls: false, path: '/hang' }));
     const hungTls = outcome(h1({ port: ports.https, path: '/hang', rejectUnauthorized: false }));
     await until(() => listeners.connections() === 2);

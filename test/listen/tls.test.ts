@@ -14,7 +14,6 @@ function httpsConfig(over: Partial<RawConfig['server']['https']> = {}): RawConfi
   return configSchema.shape.server.parse({ https: over }).https;
 }
 
-
 async function until(check: () => boolean, timeoutMs = 5000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!check()) {
@@ -71,13 +70,16 @@ describe('CertificateSet', () => {
     dir = await mkdtemp(join(tmpdir(), 'qe-tls-'));
     const a = await writePem(dir, 'a', await makeServerCert(ca, ['a.test']));
     const b = await writePem(dir, 'b', await makeServerCert(ca, ['b.test']));
-    await expect(CertificateSet.load(httpsConfig({ cert: join(dir, 'nope.crt'), key: a.key }), { log: silentLogger() }))
-      .rejects.toThrow(/^server\.https: cannot use .*nope\.crt.*ENOENT/);
-    await expect(CertificateSet.load(httpsConfig({ cert: a.cert, key: a.key, sni: [{ servername: 'b.test', cert: b.cert, key: a.key }] }), { log: silentLogger() }))
-      .rejects.toThrow(/^server\.https\.sni\[0\]: .*key values mismatch/);
+    await expect(CertificateSet.load(httpsConfig({ cert: join(dir, 'nope.crt'), key: a.key }), { log: silentLogger() })).rejects.toThrow(
+      /^server\.https: cannot use .*nope\.crt.*ENOENT/,
+    );
+    await expect(
+      CertificateSet.load(httpsConfig({ cert: a.cert, key: a.key, sni: [{ servername: 'b.test', cert: b.cert, key: a.key }] }), { log: silentLogger() }),
+    ).rejects.toThrow(/^server\.https\.sni\[0\]: .*key values mismatch/);
     await writeFile(join(dir, 'ca.pem'), 'not a certificate');
-    await expect(CertificateSet.load(httpsConfig({ cert: a.cert, key: a.key, clientCa: join(dir, 'ca.pem') }), { log: silentLogger() }))
-      .rejects.toThrow(/^server\.https\.clientCa: .*no PEM certificate/);
+    await expect(CertificateSet.load(httpsConfig({ cert: a.cert, key: a.key, clientCa: join(dir, 'ca.pem') }), { log: silentLogger() })).rejects.toThrow(
+      /^server\.https\.clientCa: .*no PEM certificate/,
+    );
   });
 
   it('resolves relative paths against baseDir', async () => {

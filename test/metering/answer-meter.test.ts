@@ -24,7 +24,10 @@ describe('openAnswerMeter', () => {
     ['deflate', 'deflate', deflateSync(answer)],
     ['br', 'br', brotliCompressSync(answer)],
   ])('reads an answer with the coding %s', async (_n, coding, body) => {
-    expect(await meter(openAnswerMeter(coding), body)).toEqual({ facts: { pushed: 0, acked: 0, delivered: 500, committed: true, leaseId: 'L' }, problem: null });
+    expect(await meter(openAnswerMeter(coding), body)).toEqual({
+      facts: { pushed: 0, acked: 0, delivered: 500, committed: true, leaseId: 'L' },
+      problem: null,
+    });
   });
 
   it.each([

@@ -38,12 +38,39 @@ function scan(text: string | Buffer, cuts: number[] = []): AnswerFacts | null {
 type Doc = { t: 'raw'; v: unknown } | { t: 'arr'; items: Doc[] } | { t: 'obj'; pairs: Array<[string, Doc]> };
 
 /** Strings that look like what the scanner looks for, or that are hard to skip. */
-const tricky = fc.constantFrom('messages', '"messages"', 'status', 'success', 'leaseId', 'queued', 'duplicate', 'buffered', 'failed', 'true', '\\', '\\"', '"', '\\\\"', 'é', '😀', '\u2028', '\u0001', '{[', ']}', ',:');
+const tricky = fc.constantFrom(
+  'messages',
+  '"messages"',
+  'status',
+  'success',
+  'leaseId',
+  'queued',
+  'duplicate',
+  'buffered',
+  'failed',
+  'true',
+  '\\',
+  '\\"',
+  '"',
+  '\\\\"',
+  'é',
+  '😀',
+  '\u2028',
+  '\u0001',
+  '{[',
+  ']}',
+  ',:',
+);
 /** Long strings with runs of quotes and backslashes, so chunk cuts land inside and around them. */
 const long = fc.array(fc.constantFrom('a', '\\', '"', 'é', 'x'.repeat(40)), { maxLength: 10 }).map((parts) => parts.join(''));
 const text = fc.oneof(tricky, long, fc.string({ maxLength: 12 }), fc.string({ unit: 'grapheme', maxLength: 8 }), fc.string({ unit: 'binary', maxLength: 8 }));
 const key = fc.oneof({ weight: 3, arbitrary: fc.constantFrom('messages', 'leaseId', 'success', 'status') }, { weight: 2, arbitrary: text });
-const scalar = fc.oneof(fc.constantFrom(true, false, null, 'queued', 'duplicate', 'buffered', 'failed'), fc.integer(), fc.double({ noNaN: true, noDefaultInfinity: true }), text);
+const scalar = fc.oneof(
+  fc.constantFrom(true, false, null, 'queued', 'duplicate', 'buffered', 'failed'),
+  fc.integer(),
+  fc.double({ noNaN: true, noDefaultInfinity: true }),
+  text,
+);
 
 const { doc } = fc.letrec<{ doc: Doc }>((tie) => ({
   doc: fc.oneof(
@@ -56,10 +83,26 @@ const { doc } = fc.letrec<{ doc: Doc }>((tie) => ({
 
 /** Answers shaped like the broker's, with random extra fields and random members. */
 const popLike = fc.tuple(fc.array(doc, { maxLength: 6 }), fc.option(fc.string({ maxLength: 20 })), fc.array(fc.tuple(key, doc), { maxLength: 3 })).map(
-  ([messages, leaseId, extra]): Doc => ({ t: 'obj', pairs: [...extra, ['leaseId', { t: 'raw', v: leaseId }], ['messages', { t: 'arr', items: messages }], ['success', { t: 'raw', v: true }]] }),
+  ([messages, leaseId, extra]): Doc => ({
+    t: 'obj',
+    pairs: [...extra, ['leaseId', { t: 'raw', v: leaseId }], ['messages', { t: 'arr', items: messages }], ['success', { t: 'raw', v: true }]],
+  }),
 );
-const itemLike = fc.array(fc.tuple(fc.constantFrom('status', 'success', 'index', 'error'), fc.oneof(scalar.map((v): Doc => ({ t: 'raw', v })), doc)), { maxLength: 4 }).map((pairs): Doc => ({ t: 'obj', pairs }));
-const arrayLike = fc.array(fc.oneof({ weight: 4, arbitrary: itemLike }, { weight: 1, arbitrary: doc }), { maxLength: 8 }).map((items): Doc => ({ t: 'arr', items }));
+const itemLike = fc
+  .array(
+    fc.tuple(
+      fc.constantFrom('status', 'success', 'index', 'error'),
+      fc.oneof(
+        scalar.map((v): Doc => ({ t: 'raw', v })),
+        doc,
+      ),
+    ),
+    { maxLength: 4 },
+  )
+  .map((pairs): Doc => ({ t: 'obj', pairs }));
+const arrayLike = fc
+  .array(fc.oneof({ weight: 4, arbitrary: itemLike }, { weight: 1, arbitrary: doc }), { maxLength: 8 })
+  .map((items): Doc => ({ t: 'arr', items }));
 const anyAnswer = fc.oneof(popLike, arrayLike, doc);
 
 interface Style {
@@ -99,7 +142,12 @@ describe('AnswerScanner', () => {
       fc.property(anyAnswer, style, (d, st) => {
         const text = render(d, st);
         const buf = Buffer.from(text);
-        expect(scan(buf, Array.from({ length: buf.length }, (_, i) => i))).toEqual(reference(JSON.parse(text)));
+        expect(
+          scan(
+            buf,
+            Array.from({ length: buf.length }, (_, i) => i),
+          ),
+        ).toEqual(reference(JSON.parse(text)));
       }),
       { numRuns: 200 },
     );
@@ -144,7 +192,10 @@ describe('AnswerScanner', () => {
   it('takes the last of duplicate keys, as JSON.parse does', () => {
     expect(scan('{"messages":[1,2],"messages":{"a":1}}')).toMatchObject({ delivered: 0 });
     expect(scan('{"messages":5,"messages":[1]}')).toMatchObject({ delivered: 1 });
-    expect(scan('[{"status":"queued","status":"failed"},{"success":true,"success":false},{"success":false,"success":true}]')).toMatchObject({ pushed: 0, acked: 1 });
+    expect(scan('[{"status":"queued","status":"failed"},{"success":true,"success":false},{"success":false,"success":true}]')).toMatchObject({
+      pushed: 0,
+      acked: 1,
+    });
     expect(scan('{"success":true,"success":false}')).toMatchObject({ committed: false });
   });
 

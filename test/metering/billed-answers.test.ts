@@ -46,7 +46,9 @@ async function settled(requests: number): Promise<Usage> {
       u = await usage();
       return u.requests >= requests;
     },
-    5000, `${requests} requests metered`);
+    5000,
+    `${requests} requests metered`,
+  );
   return u;
 }
 
@@ -60,7 +62,12 @@ describe('billing from what the broker answered', () => {
     // Committed: a push item and an ack.
     const ok = await call(edge, 'POST', '/api/v1/transaction', {
       token: rw,
-      body: { operations: [{ type: 'push', items: items('tx-out', 1) }, { type: 'ack', transactionId: m1!.transactionId, partitionId: m1!.partitionId, leaseId: m1!.leaseId, status: 'completed' }] },
+      body: {
+        operations: [
+          { type: 'push', items: items('tx-out', 1) },
+          { type: 'ack', transactionId: m1!.transactionId, partitionId: m1!.partitionId, leaseId: m1!.leaseId, status: 'completed' },
+        ],
+      },
     });
     expect(ok.json).toMatchObject({ success: true });
     // Rolled back: three push items and a good ack, then an ack of a lease that does not exist.
@@ -93,7 +100,10 @@ describe('billing from what the broker answered', () => {
       broker.setOptions({ answers: { rollbackAs200: true } });
     }
     const u = await settled(before.requests + 2);
-    expect({ pushed: u.messagesPushed - before.messagesPushed, delivered: u.messagesDelivered - before.messagesDelivered }).toEqual({ pushed: 3, delivered: 3 });
+    expect({ pushed: u.messagesPushed - before.messagesPushed, delivered: u.messagesDelivered - before.messagesDelivered }).toEqual({
+      pushed: 3,
+      delivered: 3,
+    });
   });
 
   it.each([
@@ -114,5 +124,4 @@ describe('billing from what the broker answered', () => {
     expect(u.messagesPushed - before.messagesPushed).toBe(4);
     expect(captured.lines.slice(warned).some((l) => l.problem === 'undecodable' && l.level === 40)).toBe(true);
   });
-
 });

@@ -80,7 +80,13 @@ describe('a client that leaves does not make what the broker did free', () => {
   async function sendAndLeave(path: string, body: unknown): Promise<void> {
     const arrived = new Promise<void>((r) => (pushArrived = r));
     const abort = new AbortController();
-    const sent = request(`${h.url}${path}`, { method: 'POST', headers: { host: HOST, authorization: `Bearer ${tok}`, 'content-type': 'application/json' }, body: JSON.stringify(body), dispatcher: h.dispatcher, signal: abort.signal });
+    const sent = request(`${h.url}${path}`, {
+      method: 'POST',
+      headers: { host: HOST, authorization: `Bearer ${tok}`, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+      dispatcher: h.dispatcher,
+      signal: abort.signal,
+    });
     await arrived;
     abort.abort();
     await sent.catch(() => undefined);
@@ -101,7 +107,20 @@ describe('a client that leaves does not make what the broker did free', () => {
 
   it('a transaction whose client leaves once it reached the broker counts its pushes and its acks from the request', async () => {
     const ack = (i: number) => ({ type: 'ack', transactionId: `t${i}`, partitionId: 'p', leaseId: 'lease-1', status: 'completed' });
-    await sendAndLeave('/api/v1/transaction', { operations: [ack(1), { type: 'push', items: [{ queue: 'q', payload: 1 }, { queue: 'q', payload: 2 }] }, ack(2), ack(3)] });
+    await sendAndLeave('/api/v1/transaction', {
+      operations: [
+        ack(1),
+        {
+          type: 'push',
+          items: [
+            { queue: 'q', payload: 1 },
+            { queue: 'q', payload: 2 },
+          ],
+        },
+        ack(2),
+        ack(3),
+      ],
+    });
     await waitFor(() => recorded.some((x) => x.route.name === 'transaction'), 10_000, 'the transaction to be metered');
     expect(counted('transaction')).toMatchObject({ messagesPushed: 2, acks: 3 });
   });
@@ -122,18 +141,32 @@ describe('a client that leaves does not make what the broker did free', () => {
     await gotMost;
     socket.destroy();
     // The edge saw the client go (its request is in /metrics) before the broker sends the rest.
-    await waitFor(async () => {
-      const text = await (await request(`${h.adminUrl}/metrics`)).body.text();
-      return text.includes('route="pop.queue"');
-    }, 10_000, 'the edge to notice the client left');
+    await waitFor(
+      async () => {
+        const text = await (await request(`${h.adminUrl}/metrics`)).body.text();
+        return text.includes('route="pop.queue"');
+      },
+      10_000,
+      'the edge to notice the client left',
+    );
     releasePop!();
     await waitFor(() => recorded.some((x) => x.route.name === 'pop.queue'), 10_000, 'the pop to be metered');
     expect(counted('pop.queue').messagesDelivered).toBe(MESSAGES);
   });
 
   it('pushes the broker spooled (buffered, written on its replay) are counted', async () => {
-    const body = JSON.stringify({ items: [{ queue: 'spool', payload: 1 }, { queue: 'spool', payload: 2 }] });
-    const res = await request(`${h.url}/api/v1/push`, { method: 'POST', headers: { host: 'acme.localhost', authorization: `Bearer ${tok}`, 'content-type': 'application/json' }, body, dispatcher: h.dispatcher });
+    const body = JSON.stringify({
+      items: [
+        { queue: 'spool', payload: 1 },
+        { queue: 'spool', payload: 2 },
+      ],
+    });
+    const res = await request(`${h.url}/api/v1/push`, {
+      method: 'POST',
+      headers: { host: 'acme.localhost', authorization: `Bearer ${tok}`, 'content-type': 'application/json' },
+      body,
+      dispatcher: h.dispatcher,
+    });
     expect(res.statusCode).toBe(201);
     await res.body.dump();
     await waitFor(() => recorded.some((x) => x.route.name === 'push' && x.status === 201), 10_000, 'the spooled push to be metered');

@@ -7,20 +7,48 @@ import { ROUTES } from '../../src/routes/table.js';
 
 const route = (name: string) => ROUTES.find((r) => r.name === name)!;
 const facts = (f: Partial<AnswerFacts>): AnswerFacts => ({ pushed: 0, acked: 0, delivered: 0, committed: false, leaseId: null, ...f });
-const x = (name: string, status: number, response: AnswerFacts | null, extra: Partial<Exchange> = {}): Exchange => ({ tenantId: 't', route: route(name), status, code: null, bytesIn: 10, bytesOut: 20, requestMessages: 0, requestAcks: 0, response, answerLost: false, ...extra });
+const x = (name: string, status: number, response: AnswerFacts | null, extra: Partial<Exchange> = {}): Exchange => ({
+  tenantId: 't',
+  route: route(name),
+  status,
+  code: null,
+  bytesIn: 10,
+  bytesOut: 20,
+  requestMessages: 0,
+  requestAcks: 0,
+  response,
+  answerLost: false,
+  ...extra,
+});
 
 describe('countExchange', () => {
   it.each([
-    ['push: the accepted items of the answer', x('push', 201, facts({ pushed: 3, acked: 1, delivered: 9 })), { messagesPushed: 3, acks: 0, messagesDelivered: 0 }],
+    [
+      'push: the accepted items of the answer',
+      x('push', 201, facts({ pushed: 3, acked: 1, delivered: 9 })),
+      { messagesPushed: 3, acks: 0, messagesDelivered: 0 },
+    ],
     ['push: an unread answer (cut, not JSON) counts nothing', x('push', 201, null, { requestMessages: 5 }), { messagesPushed: 0 }],
     ['pop: messages of a 200', x('pop.queue', 200, facts({ delivered: 3 })), { messagesDelivered: 3 }],
     ['pop: a 204 delivers nothing', x('pop.queue', 204, null), { messagesDelivered: 0 }],
     ['ack: only success true', x('ack.batch', 200, facts({ acked: 2 })), { acks: 2 }],
-    ['transaction: request items and acks when 2xx and committed', x('transaction', 200, facts({ committed: true }), { requestMessages: 7, requestAcks: 2 }), { messagesPushed: 7, acks: 2 }],
-    ['transaction: nothing when the broker rolled it back (200 success false)', x('transaction', 200, facts({ committed: false, acked: 1 }), { requestMessages: 7, requestAcks: 2 }), { messagesPushed: 0, acks: 0 }],
+    [
+      'transaction: request items and acks when 2xx and committed',
+      x('transaction', 200, facts({ committed: true }), { requestMessages: 7, requestAcks: 2 }),
+      { messagesPushed: 7, acks: 2 },
+    ],
+    [
+      'transaction: nothing when the broker rolled it back (200 success false)',
+      x('transaction', 200, facts({ committed: false, acked: 1 }), { requestMessages: 7, requestAcks: 2 }),
+      { messagesPushed: 0, acks: 0 },
+    ],
     ['transaction: nothing when refused', x('transaction', 409, null, { requestMessages: 7, requestAcks: 2 }), { messagesPushed: 0, acks: 0 }],
     ['push: the request items when the client left before any answer', x('push', 0, null, { requestMessages: 5, answerLost: true }), { messagesPushed: 5 }],
-    ['transaction: the request items and acks when the client left before any answer', x('transaction', 0, null, { requestMessages: 3, requestAcks: 2, answerLost: true }), { messagesPushed: 3, acks: 2 }],
+    [
+      'transaction: the request items and acks when the client left before any answer',
+      x('transaction', 0, null, { requestMessages: 3, requestAcks: 2, answerLost: true }),
+      { messagesPushed: 3, acks: 2 },
+    ],
     ['ack: the request acks when the client left before any answer', x('ack.batch', 0, null, { requestAcks: 4, answerLost: true }), { acks: 4 }],
     ['a refusal by code', x('push', 429, null, { code: 'rate_limited' }), { refusals: { rate_limited: 1 } }],
   ])('%s', (_name, exchange, expected) => {
@@ -50,8 +78,15 @@ describe('day hashes and buckets', () => {
     expect(bucketStart(h, 'day')).toBe(Date.UTC(2026, 11, 31));
     expect(bucketStart(h, 'month')).toBe(Date.UTC(2026, 11, 1));
     const one = () => Object.assign(new UsageCounts(), { requests: 1 });
-    const hours = new Map([[Date.UTC(2027, 0, 1, 1), one()], [Date.UTC(2026, 11, 31, 22), one()], [Date.UTC(2026, 11, 31, 23), one()]]);
-    expect(rollUp(hours, 'day').map((b) => [new Date(b.start).toISOString().slice(0, 10), b.counts.requests])).toEqual([['2026-12-31', 2], ['2027-01-01', 1]]);
+    const hours = new Map([
+      [Date.UTC(2027, 0, 1, 1), one()],
+      [Date.UTC(2026, 11, 31, 22), one()],
+      [Date.UTC(2026, 11, 31, 23), one()],
+    ]);
+    expect(rollUp(hours, 'day').map((b) => [new Date(b.start).toISOString().slice(0, 10), b.counts.requests])).toEqual([
+      ['2026-12-31', 2],
+      ['2027-01-01', 1],
+    ]);
     expect(rollUp(hours, 'month').map((b) => b.counts.requests)).toEqual([2, 1]);
   });
 });

@@ -22,13 +22,26 @@ afterAll(async () => {
 });
 
 async function edge(): Promise<EdgeHarness> {
-  return startEdge(testConfig([broker.url], { redis: { url: redis.url, keyPrefix: uniquePrefix(), timeoutMs: 100, failMode: 'local' }, server: { admin: { token: ADMIN_TOKEN } } }));
+  return startEdge(
+    testConfig([broker.url], {
+      redis: { url: redis.url, keyPrefix: uniquePrefix(), timeoutMs: 100, failMode: 'local' },
+      server: { admin: { token: ADMIN_TOKEN } },
+    }),
+  );
 }
 
 async function pushes(h: EdgeHarness, n: number, tag: string): Promise<void> {
   const tok = await token({ roles: ['read-write'], tenant: 'acme' });
   for (let i = 0; i < n; i++) {
-    const r = await call(h, 'POST', '/api/v1/push', { token: tok, body: { items: [{ queue: 'q', transactionId: `${tag}-${i}`, payload: i }, { queue: 'q', transactionId: `${tag}-${i}-b`, payload: i }] } });
+    const r = await call(h, 'POST', '/api/v1/push', {
+      token: tok,
+      body: {
+        items: [
+          { queue: 'q', transactionId: `${tag}-${i}`, payload: i },
+          { queue: 'q', transactionId: `${tag}-${i}-b`, payload: i },
+        ],
+      },
+    });
     expect(r.status).toBe(201);
   }
 }

@@ -25,7 +25,11 @@ let other: BrokerDouble;
 let edge: EdgeHarness;
 
 beforeAll(async () => {
-  brokers = await Promise.all(['a', 'b', 'c'].map((name) => startBrokerDouble({ name, answers: { bigPop: { messages: WARM_MESSAGES, messageBytes: MESSAGE_BYTES, leaseId: `lease-${name}` } } })));
+  brokers = await Promise.all(
+    ['a', 'b', 'c'].map((name) =>
+      startBrokerDouble({ name, answers: { bigPop: { messages: WARM_MESSAGES, messageBytes: MESSAGE_BYTES, leaseId: `lease-${name}` } } }),
+    ),
+  );
   other = await startBrokerDouble();
   edge = await startEdge(
     testConfig(
@@ -51,7 +55,10 @@ function bigPop(b: BrokerDouble) {
 }
 
 function pop(rw: string) {
-  return request(`${edge.httpUrl}/api/v1/pop/queue/big?batch=${MESSAGES}`, { headers: { host: 'acme.localhost', authorization: `Bearer ${rw}` }, dispatcher: edge.dispatcher });
+  return request(`${edge.httpUrl}/api/v1/pop/queue/big?batch=${MESSAGES}`, {
+    headers: { host: 'acme.localhost', authorization: `Bearer ${rw}` },
+    dispatcher: edge.dispatcher,
+  });
 }
 
 /** Reads an answer to its end, keeping only its length. */
@@ -68,7 +75,9 @@ describe('a pop answer far larger than any buffer', { timeout: 20_000 }, () => {
     const otherRw = await token({ roles: ['read-write'], tenant: 'other' });
     // Warm both paths with a smaller big answer first, so first-use allocations (compiled code,
     // socket and parser buffers, malloc arenas) are not counted as growth.
-    expect((await call(edge, 'POST', '/api/v1/push', { host: 'other.localhost', token: otherRw, body: { items: [{ queue: 'q', payload: 1 }] } })).status).toBe(201);
+    expect((await call(edge, 'POST', '/api/v1/push', { host: 'other.localhost', token: otherRw, body: { items: [{ queue: 'q', payload: 1 }] } })).status).toBe(
+      201,
+    );
     await drain(await pop(rw));
     for (const b of brokers) b.setOptions({ answers: { bigPop: { ...bigPop(b), messages: MESSAGES } } });
 
@@ -94,7 +103,11 @@ describe('a pop answer far larger than any buffer', { timeout: 20_000 }, () => {
     let after = 0;
     while (after < 5) {
       const t0 = performance.now();
-      const r = await call(edge, 'POST', '/api/v1/push', { host: 'other.localhost', token: otherRw, body: { items: [{ queue: 'q', payload: latencies.length }] } });
+      const r = await call(edge, 'POST', '/api/v1/push', {
+        host: 'other.localhost',
+        token: otherRw,
+        body: { items: [{ queue: 'q', payload: latencies.length }] },
+      });
       latencies.push(performance.now() - t0);
       expect(r.status).toBe(201);
       if (bigDone) after++;
@@ -110,10 +123,14 @@ describe('a pop answer far larger than any buffer', { timeout: 20_000 }, () => {
     expect(Math.max(...latencies), `latencies ${latencies.map((l) => l.toFixed(0)).join(',')}`).toBeLessThan(1000);
 
     let usage: any;
-    await waitFor(async () => {
-      usage = (await admin(edge, 'GET', '/admin/v1/tenants/acme/usage?granularity=hour')).json.total;
-      return usage.messagesDelivered >= WARM_MESSAGES + MESSAGES;
-    }, 5000, 'the pop metered');
+    await waitFor(
+      async () => {
+        usage = (await admin(edge, 'GET', '/admin/v1/tenants/acme/usage?granularity=hour')).json.total;
+        return usage.messagesDelivered >= WARM_MESSAGES + MESSAGES;
+      },
+      5000,
+      'the pop metered',
+    );
     expect(usage).toMatchObject({ messagesDelivered: WARM_MESSAGES + MESSAGES });
 
     // The lease id was learnt from the same scan: its next call goes to the broker that served it.

@@ -110,7 +110,12 @@ describe('metering and logs at any response size', { timeout: 45_000 }, () => {
         expect(pop.json.messages).toHaveLength(n);
         delivered += n;
         const ack = await run(proto, 'POST', '/api/v1/ack/batch', {
-          acknowledgments: pop.json.messages.map((m: any) => ({ transactionId: m.transactionId, partitionId: m.partitionId, leaseId: m.leaseId, status: 'completed' })),
+          acknowledgments: pop.json.messages.map((m: any) => ({
+            transactionId: m.transactionId,
+            partitionId: m.partitionId,
+            leaseId: m.leaseId,
+            status: 'completed',
+          })),
         });
         expect(ack.status).toBe(200);
         acked += n;
@@ -127,11 +132,16 @@ describe('metering and logs at any response size', { timeout: 45_000 }, () => {
 
     // Access log: one line per request, with the status and the bytes the client got.
     const lines = new Map<string, LogLine>();
-    await waitFor(() => {
-      for (const l of captured.lines) if (l.msg === 'request') lines.set(String(l.reqId), l);
-      return seen.every((r) => lines.has(r.reqId));
-    }, 5000, 'an access-log line for every request');
-    for (const r of seen) expect({ status: lines.get(r.reqId)!.status, bytesOut: lines.get(r.reqId)!.bytesOut }).toEqual({ status: r.status, bytesOut: r.bytes });
+    await waitFor(
+      () => {
+        for (const l of captured.lines) if (l.msg === 'request') lines.set(String(l.reqId), l);
+        return seen.every((r) => lines.has(r.reqId));
+      },
+      5000,
+      'an access-log line for every request',
+    );
+    for (const r of seen)
+      expect({ status: lines.get(r.reqId)!.status, bytesOut: lines.get(r.reqId)!.bytesOut }).toEqual({ status: r.status, bytesOut: r.bytes });
 
     // Usage (the admin read flushes this instance first).
     const egress = sizes.reduce((a, b) => a + b, 0);

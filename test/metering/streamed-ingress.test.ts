@@ -118,7 +118,14 @@ function h1Head(path: string, tok: string, length: number): string {
 }
 
 function h2Upload(session: ClientHttp2Session, path: string, tok: string, length: number): ClientHttp2Stream {
-  const stream = session.request({ ':method': 'POST', ':path': path, ':authority': HOST, authorization: `Bearer ${tok}`, 'content-type': 'application/json', 'content-length': String(length) });
+  const stream = session.request({
+    ':method': 'POST',
+    ':path': path,
+    ':authority': HOST,
+    authorization: `Bearer ${tok}`,
+    'content-type': 'application/json',
+    'content-length': String(length),
+  });
   stream.on('error', () => undefined);
   return stream;
 }
@@ -141,7 +148,10 @@ describe('ingress bytes of a streamed body are the bytes the broker got', () => 
       testConfig([broker.url], {
         plans: { test: TEST_PLAN, capped: { ...TEST_PLAN, quotas: { messagesPerMonth: 0, ingressBytesPerMonth: 1000 } } },
         // acme and capped share one broker double: declared tenancy-aware, as a shared broker must be.
-        tenants: { acme: { tenancyAwareBrokers: true }, capped: { plan: 'capped', hosts: ['capped.localhost'], brokers: [broker.url], tenancyAwareBrokers: true } },
+        tenants: {
+          acme: { tenancyAwareBrokers: true },
+          capped: { plan: 'capped', hosts: ['capped.localhost'], brokers: [broker.url], tenancyAwareBrokers: true },
+        },
       }),
       { usage, log: captured.log },
     );
@@ -341,9 +351,14 @@ describe('the billing export', () => {
   afterAll(() => h?.close());
 
   async function exported(): Promise<{ requests: number; ingress: number }> {
-    const res = await request(`${h.adminUrl}/admin/v1/usage/export?granularity=day&format=jsonl&tenant=acme`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+    const res = await request(`${h.adminUrl}/admin/v1/usage/export?granularity=day&format=jsonl&tenant=acme`, {
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+    });
     expect(res.statusCode).toBe(200);
-    const rows = (await res.body.text()).split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as { requests: number; ingress_bytes: number });
+    const rows = (await res.body.text())
+      .split('\n')
+      .filter((l) => l !== '')
+      .map((l) => JSON.parse(l) as { requests: number; ingress_bytes: number });
     return rows.reduce((a, r) => ({ requests: a.requests + r.requests, ingress: a.ingress + r.ingress_bytes }), { requests: 0, ingress: 0 });
   }
 
@@ -364,7 +379,9 @@ describe('the billing export', () => {
         total = await exported();
         return total.requests === 2;
       },
-      10_000, 'both requests in the export');
+      10_000,
+      'both requests in the export',
+    );
     const brokerGot = broker.uploads.slice(before).reduce((n, u) => n + u.got, 0);
     expect(brokerGot).toBe(5000);
     expect(total.ingress).toBe(brokerGot);

@@ -45,13 +45,20 @@ describe('usage across two instances', () => {
 
     // 3 × 100 items; the last item of the third batch repeats a transactionId of the first.
     for (let batch = 0; batch < 3; batch++) {
-      const items = Array.from({ length: 100 }, (_, i) => ({ queue: 'orders', transactionId: batch === 2 && i === 99 ? 'tx-0-0' : `tx-${batch}-${i}`, payload: { n: i } }));
+      const items = Array.from({ length: 100 }, (_, i) => ({
+        queue: 'orders',
+        transactionId: batch === 2 && i === 99 ? 'tx-0-0' : `tx-${batch}-${i}`,
+        payload: { n: i },
+      }));
       const r = await send(batch % 2 === 0 ? a : b, 'POST', '/api/v1/push', { items });
       expect(r.status).toBe(201);
       egress += bytes(r.text);
     }
     // 250 messages in two pops, one per instance, each acked through the other instance.
-    for (const [pops, acks] of [[a, b], [b, a]] as const) {
+    for (const [pops, acks] of [
+      [a, b],
+      [b, a],
+    ] as const) {
       const p = await send(pops, 'GET', '/api/v1/pop/queue/orders?batch=125');
       expect(p.status).toBe(200);
       egress += bytes(p.text);
@@ -81,10 +88,14 @@ describe('usage across two instances', () => {
     expect((await send(a, 'GET', '/api/v1/kv/x')).status).toBe(403);
 
     let usage: any;
-    await waitFor(async () => {
-      usage = (await admin(b, 'GET', '/admin/v1/tenants/acme/usage?granularity=hour')).json;
-      return usage?.total?.requests === requests;
-    }, 5000, 'both instances flushed');
+    await waitFor(
+      async () => {
+        usage = (await admin(b, 'GET', '/admin/v1/tenants/acme/usage?granularity=hour')).json;
+        return usage?.total?.requests === requests;
+      },
+      5000,
+      'both instances flushed',
+    );
     expect(usage.total).toEqual({
       requests,
       messagesPushed: 301,

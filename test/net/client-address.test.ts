@@ -25,7 +25,13 @@ describe('client address', () => {
   });
 
   it('trusts only listed peers', () => {
-    expect([lb.trusts('10.9.9.9'), lb.trusts('::ffff:10.9.9.9'), lb.trusts('192.0.2.2'), lb.trusts(undefined), none.trusts('10.0.0.1')]).toEqual([true, true, false, false, false]);
+    expect([lb.trusts('10.9.9.9'), lb.trusts('::ffff:10.9.9.9'), lb.trusts('192.0.2.2'), lb.trusts(undefined), none.trusts('10.0.0.1')]).toEqual([
+      true,
+      true,
+      false,
+      false,
+      false,
+    ]);
   });
 
   it('reports entries that are not addresses or ranges', () => {

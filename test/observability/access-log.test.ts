@@ -54,8 +54,11 @@ const withoutTime = (line: string) => {
 describe('access log line', () => {
   it.each([
     ['an admitted request with hostile sub and trace', record()],
-    ['a refusal without tenant, route, identity or broker', record({ tenant: null, sub: null, route: null, code: 'unauthorized', status: 401, broker: null, trace: null, method: 'DELETE', upstreamStatus: null })],
-  ])('equals pino\'s own line for %s, bindings of child loggers included', async (_name, r) => {
+    [
+      'a refusal without tenant, route, identity or broker',
+      record({ tenant: null, sub: null, route: null, code: 'unauthorized', status: 401, broker: null, trace: null, method: 'DELETE', upstreamStatus: null }),
+    ],
+  ])("equals pino's own line for %s, bindings of child loggers included", async (_name, r) => {
     const ours = capture();
     const theirs = capture();
     accessLogWriter(createLogger('info', ours.stream).child({ worker: 2 }))(r);
@@ -65,7 +68,7 @@ describe('access log line', () => {
     expect(withoutTime(ours.lines[0]!)).toEqual(withoutTime(theirs.lines[0]!));
   });
 
-  it('log.time iso and log.levelNames: the same line as pino\'s with those settings', async () => {
+  it("log.time iso and log.levelNames: the same line as pino's with those settings", async () => {
     const ours = capture();
     const theirs = capture();
     const style = { time: 'iso', levelNames: true } as const;
@@ -105,7 +108,7 @@ describe('access log line', () => {
     expect(out.lines.map((l) => (JSON.parse(l) as { reqId: string }).reqId)).toEqual(['second']);
   });
 
-  it('leaves the line to pino on a stream that wants pino\'s metadata (multistream)', async () => {
+  it("leaves the line to pino on a stream that wants pino's metadata (multistream)", async () => {
     const out = capture();
     const log = pino({ level: 'info' }, pino.multistream([{ stream: out.stream }]));
     accessLogWriter(log)(record());
@@ -129,19 +132,35 @@ describe('access log line of a request through the edge', () => {
     await broker?.close();
   });
 
-  it('carries the client address, host, path, query length (not the query) and the broker\'s status', async () => {
+  it("carries the client address, host, path, query length (not the query) and the broker's status", async () => {
     const tok = await token({ roles: ['read-write'], tenant: 'acme' });
     await call(h, 'POST', '/api/v1/push', { token: tok, body: { items: [{ queue: 'logged', payload: 1 }] } });
     const r = await call(h, 'GET', '/api/v1/pop/queue/logged?consumerGroup=secret-group&batch=1', { token: tok, host: 'ACME.localhost:8443' });
     expect(r.status).toBe(200);
     const logged = await line(r.headers['x-request-id']);
-    expect(logged).toMatchObject({ client: '127.0.0.1', host: 'acme.localhost', method: 'GET', path: '/api/v1/pop/queue/logged', queryLength: 'consumerGroup=secret-group&batch=1'.length, status: 200, upstreamStatus: 200, tenant: 'acme', route: 'pop.queue' });
+    expect(logged).toMatchObject({
+      client: '127.0.0.1',
+      host: 'acme.localhost',
+      method: 'GET',
+      path: '/api/v1/pop/queue/logged',
+      queryLength: 'consumerGroup=secret-group&batch=1'.length,
+      status: 200,
+      upstreamStatus: 200,
+      tenant: 'acme',
+      route: 'pop.queue',
+    });
     expect(JSON.stringify(logged)).not.toContain('secret-group');
   });
 
   it('an edge refusal has no upstream status', async () => {
     const r = await call(h, 'POST', '/api/v1/push', { body: { items: [] } });
     expect(r.status).toBe(401);
-    expect(await line(r.headers['x-request-id'])).toMatchObject({ status: 401, code: 'unauthorized', upstreamStatus: null, path: '/api/v1/push', queryLength: 0 });
+    expect(await line(r.headers['x-request-id'])).toMatchObject({
+      status: 401,
+      code: 'unauthorized',
+      upstreamStatus: null,
+      path: '/api/v1/push',
+      queryLength: 0,
+    });
   });
 });

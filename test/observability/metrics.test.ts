@@ -68,9 +68,24 @@ describe('/metrics', () => {
     expect(res.status).toBe(200);
     expect(String(res.headers['content-type'])).toContain('text/plain');
     const { types, samples } = parseExposition(res.text);
-    const families = ['queen_edge_requests_total', 'queen_edge_proxy_overhead_seconds', 'queen_edge_upstream_duration_seconds', 'queen_edge_parked_polls', 'queen_edge_limiter_decisions_total', 'queen_edge_limiter_mode', 'queen_edge_broker_up', 'queen_edge_broker_inflight', 'queen_edge_redis_errors_total', 'queen_edge_metering_flush_lag_seconds', 'queen_edge_metering_flush_failures_total', 'queen_edge_messages_pushed_total', 'process_cpu_seconds_total'];
+    const families = [
+      'queen_edge_requests_total',
+      'queen_edge_proxy_overhead_seconds',
+      'queen_edge_upstream_duration_seconds',
+      'queen_edge_parked_polls',
+      'queen_edge_limiter_decisions_total',
+      'queen_edge_limiter_mode',
+      'queen_edge_broker_up',
+      'queen_edge_broker_inflight',
+      'queen_edge_redis_errors_total',
+      'queen_edge_metering_flush_lag_seconds',
+      'queen_edge_metering_flush_failures_total',
+      'queen_edge_messages_pushed_total',
+      'process_cpu_seconds_total',
+    ];
     for (const f of families) expect(types.has(f), f).toBe(true);
-    const value = (name: string, labels: Record<string, string>) => samples.find((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v))?.value;
+    const value = (name: string, labels: Record<string, string>) =>
+      samples.find((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v))?.value;
     expect(value('queen_edge_requests_total', { tenant: 'acme', route: 'push', status: '2xx', code: '' })).toBe(1);
     expect(value('queen_edge_requests_total', { tenant: 'acme', route: 'kv.read', status: '4xx', code: 'feature_gated' })).toBe(1);
     expect(value('queen_edge_parked_polls', { tenant: 'acme' })).toBe(1);
@@ -101,10 +116,21 @@ describe('latency histograms', () => {
     const reference = new Registry();
     const buckets = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
     const h = new Histogram({ name: 'queen_edge_upstream_duration_seconds', help: 'x', labelNames: ['route'], buckets, registers: [reference] });
-    const observations: Array<[string, number]> = [['push', 0.0001], ['push', 0.00007], ['pop', 70], ['push', 0.3], ['pop', 0.00005], ['pop', 2.5]];
+    const observations: Array<[string, number]> = [
+      ['push', 0.0001],
+      ['push', 0.00007],
+      ['pop', 70],
+      ['push', 0.3],
+      ['pop', 0.00005],
+      ['pop', 2.5],
+    ];
     for (const [route, ms] of observations) ours.request('t', route, 200, null, ms * 1000 + 1, ms * 1000, null);
     for (const [route, s] of observations) h.labels(route).observe(s);
-    const lines = (text: string) => text.split('\n').filter((l) => l.startsWith('queen_edge_upstream_duration_seconds')).sort();
+    const lines = (text: string) =>
+      text
+        .split('\n')
+        .filter((l) => l.startsWith('queen_edge_upstream_duration_seconds'))
+        .sort();
     const mine = lines(await ours.text());
     expect(mine.length).toBe(2 * (buckets.length + 3));
     // Floating-point sums of ms→s conversions may differ in the last digit.
@@ -112,7 +138,9 @@ describe('latency histograms', () => {
     expect(rounded(mine)).toEqual(rounded(lines(await reference.metrics())));
     // Workers: the primary sums the same family from every worker.
     const merged = AggregatorRegistry.aggregate([await ours.registry.getMetricsAsJSON(), await ours.registry.getMetricsAsJSON()]);
-    const count = (await merged.getMetricsAsJSON()).find((m) => m.name === 'queen_edge_upstream_duration_seconds')!.values.find((v) => (v as { metricName?: string }).metricName === 'queen_edge_upstream_duration_seconds_count' && v.labels.route === 'pop');
+    const count = (await merged.getMetricsAsJSON())
+      .find((m) => m.name === 'queen_edge_upstream_duration_seconds')!
+      .values.find((v) => (v as { metricName?: string }).metricName === 'queen_edge_upstream_duration_seconds_count' && v.labels.route === 'pop');
     expect(count?.value).toBe(6);
   });
 });

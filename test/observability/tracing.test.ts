@@ -25,7 +25,11 @@ describe('traceparent', () => {
     const traceId = '4bf92f3577b34da6a3ce929d0e0e4736';
     const traceparent = `00-${traceId}-00f067aa0ba902b7-01`;
     const tok = await token({ roles: ['read-write'], tenant: 'acme' });
-    const r = await call(h, 'POST', '/api/v1/push', { token: tok, body: { items: [{ queue: 'q', payload: 1 }] }, headers: { traceparent, tracestate: 'vendor=1' } });
+    const r = await call(h, 'POST', '/api/v1/push', {
+      token: tok,
+      body: { items: [{ queue: 'q', payload: 1 }] },
+      headers: { traceparent, tracestate: 'vendor=1' },
+    });
     expect(r.status).toBe(201);
     const sent = forwarded(broker).at(-1)!;
     expect(sent.headers.traceparent).toBe(traceparent);

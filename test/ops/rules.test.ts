@@ -34,7 +34,11 @@ interface Panel {
   targets?: { expr: string }[];
   description?: string;
 }
-const dashboard = JSON.parse(read('ops/grafana/queen-edge.json')) as { uid: string; panels: (Panel & { id: number })[]; templating: { list: { query: unknown }[] } };
+const dashboard = JSON.parse(read('ops/grafana/queen-edge.json')) as {
+  uid: string;
+  panels: (Panel & { id: number })[];
+  templating: { list: { query: unknown }[] };
+};
 
 /** Every series name the edge's /metrics can carry: the registered families plus a histogram's suffixes. */
 async function exposedNames(): Promise<Set<string>> {
@@ -54,7 +58,11 @@ function metricNames(promql: string): string[] {
 
 /** GitHub's anchor for a Markdown heading. */
 function anchor(heading: string): string {
-  return heading.trim().toLowerCase().replace(/[^a-z0-9 _-]/g, '').replace(/ /g, '-');
+  return heading
+    .trim()
+    .toLowerCase()
+    .replace(/[^a-z0-9 _-]/g, '')
+    .replace(/ /g, '-');
 }
 const troubleshooting = read('docs/troubleshooting.md');
 const anchors = new Set([...troubleshooting.matchAll(/^#{2,4} (.+)$/gm)].map((m) => anchor(m[1]!)));

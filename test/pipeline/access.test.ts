@@ -93,13 +93,21 @@ describe('authentication', () => {
   });
 
   it('a token signed with another secret, or expired, is 401', async () => {
-    expect((await call(edge, 'GET', '/api/v1/pop/queue/q', { token: await token({ roles: ['read-write'], tenant: 'acme' }, 'wrong-secret-wrong-secret-wrong-secret') })).status).toBe(401);
-    expect((await call(edge, 'GET', '/api/v1/pop/queue/q', { token: await token({ roles: ['read-write'], tenant: 'acme' }, undefined, '-2m') })).status).toBe(401);
+    expect(
+      (
+        await call(edge, 'GET', '/api/v1/pop/queue/q', {
+          token: await token({ roles: ['read-write'], tenant: 'acme' }, 'wrong-secret-wrong-secret-wrong-secret'),
+        })
+      ).status,
+    ).toBe(401);
+    expect((await call(edge, 'GET', '/api/v1/pop/queue/q', { token: await token({ roles: ['read-write'], tenant: 'acme' }, undefined, '-2m') })).status).toBe(
+      401,
+    );
   });
 });
 
 describe('tenancy', () => {
-  it('a token for acme on globex\'s host is refused and never reaches either broker', async () => {
+  it("a token for acme on globex's host is refused and never reaches either broker", async () => {
     const t = await token({ roles: ['read-write'], tenant: 'acme' });
     const [a, g] = [forwarded(broker).length, forwarded(other).length];
     const r = await call(edge, 'GET', '/api/v1/pop/queue/q', { token: t, host: 'globex.localhost' });

@@ -36,7 +36,12 @@ describe('CORS of the tenant the token acts for', () => {
     const t = await token({ roles: ['read-write'], tenant: 'strict' });
     for (const host of unlisted) {
       const before = forwarded(strict).length;
-      const r = await call(edge, 'POST', '/api/v1/push', { host, token: t, headers: { origin: 'https://evil.partner.example' }, body: { items: [{ queue: 'q', payload: 1 }] } });
+      const r = await call(edge, 'POST', '/api/v1/push', {
+        host,
+        token: t,
+        headers: { origin: 'https://evil.partner.example' },
+        body: { items: [{ queue: 'q', payload: 1 }] },
+      });
       expect(r.status).toBe(403);
       expect(r.json).toEqual({ error: 'origin not allowed', code: 'forbidden' });
       expect(r.headers['access-control-allow-origin']).toBeUndefined();
@@ -44,7 +49,7 @@ describe('CORS of the tenant the token acts for', () => {
     }
   });
 
-  it('the same origin still reaches the default tenant there, and the acting tenant\'s own origin its tenant', async () => {
+  it("the same origin still reaches the default tenant there, and the acting tenant's own origin its tenant", async () => {
     const own = await call(edge, 'POST', '/api/v1/push', {
       host: '127.0.0.1',
       token: await token({ roles: ['read-write'], tenant: 'strict' }),
@@ -54,13 +59,20 @@ describe('CORS of the tenant the token acts for', () => {
     expect(own.status).toBe(201);
     expect(own.headers['access-control-allow-origin']).toBe('https://app.strict.example');
     expect(forwarded(strict).at(-1)?.path).toBe('/api/v1/push');
-    const dflt = await call(edge, 'GET', '/api/v1/pop/queue/q', { host: '127.0.0.1', token: await token({ roles: ['read-write'], tenant: 'acme' }), headers: { origin: 'https://evil.partner.example' } });
+    const dflt = await call(edge, 'GET', '/api/v1/pop/queue/q', {
+      host: '127.0.0.1',
+      token: await token({ roles: ['read-write'], tenant: 'acme' }),
+      headers: { origin: 'https://evil.partner.example' },
+    });
     expect(dflt.status).toBe(204);
     expect(dflt.headers['access-control-allow-origin']).toBe('https://evil.partner.example');
   });
 
-  it('the preflight on such a host is the default tenant\'s: it carries no token to tell otherwise', async () => {
-    const r = await call(edge, 'OPTIONS', '/api/v1/push', { host: '127.0.0.1', headers: { origin: 'https://evil.partner.example', 'access-control-request-method': 'POST' } });
+  it("the preflight on such a host is the default tenant's: it carries no token to tell otherwise", async () => {
+    const r = await call(edge, 'OPTIONS', '/api/v1/push', {
+      host: '127.0.0.1',
+      headers: { origin: 'https://evil.partner.example', 'access-control-request-method': 'POST' },
+    });
     expect(r.status).toBe(204);
   });
 });
@@ -68,7 +80,7 @@ describe('CORS of the tenant the token acts for', () => {
 describe('host name length', () => {
   const t = token({ roles: ['read-write'], tenant: 'acme' });
 
-  it('a Host longer than 253 characters is 400 invalid_request, not resolved by the token\'s claim', async () => {
+  it("a Host longer than 253 characters is 400 invalid_request, not resolved by the token's claim", async () => {
     const long = `${'a'.repeat(63)}.`.repeat(4).slice(0, 254);
     const r = await call(edge, 'GET', '/api/v1/pop/queue/q', { host: `${long}:8443`, token: await t });
     expect(r.status).toBe(400);

@@ -118,7 +118,14 @@ describe('admit before the body', () => {
     const session = h2connect(h.url, { rejectUnauthorized: false });
     try {
       const refused = Array.from({ length: 20 }, async () => {
-        const stream = session.request({ ':method': 'POST', ':path': '/api/v1/push', ':authority': 'slow.localhost', authorization: `Bearer ${t}`, 'content-type': 'application/json', 'content-length': '1000000' });
+        const stream = session.request({
+          ':method': 'POST',
+          ':path': '/api/v1/push',
+          ':authority': 'slow.localhost',
+          authorization: `Bearer ${t}`,
+          'content-type': 'application/json',
+          'content-length': '1000000',
+        });
         // More than a window each: unread, the bodies would fill the session's window and stall it.
         stream.write(Buffer.alloc(200_000, 'a'));
         const status = await new Promise<number>((r) => stream.once('response', (hd) => r(Number(hd[':status']))));
@@ -146,7 +153,7 @@ describe('admit before the body', () => {
     c.socket.destroy();
   });
 
-  it('once a refusal\'s wait ends, only as many uploads as the bucket refilled are invited; the rest are refused from their heads', async () => {
+  it("once a refusal's wait ends, only as many uploads as the bucket refilled are invited; the rest are refused from their heads", async () => {
     const t = await token({ roles: ['read-write'], tenant: 'paced' });
     const send = () => call(h, 'POST', '/api/v1/push', { token: t, host: 'paced.localhost', body: { items: [{ queue: 'q', payload: 1 }] } });
     expect((await send()).status).toBe(201);
@@ -169,7 +176,7 @@ describe('admit before the body', () => {
     expect(firstLines.filter((l) => l.startsWith('HTTP/1.1 429 '))).toHaveLength(9);
   });
 
-  it('heads let through that never reach the limiter (malformed pushes) do not hold back the tenant\'s valid ones', async () => {
+  it("heads let through that never reach the limiter (malformed pushes) do not hold back the tenant's valid ones", async () => {
     const t = await token({ roles: ['read-write'], tenant: 'steady' });
     const push = (body: unknown) => call(h, 'POST', '/api/v1/push', { token: t, host: 'steady.localhost', body });
     expect((await push({ items: [{ queue: 'q', payload: 1 }] })).status).toBe(201);
@@ -229,7 +236,14 @@ describe('admit before the body', () => {
     bodies = [];
     const session = h2connect(h.url, { rejectUnauthorized: false });
     try {
-      const stream = session.request({ ':method': 'POST', ':path': '/api/v1/configure', ':authority': HOST, authorization: `Bearer ${tok}`, 'content-type': 'application/json', 'content-length': String(body.length) });
+      const stream = session.request({
+        ':method': 'POST',
+        ':path': '/api/v1/configure',
+        ':authority': HOST,
+        authorization: `Bearer ${tok}`,
+        'content-type': 'application/json',
+        'content-length': String(body.length),
+      });
       stream.end(body);
       const status = await new Promise<number>((r) => stream.once('response', (hd) => r(Number(hd[':status']))));
       stream.resume();

@@ -45,7 +45,12 @@ describe('bad input', () => {
     async function* chunks() {
       for (let i = 0; i < 40; i++) yield Buffer.alloc(64 * 1024, 0x61);
     }
-    const res = await request(`${edge.url}/api/v1/push`, { method: 'POST', headers: { host: 'acme.localhost', authorization: `Bearer ${rw}`, 'content-type': 'application/json' }, body: Readable.from(chunks()), dispatcher: edge.dispatcher });
+    const res = await request(`${edge.url}/api/v1/push`, {
+      method: 'POST',
+      headers: { host: 'acme.localhost', authorization: `Bearer ${rw}`, 'content-type': 'application/json' },
+      body: Readable.from(chunks()),
+      dispatcher: edge.dispatcher,
+    });
     expect(res.statusCode).toBe(413);
     await res.body.dump();
   });
@@ -56,18 +61,23 @@ describe('bad input', () => {
     expect(codeOf(r)).toBe('route_not_found');
   });
 
-  it.each(['/api/v1/push/../system/maintenance', '/api/v1/%2e%2e/v1/system/maintenance', '/internal/replay', '/metrics', '/api/v1/status'])('%s: 404 and never forwarded', async (path) => {
-    const before = forwarded(broker).length;
-    const r = await call(edge, 'POST', path, { token: rw, body: {} });
-    expect(r.status).toBe(404);
-    expect(codeOf(r)).toBe('route_not_found');
-    expect(forwarded(broker).length).toBe(before);
-  });
+  it.each(['/api/v1/push/../system/maintenance', '/api/v1/%2e%2e/v1/system/maintenance', '/internal/replay', '/metrics', '/api/v1/status'])(
+    '%s: 404 and never forwarded',
+    async (path) => {
+      const before = forwarded(broker).length;
+      const r = await call(edge, 'POST', path, { token: rw, body: {} });
+      expect(r.status).toBe(404);
+      expect(codeOf(r)).toBe('route_not_found');
+      expect(forwarded(broker).length).toBe(before);
+    },
+  );
 
   it('duplicate Authorization headers: 401', async () => {
     const conn = await rawTls(Number(new URL(edge.url).port));
     try {
-      const r = await conn.exchange(`GET /api/v1/pop/queue/q HTTP/1.1\r\nHost: acme.localhost\r\nAuthorization: Bearer ${rw}\r\nAuthorization: Bearer ${rw}\r\n\r\n`);
+      const r = await conn.exchange(
+        `GET /api/v1/pop/queue/q HTTP/1.1\r\nHost: acme.localhost\r\nAuthorization: Bearer ${rw}\r\nAuthorization: Bearer ${rw}\r\n\r\n`,
+      );
       expect(r.head).toMatch(/^HTTP\/1\.1 401 /);
     } finally {
       conn.close();

@@ -33,7 +33,13 @@ afterAll(async () => {
 
 /** An h2 push that sends 10 KiB and is reset once the edge has seen its first bytes. */
 async function resetPart(declared: number | null): Promise<void> {
-  const headers: http2.OutgoingHttpHeaders = { ':method': 'POST', ':path': '/api/v1/push', ':authority': 'acme.localhost', authorization: `Bearer ${jwt}`, 'content-type': 'application/json' };
+  const headers: http2.OutgoingHttpHeaders = {
+    ':method': 'POST',
+    ':path': '/api/v1/push',
+    ':authority': 'acme.localhost',
+    authorization: `Bearer ${jwt}`,
+    'content-type': 'application/json',
+  };
   if (declared !== null) headers['content-length'] = String(declared);
   const stream = session.request(headers, { endStream: false });
   stream.on('error', () => {});

@@ -49,7 +49,14 @@ afterAll(async () => {
 /** A push of `length` bytes announced and held back; resolves with its status and code once answered. */
 function heldPush(tenant: string, length: number): Promise<{ status: number; code: string | null }> {
   const stream = session.request(
-    { ':method': 'POST', ':path': '/api/v1/push', ':authority': `${tenant}.localhost`, authorization: `Bearer ${tokens[tenant]}`, 'content-type': 'application/json', 'content-length': String(length) },
+    {
+      ':method': 'POST',
+      ':path': '/api/v1/push',
+      ':authority': `${tenant}.localhost`,
+      authorization: `Bearer ${tokens[tenant]}`,
+      'content-type': 'application/json',
+      'content-length': String(length),
+    },
     { endStream: false },
   );
   stream.on('error', () => {});
@@ -86,7 +93,11 @@ describe('bodies in flight', () => {
     expect(await held).toEqual({ status: 408, code: 'request_timeout' });
     expect(await fits).toEqual({ status: 408, code: 'request_timeout' });
     // Given back when they ended: the whole tenant budget can be taken again.
-    const whole = await call(edge, 'POST', '/api/v1/push', { token: tokens.wide, host: 'wide.localhost', body: { items: [{ queue: 'q', payload: 'x'.repeat(60 * KiB) }] } });
+    const whole = await call(edge, 'POST', '/api/v1/push', {
+      token: tokens.wide,
+      host: 'wide.localhost',
+      body: { items: [{ queue: 'q', payload: 'x'.repeat(60 * KiB) }] },
+    });
     expect(whole.status).toBe(201);
   });
 
@@ -94,7 +105,13 @@ describe('bodies in flight', () => {
     const held = heldPush('wide', 40 * KiB);
     // No content-length: nothing is taken up front; the second 16 KiB chunk passes the 24 KiB left.
     const stream = session.request(
-      { ':method': 'POST', ':path': '/api/v1/push', ':authority': 'wide.localhost', authorization: `Bearer ${tokens.wide}`, 'content-type': 'application/json' },
+      {
+        ':method': 'POST',
+        ':path': '/api/v1/push',
+        ':authority': 'wide.localhost',
+        authorization: `Bearer ${tokens.wide}`,
+        'content-type': 'application/json',
+      },
       { endStream: false },
     );
     stream.on('error', () => {});

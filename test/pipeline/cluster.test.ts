@@ -49,9 +49,11 @@ function queuesOwnedBy(urls: readonly string[], url: string, count: number, pref
 /** Runs `fn` over 0..n-1 with `width` requests in flight. */
 async function fanOut(n: number, width: number, fn: (i: number) => Promise<void>): Promise<void> {
   let next = 0;
-  await Promise.all(Array.from({ length: width }, async () => {
-    while (next < n) await fn(next++);
-  }));
+  await Promise.all(
+    Array.from({ length: width }, async () => {
+      while (next < n) await fn(next++);
+    }),
+  );
 }
 
 /** Served-by name of a reply, checked to be a 2xx from a double. */
@@ -61,7 +63,13 @@ function servedBy(r: Reply): string {
 }
 
 /** Lanes per broker name over `n` distinct pop lanes; asserts each lane met its predicted broker. */
-async function splitThroughEdge(h: EdgeHarness, brokers: readonly BrokerDouble[], names: readonly string[], hash: RingHash, n: number): Promise<Map<string, number>> {
+async function splitThroughEdge(
+  h: EdgeHarness,
+  brokers: readonly BrokerDouble[],
+  names: readonly string[],
+  hash: RingHash,
+  n: number,
+): Promise<Map<string, number>> {
   const urls = brokers.map((b) => b.url);
   const nameOf = new Map(urls.map((u, i) => [u, names[i]!]));
   const counts = new Map(names.map((x) => [x, 0]));
@@ -98,7 +106,9 @@ describe('three brokers, SDK ring', () => {
     b = await Promise.all(NAMES.map((name) => startBrokerDouble({ name })));
     urls = b.map((x) => x.url);
     // A probe timeout a loaded machine does not trip on healthy doubles (at 100 ms, lanes moved off a live broker).
-    edge = await startEdge(testConfig(urls, { upstream: { healthIntervalMs: HEALTH_INTERVAL_MS, healthTimeoutMs: HEALTH_TIMEOUT_MS, downAfter: 2, upAfter: 1 } }));
+    edge = await startEdge(
+      testConfig(urls, { upstream: { healthIntervalMs: HEALTH_INTERVAL_MS, healthTimeoutMs: HEALTH_TIMEOUT_MS, downAfter: 2, upAfter: 1 } }),
+    );
   });
   afterAll(async () => {
     await edge.close();
@@ -124,7 +134,15 @@ describe('three brokers, SDK ring', () => {
       expect(servedBy(byGroup)).toBe(nameOf(predicted(urls, `${queue}:acct-7:billing`)));
       const byNs = await call(edge, 'GET', `/api/v1/pop?namespace=${queue}&task=resize&wait=false`, { token: rw });
       expect(servedBy(byNs)).toBe(nameOf(predicted(urls, `${queue}:resize:*`)));
-      const pushed = await call(edge, 'POST', '/api/v1/push', { token: rw, body: { items: [{ queue, partition: 'acct-7', payload: { n: 1 } }, { queue: 'elsewhere', payload: {} }] } });
+      const pushed = await call(edge, 'POST', '/api/v1/push', {
+        token: rw,
+        body: {
+          items: [
+            { queue, partition: 'acct-7', payload: { n: 1 } },
+            { queue: 'elsewhere', payload: {} },
+          ],
+        },
+      });
       expect(servedBy(pushed)).toBe(nameOf(predicted(urls, `${queue}:acct-7`)));
       const noPartition = await call(edge, 'POST', '/api/v1/push', { token: rw, body: { items: [{ queue, payload: { n: 2 } }] } });
       expect(servedBy(noPartition)).toBe(nameOf(predicted(urls, `${queue}:Default`)));
@@ -147,7 +165,9 @@ describe('three brokers, SDK ring', () => {
     const n = SPLIT_LANES;
     const counts = await splitThroughEdge(edge, b, NAMES, 'sdk', n);
     const shares = ringShares(buildRing(urls));
-    console.log(`sdk ring over ${urls.join(', ')}: ${NAMES.map((x, i) => `${x} ${counts.get(x)} (${pct(counts.get(x)! / n)}, key share ${pct(shares[i]!)})`).join('; ')}`);
+    console.log(
+      `sdk ring over ${urls.join(', ')}: ${NAMES.map((x, i) => `${x} ${counts.get(x)} (${pct(counts.get(x)! / n)}, key share ${pct(shares[i]!)})`).join('; ')}`,
+    );
     for (const [i, x] of NAMES.entries()) expect(Math.abs(counts.get(x)! / n - shares[i]!)).toBeLessThanOrEqual(shareTolerance(shares[i]!, n));
   });
 
@@ -172,7 +192,9 @@ describe('three brokers, SDK ring', () => {
     const backMs = performance.now() - restartedAt;
     for (const q of mine) expect(servedBy(await pop(edge, q))).toBe('b2');
     for (const q of others) expect(servedBy(await pop(edge, q))).toBe(nameOf(predicted(urls, popKey(q))));
-    console.log(`closed broker: first request rerouted after ${reroutedMs.toFixed(1)} ms, ${mine.length + others.length} more served in ${drainedMs.toFixed(0)} ms; lanes back ${backMs.toFixed(0)} ms after restart (health interval ${HEALTH_INTERVAL_MS} ms)`);
+    console.log(
+      `closed broker: first request rerouted after ${reroutedMs.toFixed(1)} ms, ${mine.length + others.length} more served in ${drainedMs.toFixed(0)} ms; lanes back ${backMs.toFixed(0)} ms after restart (health interval ${HEALTH_INTERVAL_MS} ms)`,
+    );
   });
 
   it('under concurrent load, a broker that dies fails only requests in flight at that moment', async () => {
@@ -208,11 +230,15 @@ describe('three brokers, SDK ring', () => {
     // Only a request already written to the victim may fail (never retried once sent), so at most
     // one per request in flight; every later one finds the port closed and is retried elsewhere.
     // (The double cannot vouch for these: one written just before its sockets died is never read.)
-    expect(failed.map((f) => [f.reply.status, (f.reply.json as { code?: string } | undefined)?.code, f.startedAfterClose])).toEqual(failed.map(() => [502, 'bad_gateway', false]));
+    expect(failed.map((f) => [f.reply.status, (f.reply.json as { code?: string } | undefined)?.code, f.startedAfterClose])).toEqual(
+      failed.map(() => [502, 'bad_gateway', false]),
+    );
     expect(failed.length).toBeLessThanOrEqual(width);
     expect(served + failed.length).toBe(TOTAL);
     expect(firstRerouteMs).toBeGreaterThan(0);
-    console.log(`broker died under load (${width} in flight): ${failed.length} client-visible errors; first request for its lanes served by the next broker ${firstRerouteMs.toFixed(1)} ms after the kill began`);
+    console.log(
+      `broker died under load (${width} in flight): ${failed.length} client-visible errors; first request for its lanes served by the next broker ${firstRerouteMs.toFixed(1)} ms after the kill began`,
+    );
   });
 
   it('moves a hung broker’s lanes once the active health checks fail it (accepts connections, never answers)', async () => {
@@ -223,15 +249,18 @@ describe('three brokers, SDK ring', () => {
     const hungAt = performance.now();
     // The client gives up on each hung attempt itself, so no passive timeout is reported:
     // only the health checks (down after 2 probes time out) can move the lane.
-    await vi.waitFor(async () => {
-      const res = await request(`${edge.url}/api/v1/pop/queue/${queue}?wait=false`, {
-        headers: { host: 'acme.localhost', authorization: `Bearer ${rw}` },
-        dispatcher: edge.dispatcher,
-        signal: AbortSignal.timeout(50),
-      });
-      await res.body.dump();
-      expect(res.headers['x-broker']).toBe(next);
-    }, { timeout: 10 * HEALTH_TIMEOUT_MS, interval: 5 });
+    await vi.waitFor(
+      async () => {
+        const res = await request(`${edge.url}/api/v1/pop/queue/${queue}?wait=false`, {
+          headers: { host: 'acme.localhost', authorization: `Bearer ${rw}` },
+          dispatcher: edge.dispatcher,
+          signal: AbortSignal.timeout(50),
+        });
+        await res.body.dump();
+        expect(res.headers['x-broker']).toBe(next);
+      },
+      { timeout: 10 * HEALTH_TIMEOUT_MS, interval: 5 },
+    );
     console.log(`hung broker: lanes rerouted ${(performance.now() - hungAt).toFixed(0)} ms after it stopped answering (active checks only)`);
   });
 
@@ -250,14 +279,22 @@ describe('three brokers, SDK ring', () => {
       const extended = await call(edge, 'POST', `/api/v1/lease/${lease1.leaseId}/extend`, { token: rw, body: { seconds: 120 } });
       expect(servedBy(extended)).toBe(NAMES[i]);
       expect(extended.json).toMatchObject({ renewed: 1 });
-      const acked = await call(edge, 'POST', '/api/v1/ack', { token: rw, body: { transactionId: 't-1', partitionId: lease1.partitionId, leaseId: lease1.leaseId, status: 'completed' } });
+      const acked = await call(edge, 'POST', '/api/v1/ack', {
+        token: rw,
+        body: { transactionId: 't-1', partitionId: lease1.partitionId, leaseId: lease1.leaseId, status: 'completed' },
+      });
       expect(servedBy(acked)).toBe(NAMES[i]);
       expect(acked.json).toEqual([expect.objectContaining({ success: true })]);
 
       const second = await call(edge, 'GET', `/api/v1/pop/queue/${queue}?batch=2&wait=false`, { token: rw });
       expect(servedBy(second)).toBe(NAMES[i]);
       const lease2 = second.json as { leaseId: string; partitionId: string };
-      const acknowledgments = ['t-2', 't-3'].map((transactionId) => ({ transactionId, partitionId: lease2.partitionId, leaseId: lease2.leaseId, status: 'completed' }));
+      const acknowledgments = ['t-2', 't-3'].map((transactionId) => ({
+        transactionId,
+        partitionId: lease2.partitionId,
+        leaseId: lease2.leaseId,
+        status: 'completed',
+      }));
       const batch = await call(edge, 'POST', '/api/v1/ack/batch', { token: rw, body: { acknowledgments } });
       expect(servedBy(batch)).toBe(NAMES[i]);
       expect(batch.json).toEqual([expect.objectContaining({ success: true }), expect.objectContaining({ success: true })]);
@@ -333,7 +370,12 @@ describe('three brokers, avalanche ring', () => {
 
   beforeAll(async () => {
     b = await doublesOnFixedPorts();
-    edge = await startEdge(testConfig(b.map((x) => x.url), { upstream: { healthIntervalMs: HEALTH_INTERVAL_MS, ringHash: 'avalanche' } }));
+    edge = await startEdge(
+      testConfig(
+        b.map((x) => x.url),
+        { upstream: { healthIntervalMs: HEALTH_INTERVAL_MS, ringHash: 'avalanche' } },
+      ),
+    );
   });
   afterAll(async () => {
     await edge.close();
@@ -349,7 +391,9 @@ describe('three brokers, avalanche ring', () => {
     const shares = ringShares(buildRing(urls, 'avalanche'));
     for (const s of shares) expect(Math.abs(s * 3 - 1)).toBeLessThanOrEqual(0.15);
     const counts = await splitThroughEdge(edge, b, NAMES, 'avalanche', n);
-    console.log(`avalanche ring over ${urls.join(', ')}: ${NAMES.map((x, i) => `${x} ${counts.get(x)} (${pct(counts.get(x)! / n)}, key share ${pct(shares[i]!)})`).join('; ')}`);
+    console.log(
+      `avalanche ring over ${urls.join(', ')}: ${NAMES.map((x, i) => `${x} ${counts.get(x)} (${pct(counts.get(x)! / n)}, key share ${pct(shares[i]!)})`).join('; ')}`,
+    );
     for (const [i, x] of NAMES.entries()) expect(Math.abs(counts.get(x)! / n - shares[i]!)).toBeLessThanOrEqual(shareTolerance(shares[i]!, n));
   });
 });

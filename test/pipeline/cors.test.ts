@@ -39,9 +39,13 @@ describe('CORS', () => {
     expect((await preflight('https://evil.example')).status).toBe(403);
   });
 
-  it('an actual request from an allowed origin gets the edge\'s CORS headers, not the broker\'s *', async () => {
+  it("an actual request from an allowed origin gets the edge's CORS headers, not the broker's *", async () => {
     const t = await token({ roles: ['read-write'], tenant: 'acme' });
-    const r = await call(edge, 'POST', '/api/v1/push', { token: t, headers: { origin: 'https://app.example.com' }, body: { items: [{ queue: 'c', payload: 1 }] } });
+    const r = await call(edge, 'POST', '/api/v1/push', {
+      token: t,
+      headers: { origin: 'https://app.example.com' },
+      body: { items: [{ queue: 'c', payload: 1 }] },
+    });
     expect(r.status).toBe(201);
     expect(r.headers['access-control-allow-origin']).toBe('https://app.example.com');
     expect(r.headers['access-control-expose-headers']).toBe('Retry-After, RateLimit, RateLimit-Policy, X-Request-Id');

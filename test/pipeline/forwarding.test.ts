@@ -13,7 +13,12 @@ let rw: string;
 
 beforeAll(async () => {
   broker = await startBrokerDouble({ name: 'b1', cors: true });
-  edge = await startEdge(testConfig([broker.url], { server: { longPoll: { defaultTimeoutMs: 1500, maxTimeoutMs: 2000, slackMs: 1000 } }, upstream: { requestTimeoutMs: 1500, downAfter: 1000, connections: 4, healthIntervalMs: 600000 } }));
+  edge = await startEdge(
+    testConfig([broker.url], {
+      server: { longPoll: { defaultTimeoutMs: 1500, maxTimeoutMs: 2000, slackMs: 1000 } },
+      upstream: { requestTimeoutMs: 1500, downAfter: 1000, connections: 4, healthIntervalMs: 600000 },
+    }),
+  );
   // The health checker's first probe must be out of the way of one-shot faults.
   await broker.waitForRequests(1, (q) => q.path === '/health');
   rw = await token({ roles: ['read-write'], tenant: 'acme', sub: 'svc' });
@@ -34,7 +39,14 @@ describe('request headers upstream', () => {
     const r = await call(edge, 'POST', '/api/v1/push', {
       token: rw,
       body: push(),
-      headers: { cookie: 'sid=secret', 'x-queen-tenant': 'globex', 'x-forwarded-for': '6.6.6.6', 'x-forwarded-host': 'spoof', traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', 'x-request-id': 'req-abc' },
+      headers: {
+        cookie: 'sid=secret',
+        'x-queen-tenant': 'globex',
+        'x-forwarded-for': '6.6.6.6',
+        'x-forwarded-host': 'spoof',
+        traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+        'x-request-id': 'req-abc',
+      },
     });
     expect(r.status).toBe(201);
     expect(r.headers['x-request-id']).toBe('req-abc');
@@ -56,7 +68,7 @@ describe('request headers upstream', () => {
     expect(forwarded(broker).at(-1)!.body.toString('utf8')).toBe(text);
   });
 
-  it('removes the broker\'s CORS headers', async () => {
+  it("removes the broker's CORS headers", async () => {
     const r = await call(edge, 'GET', '/api/v1/pop/queue/none', { token: rw });
     expect(r.headers['access-control-allow-origin']).toBeUndefined();
   });
@@ -79,7 +91,9 @@ describe('responses', () => {
       expect(a.rest.length).toBe(0);
       broker.setOptions({ emptyPopMode: 'no-content' });
       for (let i = 0; i < 3; i++) {
-        const b = await conn.exchange(`POST /api/v1/push HTTP/1.1\r\nHost: acme.localhost\r\nAuthorization: Bearer ${rw}\r\nContent-Type: application/json\r\nContent-Length: 45\r\n\r\n{"items":[{"queue":"fw2","payload":{"i":1}}]}`);
+        const b = await conn.exchange(
+          `POST /api/v1/push HTTP/1.1\r\nHost: acme.localhost\r\nAuthorization: Bearer ${rw}\r\nContent-Type: application/json\r\nContent-Length: 45\r\n\r\n{"items":[{"queue":"fw2","payload":{"i":1}}]}`,
+        );
         expect(b.head).toMatch(/^HTTP\/1\.1 201 /);
       }
     } finally {
@@ -87,7 +101,7 @@ describe('responses', () => {
     }
   });
 
-  it('relays the 0.15 broker\'s empty 200 long-poll answer as it is', async () => {
+  it("relays the 0.15 broker's empty 200 long-poll answer as it is", async () => {
     broker.setOptions({ emptyPopMode: 'json-200' });
     const r = await call(edge, 'GET', '/api/v1/pop/queue/none?wait=true&timeout=100', { token: rw });
     expect(r.status).toBe(200);
@@ -188,7 +202,9 @@ describe('upstream failures', () => {
 
 describe('upstream identity', () => {
   it('mint: the broker gets a short-lived token signed by the edge with sub, roles and tenant', async () => {
-    const minted = await startEdge(testConfig([broker.url], { upstreamIdentity: { mode: 'mint', mint: { secret: 'mint-secret-mint-secret-mint-secret!', ttlSec: 60 } } }));
+    const minted = await startEdge(
+      testConfig([broker.url], { upstreamIdentity: { mode: 'mint', mint: { secret: 'mint-secret-mint-secret-mint-secret!', ttlSec: 60 } } }),
+    );
     try {
       await call(minted, 'POST', '/api/v1/push', { token: rw, body: push() });
       const auth = forwarded(broker).at(-1)!.headers.authorization!;

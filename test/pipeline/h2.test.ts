@@ -115,7 +115,10 @@ describe('the pipeline over HTTP/2', () => {
   });
 
   it('push, long-poll pop and ack round trip', async () => {
-    const push = await h2call('POST', '/api/v1/push', { token: rw, body: { items: [{ queue: 'h2-demo', partition: 'p1', transactionId: 'h2-evt-1', payload: { n: 1 } }] } });
+    const push = await h2call('POST', '/api/v1/push', {
+      token: rw,
+      body: { items: [{ queue: 'h2-demo', partition: 'p1', transactionId: 'h2-evt-1', payload: { n: 1 } }] },
+    });
     expect(push.status).toBe(201);
     expect(push.json).toEqual([expect.objectContaining({ index: 0, transaction_id: 'h2-evt-1', status: 'queued' })]);
 
@@ -125,7 +128,10 @@ describe('the pipeline over HTTP/2', () => {
     expect(body.messages.map((m) => m.transactionId)).toEqual(['h2-evt-1']);
     expect(body.messages[0]!.producerSub).toBe('alice');
 
-    const ack = await h2call('POST', '/api/v1/ack', { token: rw, body: { transactionId: 'h2-evt-1', partitionId: body.partitionId, leaseId: body.leaseId, status: 'completed', consumerGroup: 'g' } });
+    const ack = await h2call('POST', '/api/v1/ack', {
+      token: rw,
+      body: { transactionId: 'h2-evt-1', partitionId: body.partitionId, leaseId: body.leaseId, status: 'completed', consumerGroup: 'g' },
+    });
     expect(ack.status).toBe(200);
     expect(ack.json).toEqual([expect.objectContaining({ success: true })]);
     // Upstream stays HTTP/1.1 through undici, with the h2 :authority as the forwarded host.
@@ -146,7 +152,11 @@ describe('the pipeline over HTTP/2', () => {
     expect(pre.endStreamOnHeaders).toBe(true);
     expect(forwarded(broker).length).toBe(before);
 
-    const actual = await h2call('POST', '/api/v1/push', { token: rw, headers: { origin: 'https://eu.acme.dev' }, body: { items: [{ queue: 'h2-cors', payload: 1 }] } });
+    const actual = await h2call('POST', '/api/v1/push', {
+      token: rw,
+      headers: { origin: 'https://eu.acme.dev' },
+      body: { items: [{ queue: 'h2-cors', payload: 1 }] },
+    });
     expect(actual.status).toBe(201);
     // The broker's `*` is replaced by the echoed origin.
     expect(actual.headers['access-control-allow-origin']).toBe('https://eu.acme.dev');
@@ -161,7 +171,11 @@ describe('the pipeline over HTTP/2', () => {
     const pre = await h2call('OPTIONS', '/api/v1/push', { headers: { origin: 'https://evil.example', 'access-control-request-method': 'POST' } });
     expect(pre.status).toBe(403);
     expect(pre.json).toMatchObject({ code: 'forbidden' });
-    const actual = await h2call('POST', '/api/v1/push', { token: rw, headers: { origin: 'https://evil.example' }, body: { items: [{ queue: 'x', payload: 1 }] } });
+    const actual = await h2call('POST', '/api/v1/push', {
+      token: rw,
+      headers: { origin: 'https://evil.example' },
+      body: { items: [{ queue: 'x', payload: 1 }] },
+    });
     expect(actual.status).toBe(403);
     expect(forwarded(broker).length).toBe(before);
   });
@@ -219,7 +233,11 @@ describe('the pipeline over HTTP/2', () => {
     // session is even read: once a sentinel's line is in, any duplicate would be too.
     await h2call('GET', '/health', { headers: { 'x-request-id': 'h2-log-sentinel' } });
     await until(() => lines('h2-log-sentinel').length > 0, 'the sentinel access-log line');
-    for (const [id, status] of [[ids[0]!, 200], [ids[1]!, 401], [ids[2]!, 201]] as const) {
+    for (const [id, status] of [
+      [ids[0]!, 200],
+      [ids[1]!, 401],
+      [ids[2]!, 201],
+    ] as const) {
       expect(lines(id), id).toHaveLength(1);
       expect(lines(id)[0], id).toMatchObject({ proto: '2.0', status, tenant: status === 201 ? 'acme' : null });
     }
@@ -228,7 +246,9 @@ describe('the pipeline over HTTP/2', () => {
   it('many parked polls share one session while a push and its pop still complete', async () => {
     const parkedCount = 40;
     const base = broker.parked();
-    const polls = Array.from({ length: parkedCount }, (_, i) => open('GET', `/api/v1/pop/queue/h2-park-${i}?consumerGroup=g&wait=true&timeout=20000`, { token: rw }));
+    const polls = Array.from({ length: parkedCount }, (_, i) =>
+      open('GET', `/api/v1/pop/queue/h2-park-${i}?consumerGroup=g&wait=true&timeout=20000`, { token: rw }),
+    );
     for (const p of polls) p.reply.catch(() => undefined);
     await until(() => broker.parked() === base + parkedCount, `${parkedCount} parked polls`);
 

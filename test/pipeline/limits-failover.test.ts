@@ -179,10 +179,14 @@ describe('Redis down and back', () => {
       const key = instancesKey(localPrefix);
       await waitFor(async () => (await probe.zcard(key)) === 2, 5000, 'both local instances live');
       const since = Date.now();
-      await waitFor(async () => {
-        const scores = (await probe.zrange(key, '0', '-1', 'WITHSCORES')).filter((_, i) => i % 2 === 1).map(Number);
-        return scores.length === 2 && scores.every((s) => s > since);
-      }, 5000, 'a heartbeat of each local instance after both were live');
+      await waitFor(
+        async () => {
+          const scores = (await probe.zrange(key, '0', '-1', 'WITHSCORES')).filter((_, i) => i % 2 === 1).map(Number);
+          return scores.length === 2 && scores.every((s) => s > since);
+        },
+        5000,
+        'a heartbeat of each local instance after both were live',
+      );
     } finally {
       probe.disconnect();
     }

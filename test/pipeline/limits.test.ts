@@ -25,7 +25,10 @@ const plan = (limits: Limits, quotas: Partial<typeof TEST_PLAN.quotas> = {}) => 
 
 /** Tenant `id` on plan `id`, host `<id>.localhost`, in front of `brokers`, shared (declared tenancy-aware) with the file's acme. */
 function tenantsOf(ids: string[], brokers: string[]) {
-  return { acme: { tenancyAwareBrokers: true }, ...Object.fromEntries(ids.map((id) => [id, { plan: id, hosts: [`${id}.localhost`], brokers, tenancyAwareBrokers: true }])) };
+  return {
+    acme: { tenancyAwareBrokers: true },
+    ...Object.fromEntries(ids.map((id) => [id, { plan: id, hosts: [`${id}.localhost`], brokers, tenancyAwareBrokers: true }])),
+  };
 }
 
 const items = (n: number, queue = 'q') => ({ items: Array.from({ length: n }, (_, i) => ({ queue, payload: { i } })) });

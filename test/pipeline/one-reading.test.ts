@@ -25,7 +25,14 @@ describe('queries, headers and routes', () => {
     edge = await startEdge(
       testConfig([broker.url], {
         server: { longPoll: { defaultTimeoutMs: 50, maxTimeoutMs: 200, slackMs: 5000 } },
-        plans: { test: { ...TEST_PLAN, features: ALL_FEATURES, limits: { ...TEST_PLAN.limits, maxBatch: 50, messagesPerSec: 0.001, messageBurst: 3 }, quotas: { ...TEST_PLAN.quotas, messagesPerMonth: 10 } } },
+        plans: {
+          test: {
+            ...TEST_PLAN,
+            features: ALL_FEATURES,
+            limits: { ...TEST_PLAN.limits, maxBatch: 50, messagesPerSec: 0.001, messageBurst: 3 },
+            quotas: { ...TEST_PLAN.quotas, messagesPerMonth: 10 },
+          },
+        },
       }),
     );
     rw = await token({ roles: ['read-write'], tenant: 'acme' });
@@ -59,7 +66,9 @@ describe('queries, headers and routes', () => {
     const r = await call(edge, 'GET', '/api/v1/pop/queue/q?consumerGroup=g%4G', { token: rw });
     expect([r.status, codeOf(r)]).toEqual([400, 'invalid_request']);
     expect(forwarded(broker)).toEqual([]);
-    const ok = await call(edge, 'GET', '/api/v1/pop/queue/q?consumerGroup=g%26wait%3Dtrue%26timeout%3D600000+x&batch=2&wait=true&timeout=999999', { token: rw });
+    const ok = await call(edge, 'GET', '/api/v1/pop/queue/q?consumerGroup=g%26wait%3Dtrue%26timeout%3D600000+x&batch=2&wait=true&timeout=999999', {
+      token: rw,
+    });
     expect(ok.status).toBe(204);
     const [sent] = forwarded(broker);
     const q = rawQuery(sent!.url);
@@ -149,7 +158,11 @@ describe('storage gate on every write route', () => {
   /** Records acme at its plan's storage and waits until the edge refuses a push for it. */
   async function overQuota(): Promise<void> {
     await admin.setStorageUsed('acme', 1000);
-    await waitFor(async () => codeOf(await call(edge, 'POST', '/api/v1/push', { token: rw, body: { items: [{ queue: 'q', payload: 1 }] } })) === 'storage_quota_exceeded', 3000, 'the block to reach the edge');
+    await waitFor(
+      async () => codeOf(await call(edge, 'POST', '/api/v1/push', { token: rw, body: { items: [{ queue: 'q', payload: 1 }] } })) === 'storage_quota_exceeded',
+      3000,
+      'the block to reach the edge',
+    );
   }
 
   it.each([

@@ -18,9 +18,32 @@ import type { ProxyRequest } from '../../src/upstream/proxy.js';
 import { pipelineSettings } from '../../src/pipeline.js';
 import { testConfig } from '../helpers/edge.js';
 
-const plan = compilePlan('p', { features: [], limits: { requestsPerSec: 1, requestBurst: 2, messagesPerSec: 1, messageBurst: 1, parkedPolls: 1, maxPayloadBytes: 1024, maxBatch: 3 }, quotas: { messagesPerMonth: 0, ingressBytesPerMonth: 0 }, storageBytes: 0 });
-const acme = compileTenant('acme', { status: 'active', plan: 'p', hosts: ['acme.example'], brokers: ['http://127.0.0.1:1'], cors: { origins: ['https://app.example'] }, boundedLoadFactor: null }, plan);
-const identity = (roles: string[], tenant: string | null = 'acme'): Identity => ({ token: 't', sub: 's', roles: new Set(roles), tenant, expMs: null, claims: {} });
+const plan = compilePlan('p', {
+  features: [],
+  limits: { requestsPerSec: 1, requestBurst: 2, messagesPerSec: 1, messageBurst: 1, parkedPolls: 1, maxPayloadBytes: 1024, maxBatch: 3 },
+  quotas: { messagesPerMonth: 0, ingressBytesPerMonth: 0 },
+  storageBytes: 0,
+});
+const acme = compileTenant(
+  'acme',
+  {
+    status: 'active',
+    plan: 'p',
+    hosts: ['acme.example'],
+    brokers: ['http://127.0.0.1:1'],
+    cors: { origins: ['https://app.example'] },
+    boundedLoadFactor: null,
+  },
+  plan,
+);
+const identity = (roles: string[], tenant: string | null = 'acme'): Identity => ({
+  token: 't',
+  sub: 's',
+  roles: new Set(roles),
+  tenant,
+  expMs: null,
+  claims: {},
+});
 const routeNamed = (name: string): RouteSpec => ROUTES.find((r) => r.name === name)!;
 const ADMITTED: Admission = { refusal: null, headers: null, release: null };
 
@@ -32,7 +55,12 @@ interface Fakes {
 }
 
 function parts(f: Fakes = {}): Parts {
-  const tenants = { byId: (id: string) => (id === 'acme' ? acme : undefined), byHost: (h: string) => (h === 'acme.example' ? acme : undefined), storageUsed: () => undefined, all: () => [acme] };
+  const tenants = {
+    byId: (id: string) => (id === 'acme' ? acme : undefined),
+    byHost: (h: string) => (h === 'acme.example' ? acme : undefined),
+    storageUsed: () => undefined,
+    all: () => [acme],
+  };
   const verifiers = { global: { cached: () => undefined, verify: async () => edgeError('unauthorized', 'bad token') } } as never;
   const limiter = { preAdmit: f.preAdmit ?? (() => null), admit: f.admit ?? (() => ADMITTED) } as unknown as Limiter;
   return {
@@ -62,14 +90,31 @@ function parts(f: Fakes = {}): Parts {
   };
 }
 
-function exchange(head: { method?: string; url?: string; headers?: Record<string, string>; raw?: string[] } = {}, tenant: Tenant | null = acme): Exchange & { answer: { status: number; headers: unknown } | null } {
+function exchange(
+  head: { method?: string; url?: string; headers?: Record<string, string>; raw?: string[] } = {},
+  tenant: Tenant | null = acme,
+): Exchange & { answer: { status: number; headers: unknown } | null } {
   const headers = { host: 'acme.example', ...head.headers };
-  const req = { method: head.method ?? 'GET', url: head.url ?? '/api/v1/resources/queues', headers, rawHeaders: head.raw ?? Object.entries(headers).flat(), socket: null, httpVersion: '1.1' } as unknown as EdgeRequest;
+  const req = {
+    method: head.method ?? 'GET',
+    url: head.url ?? '/api/v1/resources/queues',
+    headers,
+    rawHeaders: head.raw ?? Object.entries(headers).flat(),
+    socket: null,
+    httpVersion: '1.1',
+  } as unknown as EdgeRequest;
   const answer = null as { status: number; headers: unknown } | null;
-  const res = { headersSent: false, destroyed: false, once: () => res, writeHead: (status: number, h: unknown) => {
+  const res = {
+    headersSent: false,
+    destroyed: false,
+    once: () => res,
+    writeHead: (status: number, h: unknown) => {
       x.answer = { status, headers: h };
       return res;
-    }, end: () => res, writeContinue: () => {} } as unknown as EdgeResponse;
+    },
+    end: () => res,
+    writeContinue: () => {},
+  } as unknown as EdgeResponse;
   const x = Object.assign(new Exchange(req, res, 0, { record: () => {} } as never), { answer });
   x.tenant = tenant;
   return x;
@@ -82,7 +127,7 @@ describe('prelude stages', () => {
     expect(S.singleHeaders(exchange())).toBe(CONTINUE);
   });
 
-  it('hostTenant finds the host\'s tenant without the port', () => {
+  it("hostTenant finds the host's tenant without the port", () => {
     const x = exchange({ headers: { host: 'ACME.example:8443' } });
     expect(S.hostTenant(x, parts())).toBe(CONTINUE);
     expect([x.host, x.hostTenant]).toEqual(['acme.example', acme]);
@@ -108,7 +153,7 @@ describe('prelude stages', () => {
 });
 
 describe('public route stages', () => {
-  it('publicTenant needs the host\'s (or default) tenant; noBody refuses a body; health answers 200', () => {
+  it("publicTenant needs the host's (or default) tenant; noBody refuses a body; health answers 200", () => {
     expect(S.publicTenant(exchange())).toMatchObject({ code: 'route_not_found' });
     expect(S.noBody(exchange({ headers: { 'content-length': '3' } }))).toMatchObject({ code: 'invalid_request' });
     const x = exchange();
@@ -122,7 +167,10 @@ describe('public route stages', () => {
 describe('tenant stages', () => {
   it('authenticate refuses a request without a bearer token, and a token the verifier refuses', async () => {
     expect(await S.authenticate(exchange(), parts())).toMatchObject({ code: 'unauthorized', message: 'missing bearer token' });
-    expect(await S.authenticate(exchange({ headers: { authorization: 'Bearer a.b.c' } }), parts())).toMatchObject({ code: 'unauthorized', message: 'bad token' });
+    expect(await S.authenticate(exchange({ headers: { authorization: 'Bearer a.b.c' } }), parts())).toMatchObject({
+      code: 'unauthorized',
+      message: 'bad token',
+    });
   });
 
   it('actingTenant meters from here, only for a token that fits', () => {
@@ -136,7 +184,7 @@ describe('tenant stages', () => {
     expect(x.tenant).toBe(acme);
   });
 
-  it('authorize and gates: the role set against the route, then the plan\'s features', () => {
+  it("authorize and gates: the role set against the route, then the plan's features", () => {
     const x = exchange();
     x.route = routeNamed('push');
     x.identity = identity([]);
@@ -213,7 +261,10 @@ describe('tenant stages', () => {
     expect(slots).toEqual(['slot']);
     const refused = exchange();
     refused.query = x.query;
-    const r = await S.admit(refused, parts({ admit: () => ({ refusal: edgeError('quota_exceeded', 'q', { retryAfterSec: 1 }), headers: { ratelimit: 'q' }, release: null }) }));
+    const r = await S.admit(
+      refused,
+      parts({ admit: () => ({ refusal: edgeError('quota_exceeded', 'q', { retryAfterSec: 1 }), headers: { ratelimit: 'q' }, release: null }) }),
+    );
     expect(isEdgeError(r) && r.code).toBe('quota_exceeded');
     expect([refused.limit, refused.headers.ratelimit]).toEqual(['quota_exceeded', 'q']);
   });

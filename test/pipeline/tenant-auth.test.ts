@@ -60,7 +60,11 @@ describe('the shared issuer', () => {
   });
 
   it('a global-key token is refused by tenants with their own identity provider, even naming them', async () => {
-    for (const [tenant, host] of [['ta', 'a.localhost'], ['tb', 'b.localhost'], ['ta', '127.0.0.1']] as const) {
+    for (const [tenant, host] of [
+      ['ta', 'a.localhost'],
+      ['tb', 'b.localhost'],
+      ['ta', '127.0.0.1'],
+    ] as const) {
       const r = await pop(await token({ roles: ['admin'], tenant }), host);
       expect(r.status).toBe(401);
     }
@@ -68,7 +72,7 @@ describe('the shared issuer', () => {
 });
 
 describe('tenants with their own identity providers', () => {
-  it('each tenant accepts its own IdP\'s tokens, without a claim and by claim on a shared host', async () => {
+  it("each tenant accepts its own IdP's tokens, without a claim and by claim on a shared host", async () => {
     const before = forwarded(broker).length;
     expect((await pop(await signWith(keyA, { ...fresh(), iss: ISS_A, aud: 'queen' }), 'a.localhost')).status).toBe(204);
     expect((await pop(await signWith(keyB, { ...fresh(), iss: ISS_B }), 'b.localhost')).status).toBe(204);
@@ -76,7 +80,7 @@ describe('tenants with their own identity providers', () => {
     expect(forwarded(broker).length).toBe(before + 3);
   });
 
-  it('a token of one tenant\'s IdP fails on another tenant\'s host, even claiming that tenant, and even once cached', async () => {
+  it("a token of one tenant's IdP fails on another tenant's host, even claiming that tenant, and even once cached", async () => {
     const before = forwarded(broker).length;
     const fromA = await signWith(keyA, { ...fresh(), iss: ISS_A, aud: 'queen' });
     expect((await pop(fromA, 'a.localhost')).status).toBe(204); // verified and cached for ta
@@ -91,7 +95,7 @@ describe('tenants with their own identity providers', () => {
     expect(forwarded(broker).length).toBe(before + 1);
   });
 
-  it('a host spelled with the trailing dot of a fully qualified name is the same tenant\'s host', async () => {
+  it("a host spelled with the trailing dot of a fully qualified name is the same tenant's host", async () => {
     // The token of ta's IdP carries no claim: only the host can pick ta, so 204 proves the dotted host resolved.
     expect((await pop(await signWith(keyA, { ...fresh(), iss: ISS_A, aud: 'queen' }), 'a.localhost.')).status).toBe(204);
     expect((await pop(await signWith(keyA, { ...fresh(), iss: ISS_A, aud: 'queen' }), 'A.LOCALHOST.:443')).status).toBe(204);
@@ -108,7 +112,15 @@ describe('tenants with their own identity providers', () => {
 
 describe('defaultTenant, the single-tenant convenience', () => {
   it('a token without a claim acts for the default tenant only, on its host or a host no tenant lists', async () => {
-    const single = await startEdge(testConfig([broker.url], { auth: { defaultTenant: 'acme' }, tenants: { acme: { tenancyAwareBrokers: true }, globex: { plan: 'test', hosts: ['globex.localhost'], brokers: [broker.url], tenancyAwareBrokers: true } } }));
+    const single = await startEdge(
+      testConfig([broker.url], {
+        auth: { defaultTenant: 'acme' },
+        tenants: {
+          acme: { tenancyAwareBrokers: true },
+          globex: { plan: 'test', hosts: ['globex.localhost'], brokers: [broker.url], tenancyAwareBrokers: true },
+        },
+      }),
+    );
     try {
       const claimless = await token({ roles: ['read-write'] });
       const status = async (host: string) => (await call(single, 'GET', '/api/v1/pop/queue/q', { token: claimless, host })).status;

@@ -66,8 +66,14 @@ describe('storage quota (recorded by the control plane)', () => {
   it('at or over the plan: pushes and pushing transactions 403 storage_quota_exceeded, pop and ack still work; released below 90%', async () => {
     expect((await push(edge)).status).toBe(201);
     expect((await admin.setStorageUsed('acme', 1000)).ok).toBe(true);
-    await msUntil(() => push(edge), (r) => r.status === 403);
-    await msUntil(() => push(twin), (r) => r.status === 403);
+    await msUntil(
+      () => push(edge),
+      (r) => r.status === 403,
+    );
+    await msUntil(
+      () => push(twin),
+      (r) => r.status === 403,
+    );
 
     const before = forwarded(broker).length;
     const refused = await push(edge);
@@ -86,7 +92,10 @@ describe('storage quota (recorded by the control plane)', () => {
     expect(popped.status).toBe(200);
     const body = popped.json as { leaseId: string; messages: { transactionId: string; partitionId: string }[] };
     const m = body.messages[0]!;
-    const ack = await call(edge, 'POST', '/api/v1/ack', { token: t, body: { transactionId: m.transactionId, partitionId: m.partitionId, leaseId: body.leaseId } });
+    const ack = await call(edge, 'POST', '/api/v1/ack', {
+      token: t,
+      body: { transactionId: m.transactionId, partitionId: m.partitionId, leaseId: body.leaseId },
+    });
     expect(ack.status).toBe(200);
 
     // Hysteresis: 95% still blocks, below 90% releases.
@@ -94,8 +103,14 @@ describe('storage quota (recorded by the control plane)', () => {
     await storageSeen(edge, 950);
     expect((await push(edge)).status).toBe(403);
     await admin.setStorageUsed('acme', 899);
-    await msUntil(() => push(edge), (r) => r.status === 201);
-    await msUntil(() => push(twin), (r) => r.status === 201);
+    await msUntil(
+      () => push(edge),
+      (r) => r.status === 201,
+    );
+    await msUntil(
+      () => push(twin),
+      (r) => r.status === 201,
+    );
     // The same 95% from an unblocked state does not block: only reaching 100% does.
     await admin.setStorageUsed('acme', 950);
     await storageSeen(edge, 950);
@@ -108,20 +123,33 @@ describe('hot changes', () => {
   it('a suspension written by another instance reaches the proxy within a second; resume likewise', async () => {
     expect((await pop(twin)).status).not.toBe(403);
     await admin.setStatus('acme', 'suspended');
-    const ms = await msUntil(() => pop(twin), (r) => (r.json as { code?: string } | undefined)?.code === 'cluster_suspended');
+    const ms = await msUntil(
+      () => pop(twin),
+      (r) => (r.json as { code?: string } | undefined)?.code === 'cluster_suspended',
+    );
     expect(ms).toBeLessThan(1000);
     const r = await push(edge);
     expect(r.status).toBe(403);
     expect(r.json).toEqual({ error: expect.any(String), code: 'cluster_suspended' });
     await admin.setStatus('acme', 'active');
-    expect(await msUntil(() => pop(edge), (x) => x.status !== 403)).toBeLessThan(1000);
+    expect(
+      await msUntil(
+        () => pop(edge),
+        (x) => x.status !== 403,
+      ),
+    ).toBeLessThan(1000);
   });
 
   it('a plan record in Redis changes the limits in force on both instances', async () => {
     const first = await pop(edge);
     expect(first.headers['ratelimit-policy']).toBe('"requests";q=100000;w=1');
-    expect((await admin.putPlan('test', { ...TEST_PLAN, storageBytes: 1000, limits: { ...TEST_PLAN.limits, requestsPerSec: 1, requestBurst: 2 } })).ok).toBe(true);
-    await msUntil(() => pop(twin), (r) => r.headers['ratelimit-policy'] === '"requests";q=2;w=2');
+    expect((await admin.putPlan('test', { ...TEST_PLAN, storageBytes: 1000, limits: { ...TEST_PLAN.limits, requestsPerSec: 1, requestBurst: 2 } })).ok).toBe(
+      true,
+    );
+    await msUntil(
+      () => pop(twin),
+      (r) => r.headers['ratelimit-policy'] === '"requests";q=2;w=2',
+    );
     const replies = [await pop(edge), await pop(twin), await pop(edge)];
     expect(replies.filter((r) => r.status === 429).length).toBeGreaterThanOrEqual(1);
     const refused = replies.find((r) => r.status === 429)!;

@@ -25,7 +25,7 @@ describe('seed walkthrough through the edge', () => {
   let leaseId = '';
   let partitionId = '';
 
-  it('1. /health is public and reports the brokers\' health', async () => {
+  it("1. /health is public and reports the brokers' health", async () => {
     const r = await call(edge, 'GET', '/health');
     expect(r.status).toBe(200);
     expect(r.json).toMatchObject({ status: 'healthy' });
@@ -34,7 +34,12 @@ describe('seed walkthrough through the edge', () => {
   it('2. push two messages: 201 with per-item statuses in order', async () => {
     const r = await call(edge, 'POST', '/api/v1/push', {
       token: rw,
-      body: { items: [{ queue: 'demo', partition: 'acct-42', transactionId: 'evt-1', payload: { n: 1 } }, { queue: 'demo', partition: 'acct-42', transactionId: 'evt-2', payload: { n: 2 } }] },
+      body: {
+        items: [
+          { queue: 'demo', partition: 'acct-42', transactionId: 'evt-1', payload: { n: 1 } },
+          { queue: 'demo', partition: 'acct-42', transactionId: 'evt-2', payload: { n: 2 } },
+        ],
+      },
     });
     expect(r.status).toBe(201);
     expect(r.json).toEqual([
@@ -46,7 +51,10 @@ describe('seed walkthrough through the edge', () => {
   it('3. a repeated push comes back duplicate with the original message_id', async () => {
     const first = broker.requests.find((q) => q.path === '/api/v1/push');
     expect(first).toBeDefined();
-    const r = await call(edge, 'POST', '/api/v1/push', { token: rw, body: { items: [{ queue: 'demo', partition: 'acct-42', transactionId: 'evt-1', payload: { n: 1 } }] } });
+    const r = await call(edge, 'POST', '/api/v1/push', {
+      token: rw,
+      body: { items: [{ queue: 'demo', partition: 'acct-42', transactionId: 'evt-1', payload: { n: 1 } }] },
+    });
     expect(r.status).toBe(201);
     const [item] = r.json as { status: string; message_id: string }[];
     expect(item!.status).toBe('duplicate');
@@ -56,7 +64,12 @@ describe('seed walkthrough through the edge', () => {
   it('4. long-poll pop leases both messages under one leaseId', async () => {
     const r = await call(edge, 'GET', '/api/v1/pop/queue/demo?consumerGroup=billing&batch=10&wait=true&timeout=5000', { token: rw });
     expect(r.status).toBe(200);
-    const body = r.json as { success: boolean; leaseId: string; partitionId: string; messages: { transactionId: string; leaseId: string; producerSub: string | null }[] };
+    const body = r.json as {
+      success: boolean;
+      leaseId: string;
+      partitionId: string;
+      messages: { transactionId: string; leaseId: string; producerSub: string | null }[];
+    };
     expect(body.success).toBe(true);
     expect(body.messages.map((m) => m.transactionId)).toEqual(['evt-1', 'evt-2']);
     expect(new Set(body.messages.map((m) => m.leaseId))).toEqual(new Set([body.leaseId]));
@@ -69,7 +82,10 @@ describe('seed walkthrough through the edge', () => {
   it('5. ack batch: 200 array, success per item', async () => {
     const r = await call(edge, 'POST', '/api/v1/ack/batch', {
       token: rw,
-      body: { consumerGroup: 'billing', acknowledgments: ['evt-1', 'evt-2'].map((transactionId) => ({ transactionId, partitionId, leaseId, status: 'completed' })) },
+      body: {
+        consumerGroup: 'billing',
+        acknowledgments: ['evt-1', 'evt-2'].map((transactionId) => ({ transactionId, partitionId, leaseId, status: 'completed' })),
+      },
     });
     expect(r.status).toBe(200);
     expect((r.json as { success: boolean }[]).map((i) => i.success)).toEqual([true, true]);
@@ -78,7 +94,9 @@ describe('seed walkthrough through the edge', () => {
   it('6. an empty pop is a bodiless 204 (no Content-Length, no bytes) and the connection stays usable', async () => {
     const conn = await rawTls(Number(new URL(edge.url).port));
     try {
-      const empty = await conn.exchange(`GET /api/v1/pop/queue/demo?consumerGroup=billing&batch=10 HTTP/1.1\r\nHost: acme.localhost\r\nAuthorization: Bearer ${rw}\r\n\r\n`);
+      const empty = await conn.exchange(
+        `GET /api/v1/pop/queue/demo?consumerGroup=billing&batch=10 HTTP/1.1\r\nHost: acme.localhost\r\nAuthorization: Bearer ${rw}\r\n\r\n`,
+      );
       expect(empty.head).toMatch(/^HTTP\/1\.1 204 /);
       expect(empty.head.toLowerCase()).not.toContain('content-length');
       expect(empty.head.toLowerCase()).not.toContain('transfer-encoding');

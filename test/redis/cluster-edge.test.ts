@@ -27,7 +27,9 @@ beforeAll(async () => {
   client = await cluster.client();
   broker = await startBrokerDouble({ name: 'b1' });
   // One broker double for all: declared tenancy-aware, as a shared broker must be.
-  const tenants = Object.fromEntries(TENANTS.map((id) => [id, { plan: 'test', hosts: [`${id}.localhost`], brokers: [broker.url], tenancyAwareBrokers: true, cors: { origins: [] } }]));
+  const tenants = Object.fromEntries(
+    TENANTS.map((id) => [id, { plan: 'test', hosts: [`${id}.localhost`], brokers: [broker.url], tenancyAwareBrokers: true, cors: { origins: [] } }]),
+  );
   const config = testConfig([broker.url], {
     // Generous: a loaded CI machine must not trip the breaker and test fail modes instead.
     redis: { url: null, cluster: cluster.seeds, keyPrefix: prefix, timeoutMs: 1000 },
@@ -58,15 +60,24 @@ describe('edge on a Redis Cluster', () => {
     expect(owners.size).toBeGreaterThanOrEqual(2);
     const sent = new Map<string, { requests: number; pushed: number }>();
     for (let round = 0; round < 4; round++) {
-      await Promise.all(TENANTS.map(async (id, i) => {
-        const r = await call((round + i) % 2 ? a : b, 'POST', '/api/v1/push', { ...(await as(id)), body: { items: Array.from({ length: i + 1 }, (_, n) => ({ queue: 'q', payload: n })) } });
-        expect(r.status).toBe(201);
-        const s = sent.get(id) ?? { requests: 0, pushed: 0 };
-        sent.set(id, { requests: s.requests + 1, pushed: s.pushed + i + 1 });
-      }));
+      await Promise.all(
+        TENANTS.map(async (id, i) => {
+          const r = await call((round + i) % 2 ? a : b, 'POST', '/api/v1/push', {
+            ...(await as(id)),
+            body: { items: Array.from({ length: i + 1 }, (_, n) => ({ queue: 'q', payload: n })) },
+          });
+          expect(r.status).toBe(201);
+          const s = sent.get(id) ?? { requests: 0, pushed: 0 };
+          sent.set(id, { requests: s.requests + 1, pushed: s.pushed + i + 1 });
+        }),
+      );
     }
     for (const id of TENANTS) {
-      await waitFor(async () => (await admin(a, 'GET', `/admin/v1/tenants/${id}/usage?granularity=month`)).json?.total?.requests === sent.get(id)!.requests, 5000, `usage of ${id} flushed by both instances`);
+      await waitFor(
+        async () => (await admin(a, 'GET', `/admin/v1/tenants/${id}/usage?granularity=month`)).json?.total?.requests === sent.get(id)!.requests,
+        5000,
+        `usage of ${id} flushed by both instances`,
+      );
       const total = (await admin(b, 'GET', `/admin/v1/tenants/${id}/usage?granularity=month`)).json.total;
       expect({ id, requests: total.requests, pushed: total.messagesPushed }).toEqual({ id, ...sent.get(id)! });
     }
@@ -93,7 +104,11 @@ describe('edge on a Redis Cluster', () => {
     const slots = (): Promise<number> => client.zcard(parkedKey(prefix, 'gamma'));
     /** A wait=true pop the test can abort; resolves to the status (0 when aborted). */
     const park = (h: EdgeHarness, signal?: AbortSignal): Promise<number> =>
-      request(`${h.url}/api/v1/pop/queue/park?wait=true&timeout=20000`, { headers: { host: who.host, authorization: `Bearer ${who.token}` }, dispatcher: h.dispatcher, signal }).then(
+      request(`${h.url}/api/v1/pop/queue/park?wait=true&timeout=20000`, {
+        headers: { host: who.host, authorization: `Bearer ${who.token}` },
+        dispatcher: h.dispatcher,
+        signal,
+      }).then(
         async (r) => {
           await r.body.text();
           return r.statusCode;
@@ -113,9 +128,9 @@ describe('edge on a Redis Cluster', () => {
     // A push answers one parked pop, a client abort ends the other: both slots come back.
     expect((await call(b, 'POST', '/api/v1/push', { ...who, body: { items: [{ queue: 'park', payload: 1 }] } })).status).toBe(201);
     expect(await first).toBe(200);
-    await waitFor(async () => (await slots()) === 1, 3000, 'the answered poll\'s slot');
+    await waitFor(async () => (await slots()) === 1, 3000, "the answered poll's slot");
     abort.abort();
     expect(await second).toBe(0);
-    await waitFor(async () => (await slots()) === 0, 3000, 'the aborted poll\'s slot');
+    await waitFor(async () => (await slots()) === 0, 3000, "the aborted poll's slot");
   });
 });

@@ -39,7 +39,7 @@ async function nodeStats(): Promise<Map<number, { calls: Map<string, number>; re
 }
 
 describe('RedisLimitStore on a Redis Cluster', () => {
-  it('keeps each tenant\'s limiter keys in one slot', () => {
+  it("keeps each tenant's limiter keys in one slot", () => {
     const k = limiterKeys('qe:', 'acme', '202601');
     const slots = new Set([k.requests, k.messages, k.parked, k.monthMessages, k.monthBytes].map((key) => calculateSlot(key)));
     expect(slots.size).toBe(1);
@@ -57,9 +57,7 @@ describe('RedisLimitStore on a Redis Cluster', () => {
     const now = Date.now();
     const month = monthWindow(now);
     const before = await nodeStats();
-    const decisions = await Promise.all(
-      Array.from({ length: 300 }, (_, i) => store.admit(tenants[i % 30]!, plan, cost, now, month, `s${i}`, 60000)),
-    );
+    const decisions = await Promise.all(Array.from({ length: 300 }, (_, i) => store.admit(tenants[i % 30]!, plan, cost, now, month, `s${i}`, 60000)));
     const after = await nodeStats();
     // Burst 3: exactly three admitted per tenant, however the batch was split.
     const admitted = new Map<string, number>();

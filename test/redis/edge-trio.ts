@@ -32,36 +32,59 @@ export async function startTrio(opts: {
   broker: string;
 }): Promise<TrioEdge[]> {
   // One broker for all: declared tenancy-aware, as a shared broker must be.
-  const tenants = Object.fromEntries(Object.entries(opts.tenants).map(([id, plan]) => [id, { plan, hosts: [`${id}.localhost`], brokers: [opts.broker], tenancyAwareBrokers: true }]));
-  const edges = await Promise.all([0, 1, 2].map(async () => {
-    const httpsPort = await freePort();
-    const adminPort = await freePort();
-    const proc = await spawnEdge({
-      server: { https: { host: '127.0.0.1', port: httpsPort }, admin: { host: '127.0.0.1', port: adminPort, token: ADMIN_TOKEN }, workers: 1, drainTimeoutMs: 1000 },
-      // info: the access lines carry the edge's own time of each decision (the tests count by it).
-      log: { level: 'info' },
-      redis: { url: null, cluster: [], ...opts.redis, keyPrefix: opts.keyPrefix, failMode: opts.failMode ?? 'local', timeoutMs: opts.timeoutMs ?? 200 },
-      auth: { secret: TEST_SECRET },
-      upstream: { healthIntervalMs: 1000, healthTimeoutMs: 2000 },
-      plans: { test: TEST_PLAN, ...opts.plans },
-      tenants,
-    });
-    return { proc, httpsPort, adminPort, pool: new Pool(`https://127.0.0.1:${httpsPort}`, { connections: 16, connect: { rejectUnauthorized: false }, headersTimeout: 10_000, bodyTimeout: 10_000 }) };
-  }));
-  await Promise.all(edges.map((e) => waitFor(async () => (await adminCall(e, 'GET', '/readyz').catch(() => 0)) === 200, 30_000, `edge on ${e.httpsPort} ready`)));
+  const tenants = Object.fromEntries(
+    Object.entries(opts.tenants).map(([id, plan]) => [id, { plan, hosts: [`${id}.localhost`], brokers: [opts.broker], tenancyAwareBrokers: true }]),
+  );
+  const edges = await Promise.all(
+    [0, 1, 2].map(async () => {
+      const httpsPort = await freePort();
+      const adminPort = await freePort();
+      const proc = await spawnEdge({
+        server: {
+          https: { host: '127.0.0.1', port: httpsPort },
+          admin: { host: '127.0.0.1', port: adminPort, token: ADMIN_TOKEN },
+          workers: 1,
+          drainTimeoutMs: 1000,
+        },
+        // info: the access lines carry the edge's own time of each decision (the tests count by it).
+        log: { level: 'info' },
+        redis: { url: null, cluster: [], ...opts.redis, keyPrefix: opts.keyPrefix, failMode: opts.failMode ?? 'local', timeoutMs: opts.timeoutMs ?? 200 },
+        auth: { secret: TEST_SECRET },
+        upstream: { healthIntervalMs: 1000, healthTimeoutMs: 2000 },
+        plans: { test: TEST_PLAN, ...opts.plans },
+        tenants,
+      });
+      return {
+        proc,
+        httpsPort,
+        adminPort,
+        pool: new Pool(`https://127.0.0.1:${httpsPort}`, {
+          connections: 16,
+          connect: { rejectUnauthorized: false },
+          headersTimeout: 10_000,
+          bodyTimeout: 10_000,
+        }),
+      };
+    }),
+  );
+  await Promise.all(
+    edges.map((e) => waitFor(async () => (await adminCall(e, 'GET', '/readyz').catch(() => 0)) === 200, 30_000, `edge on ${e.httpsPort} ready`)),
+  );
   return edges;
 }
 
 /** Stops the edges with SIGTERM, so each drains and flushes its last usage counts; then closes the pools. */
 export async function stopTrio(edges: readonly TrioEdge[]): Promise<void> {
-  await Promise.all(edges.map(async (e) => {
-    await e.pool.close().catch(() => {});
-    if (e.proc.child.exitCode === null && e.proc.child.signalCode === null) {
-      e.proc.child.kill('SIGTERM');
-      await Promise.race([e.proc.exited, new Promise((r) => setTimeout(r, 10_000))]);
-    }
-    await e.proc.kill();
-  }));
+  await Promise.all(
+    edges.map(async (e) => {
+      await e.pool.close().catch(() => {});
+      if (e.proc.child.exitCode === null && e.proc.child.signalCode === null) {
+        e.proc.child.kill('SIGTERM');
+        await Promise.race([e.proc.exited, new Promise((r) => setTimeout(r, 10_000))]);
+      }
+      await e.proc.kill();
+    }),
+  );
 }
 
 /** One reply (status 0: no reply within the pool's timeouts, or a transport error). */
@@ -77,7 +100,14 @@ export interface Sample {
 }
 
 /** An HTTP request to one edge as `tenant`, recorded as a Sample. */
-export async function send(edges: readonly TrioEdge[], i: number, tenant: string, jwt: string, path: string, opts: { method?: 'GET' | 'POST'; body?: unknown; signal?: AbortSignal } = {}): Promise<Sample> {
+export async function send(
+  edges: readonly TrioEdge[],
+  i: number,
+  tenant: string,
+  jwt: string,
+  path: string,
+  opts: { method?: 'GET' | 'POST'; body?: unknown; signal?: AbortSignal } = {},
+): Promise<Sample> {
   const sentAt = Date.now();
   const { method = 'GET', body, signal } = opts;
   try {
@@ -104,7 +134,12 @@ export async function send(edges: readonly TrioEdge[], i: number, tenant: string
  * Offers `ratePerSec` requests per second, round-robin over the edges, until `until()` is true;
  * open loop (a slow reply does not slow the offer). Resolves with every reply.
  */
-export async function offer(edges: readonly TrioEdge[], ratePerSec: number, until: () => boolean, request: (edge: number, n: number) => Promise<Sample>): Promise<Sample[]> {
+export async function offer(
+  edges: readonly TrioEdge[],
+  ratePerSec: number,
+  until: () => boolean,
+  request: (edge: number, n: number) => Promise<Sample>,
+): Promise<Sample[]> {
   const inflight: Promise<Sample>[] = [];
   const start = Date.now();
   let n = 0;
@@ -129,6 +164,10 @@ export async function adminCall(edge: TrioEdge, method: 'POST' | 'PUT' | 'GET', 
  */
 export function accessLines(edges: readonly TrioEdge[], tenant: string): Array<{ edge: number; time: number; ms: number; status: number }> {
   return edges
-    .flatMap((e, edge) => e.proc.lines.filter((l) => l.msg === 'request' && l.tenant === tenant).map((l) => ({ edge, time: Number(l.time) - Number(l.ms), ms: Number(l.ms), status: Number(l.status) })))
+    .flatMap((e, edge) =>
+      e.proc.lines
+        .filter((l) => l.msg === 'request' && l.tenant === tenant)
+        .map((l) => ({ edge, time: Number(l.time) - Number(l.ms), ms: Number(l.ms), status: Number(l.status) })),
+    )
     .sort((a, b) => a.time - b.time);
 }

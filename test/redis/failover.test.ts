@@ -51,23 +51,40 @@ describe.each(['open', 'closed', 'local'] as const)('failover of the master serv
     const victim = await cluster.masterOf(limiterKeys(prefix, tenant, '000000').requests);
     // The parked polls belong to a tenant on the same master, so the busy tenant's pops alone show the edge's latency.
     let parker = '';
-    for (let n = 0; !parker; n++) if ((await cluster.masterOf(limiterKeys(prefix, `parker-${mode}-${n}`, '000000').requests)) === victim) parker = `parker-${mode}-${n}`;
+    for (let n = 0; !parker; n++)
+      if ((await cluster.masterOf(limiterKeys(prefix, `parker-${mode}-${n}`, '000000').requests)) === victim) parker = `parker-${mode}-${n}`;
     const jwt = await token({ roles: ['read-write'], tenant });
     const parkerJwt = await token({ roles: ['read-write'], tenant: parker });
-    edges = await startTrio({ redis: { cluster: cluster.seeds }, keyPrefix: prefix, failMode: mode, timeoutMs: TIMEOUT_MS, plans: { limited: plan }, tenants: { [tenant]: 'limited', [parker]: 'limited' }, broker: broker.url });
+    edges = await startTrio({
+      redis: { cluster: cluster.seeds },
+      keyPrefix: prefix,
+      failMode: mode,
+      timeoutMs: TIMEOUT_MS,
+      plans: { limited: plan },
+      tenants: { [tenant]: 'limited', [parker]: 'limited' },
+      broker: broker.url,
+    });
 
     // Three times the rate in pops, plus parked polls (1 s) cycling on every edge.
     const live: Sample[] = [];
     let stop = false;
-    const pops = offer(edges, 3 * RATE, () => stop, (i) => send(edges, i, tenant, jwt, '/api/v1/pop/queue/q').then((s) => {
-        live.push(s);
-        return s;
-      }));
-    const parks = Promise.all([0, 1, 2].map(async (i) => {
-      const out: Sample[] = [];
-      while (!stop) out.push(await send(edges, i, parker, parkerJwt, '/api/v1/pop/queue/parked?wait=true&timeout=1000'));
-      return out;
-    }));
+    const pops = offer(
+      edges,
+      3 * RATE,
+      () => stop,
+      (i) =>
+        send(edges, i, tenant, jwt, '/api/v1/pop/queue/q').then((s) => {
+          live.push(s);
+          return s;
+        }),
+    );
+    const parks = Promise.all(
+      [0, 1, 2].map(async (i) => {
+        const out: Sample[] = [];
+        while (!stop) out.push(await send(edges, i, parker, parkerJwt, '/api/v1/pop/queue/parked?wait=true&timeout=1000'));
+        return out;
+      }),
+    );
     const shared = (s: Sample): boolean => s.policy === SHARED_POLICY;
     await waitFor(() => [0, 1, 2].every((i) => live.some((s) => s.edge === i && shared(s))), 10_000, 'shared limits on every edge');
 
@@ -117,12 +134,28 @@ describe.each(['open', 'closed', 'local'] as const)('failover of the master serv
     edges = [];
     const store: UsageStore = createUsageStore(client, prefix);
     try {
-      await waitFor(() => store.read(tenant, 0, 1).then(() => true, () => false), 10_000, 'the usage store');
-      for (const [id, sent] of [[tenant, popSamples], [parker, parkSamples]] as const) {
+      await waitFor(
+        () =>
+          store.read(tenant, 0, 1).then(
+            () => true,
+            () => false,
+          ),
+        10_000,
+        'the usage store',
+      );
+      for (const [id, sent] of [
+        [tenant, popSamples],
+        [parker, parkSamples],
+      ] as const) {
         const stored = new UsageCounts();
         for (const c of (await store.read(id, killedAt - 3_600_000, Date.now() + 3_600_000)).values()) stored.add(c);
         const refused = (code: string) => sent.filter((s) => s.code === code).length;
-        expect({ id, requests: stored.requests, rate_limited: stored.refusals.rate_limited ?? 0, limiter_unavailable: stored.refusals.limiter_unavailable ?? 0 }).toEqual({
+        expect({
+          id,
+          requests: stored.requests,
+          rate_limited: stored.refusals.rate_limited ?? 0,
+          limiter_unavailable: stored.refusals.limiter_unavailable ?? 0,
+        }).toEqual({
           id,
           requests: sent.length,
           rate_limited: refused('rate_limited'),
@@ -133,16 +166,18 @@ describe.each(['open', 'closed', 'local'] as const)('failover of the master serv
       await store.close();
     }
 
-    console.info(JSON.stringify({
-      failMode: mode,
-      requests: samples.length,
-      answers: Object.fromEntries(answers),
-      promotionMs: promotedAt - killedAt,
-      gapRequests: gap.length,
-      maxGapLatencyMs: maxGapMs,
-      enforcedAfterPromotionMs: enforcedAfterPromotion,
-      enforcedAfterKillMs: Math.max(...backAt) - killedAt,
-    }));
+    console.info(
+      JSON.stringify({
+        failMode: mode,
+        requests: samples.length,
+        answers: Object.fromEntries(answers),
+        promotionMs: promotedAt - killedAt,
+        gapRequests: gap.length,
+        maxGapLatencyMs: maxGapMs,
+        enforcedAfterPromotionMs: enforcedAfterPromotion,
+        enforcedAfterKillMs: Math.max(...backAt) - killedAt,
+      }),
+    );
     // Bounds with room for a loaded CI machine (no hang); RELIABILITY.md records the measured
     // figures, and test/limits/redis-store.test.ts pins the limiter's own deadline exactly.
     expect(maxGapMs).toBeLessThan(TIMEOUT_MS + 3000);

@@ -65,7 +65,12 @@ describe.each(['redis', 'cluster'] as const)('three edges on one %s', (kind) => 
 
   it(`admits ${RATE} ± 5 % per second of ${OFFERED} offered over ${WINDOW_MS / 1000} s, whichever instance a request reaches`, async () => {
     const stopAt = Date.now() + WARMUP_MS + WINDOW_MS + 1000;
-    const samples = await offer(edges, OFFERED, () => Date.now() >= stopAt, (i) => send(edges, i, 'busy', jwt.get('busy')!, '/api/v1/pop/queue/q'));
+    const samples = await offer(
+      edges,
+      OFFERED,
+      () => Date.now() >= stopAt,
+      (i) => send(edges, i, 'busy', jwt.get('busy')!, '/api/v1/pop/queue/q'),
+    );
     expect(samples.filter((s) => s.status !== 204 && s.status !== 429).map((s) => `${s.status} ${s.code}`)).toEqual([]);
     // Counted by the edges' own access lines, in their time: on a loaded machine a reply may be
     // read late, but the line is written when the request was decided. The window starts after
@@ -106,10 +111,12 @@ describe.each(['redis', 'cluster'] as const)('three edges on one %s', (kind) => 
     expect((await Promise.all([0, 1, 2].map(pop))).map((s) => s.status)).toEqual([204, 204, 204]);
     const start = Date.now();
     expect(await adminCall(edges[0]!, 'POST', '/admin/v1/tenants/quiet/suspend')).toBe(200);
-    const seen = await Promise.all([0, 1, 2].map(async (i) => {
-      await waitFor(async () => (await pop(i)).code === 'cluster_suspended', 5000, `edge ${i} to refuse the suspended tenant`);
-      return Date.now() - start;
-    }));
+    const seen = await Promise.all(
+      [0, 1, 2].map(async (i) => {
+        await waitFor(async () => (await pop(i)).code === 'cluster_suspended', 5000, `edge ${i} to refuse the suspended tenant`);
+        return Date.now() - start;
+      }),
+    );
     console.info(`[${kind}] suspension seen by the three edges after ${seen.join(' / ')} ms`);
     expect(Math.max(...seen)).toBeLessThan(1000);
   }, 30_000);

@@ -39,7 +39,15 @@ describe.each(['redis', 'cluster'] as const)('usage store (%s)', (kind) => {
     }
     store = createUsageStore(client, prefix);
     // The store opens a connection of its own, without an offline queue: wait until it answers.
-    await waitFor(() => store.read('nobody', HOUR, HOUR + 1).then(() => true, () => false), 10_000, 'the usage store connection');
+    await waitFor(
+      () =>
+        store.read('nobody', HOUR, HOUR + 1).then(
+          () => true,
+          () => false,
+        ),
+      10_000,
+      'the usage store connection',
+    );
   }, 40_000);
   afterAll(async () => {
     await store?.close();
@@ -72,10 +80,30 @@ describe.each(['redis', 'cluster'] as const)('usage store (%s)', (kind) => {
   it('completes a batch whose first try reached only some tenants, without doubling those', async () => {
     // The first try of batch 7 landed for "x" only (the call for y's slot failed); the retry carries both.
     await store.apply('inst-c', 7, batch([['x', counts(3, 30)]]));
-    await store.apply('inst-c', 7, batch([['x', counts(3, 30)], ['y', counts(4, 40)]]));
-    expect([await read('x'), await read('y')]).toEqual([[3, 30], [4, 40]]);
+    await store.apply(
+      'inst-c',
+      7,
+      batch([
+        ['x', counts(3, 30)],
+        ['y', counts(4, 40)],
+      ]),
+    );
+    expect([await read('x'), await read('y')]).toEqual([
+      [3, 30],
+      [4, 40],
+    ]);
     // The next batch applies to both again.
-    await store.apply('inst-c', 8, batch([['x', counts(1, 0)], ['y', counts(1, 0)]]));
-    expect([await read('x'), await read('y')]).toEqual([[4, 30], [5, 40]]);
+    await store.apply(
+      'inst-c',
+      8,
+      batch([
+        ['x', counts(1, 0)],
+        ['y', counts(1, 0)],
+      ]),
+    );
+    expect([await read('x'), await read('y')]).toEqual([
+      [4, 30],
+      [5, 40],
+    ]);
   });
 });

@@ -131,7 +131,11 @@ describe('the route table against broker 0.15.1', () => {
   });
 
   it('every forwarded route the table marks as answered by 0.15.1 is one of the broker routes above', () => {
-    const names = new Set(BROKER_0_15_1.map(([, , d]) => d).filter((d) => d.startsWith('tenant:')).map((d) => d.slice('tenant:'.length)));
+    const names = new Set(
+      BROKER_0_15_1.map(([, , d]) => d)
+        .filter((d) => d.startsWith('tenant:'))
+        .map((d) => d.slice('tenant:'.length)),
+    );
     const claimed = ROUTES.filter((r) => r.exposure === 'tenant' && r.broker === '0.15.1').map((r) => r.name);
     expect(claimed.filter((n) => !names.has(n))).toEqual([]);
   });

@@ -104,8 +104,13 @@ const CLIENT_QUERIES: ReadonlyArray<readonly [string, string]> = [
 ];
 
 describe('the declarations', () => {
-  it.each(CLIENT_QUERIES)('accept what Queen\'s clients send: %s ?%s', (route, raw) => {
-    const q = readQuery(raw, { params: declaredParams(route), longPoll: route !== 'pop.namespace' && route.startsWith('pop.'), maxBatch: 1000, longPollSettings: lp });
+  it.each(CLIENT_QUERIES)("accept what Queen's clients send: %s ?%s", (route, raw) => {
+    const q = readQuery(raw, {
+      params: declaredParams(route),
+      longPoll: route !== 'pop.namespace' && route.startsWith('pop.'),
+      maxBatch: 1000,
+      longPollSettings: lp,
+    });
     expect(isEdgeError(q) ? q.message : 'accepted').toBe('accepted');
   });
 
@@ -122,7 +127,10 @@ describe('the declarations', () => {
 
   it('queryAllow: unknown routes and names clashing with the broker search are config problems', () => {
     const names = new Set(ROUTES.map((r) => r.name));
-    expect(queryAllowProblems({ 'pop.queue': ['xwait'], nope: ['a'], push: ['trace'] }, names)).toEqual(['queryAllow.pop.queue: "wait" ends "xwait"', 'queryAllow.nope: no such route']);
+    expect(queryAllowProblems({ 'pop.queue': ['xwait'], nope: ['a'], push: ['trace'] }, names)).toEqual([
+      'queryAllow.pop.queue: "wait" ends "xwait"',
+      'queryAllow.nope: no such route',
+    ]);
   });
 });
 
@@ -146,7 +154,12 @@ function queryArb(names: readonly string[]): fc.Arbitrary<string> {
 
 describe('one reading (property)', () => {
   it.each(Object.keys(QUERY_PARAMS))('%s: for any query the edge accepts, the broker reads every declared name as the edge did', (route) => {
-    const rules: QueryRules = { params: declaredParams(route), longPoll: route.startsWith('pop.') && route !== 'pop.namespace', maxBatch: 1000, longPollSettings: lp };
+    const rules: QueryRules = {
+      params: declaredParams(route),
+      longPoll: route.startsWith('pop.') && route !== 'pop.namespace',
+      maxBatch: 1000,
+      longPollSettings: lp,
+    };
     fc.assert(
       fc.property(queryArb(Object.keys(rules.params)), (raw) => {
         const q = readQuery(raw, rules);

@@ -39,7 +39,10 @@ const items = (n: number) => Array.from({ length: n }, (_, i) => ({ queue: 'q', 
 describe('paths', () => {
   it('a backslash path reaches the broker percent-encoded, never as a separator', async () => {
     const before = forwarded(broker).length;
-    const r = await rawHttp(edge, `GET /api/v1/resources/x\\..\\..\\system\\maintenance HTTP/1.1\r\nHost: acme.localhost\r\nAuthorization: Bearer ${ro}\r\nConnection: close\r\n\r\n`);
+    const r = await rawHttp(
+      edge,
+      `GET /api/v1/resources/x\\..\\..\\system\\maintenance HTTP/1.1\r\nHost: acme.localhost\r\nAuthorization: Bearer ${ro}\r\nConnection: close\r\n\r\n`,
+    );
     expect(r).toMatch(/^HTTP\/1\.1 \d{3}/);
     const sent = forwarded(broker).slice(before);
     expect(sent.map((q) => q.url)).toEqual(['/api/v1/resources/x%5C..%5C..%5Csystem%5Cmaintenance']);
@@ -49,7 +52,15 @@ describe('paths', () => {
 describe('accounting', () => {
   it('maxBatch applies to the pushes of a transaction', async () => {
     const before = forwarded(broker).length;
-    const r = await call(edge, 'POST', '/api/v1/transaction', { token: rw, body: { operations: [{ type: 'push', items: items(6) }, { type: 'push', items: items(6) }] } });
+    const r = await call(edge, 'POST', '/api/v1/transaction', {
+      token: rw,
+      body: {
+        operations: [
+          { type: 'push', items: items(6) },
+          { type: 'push', items: items(6) },
+        ],
+      },
+    });
     expect(r.status).toBe(400);
     expect(r.json).toMatchObject({ code: 'invalid_request' });
     expect(forwarded(broker).length).toBe(before);
@@ -88,7 +99,7 @@ describe('forwarded headers', () => {
 });
 
 describe('public routes', () => {
-  it('answer status only, from the edge: the broker\'s own /health is never relayed', async () => {
+  it("answer status only, from the edge: the broker's own /health is never relayed", async () => {
     const before = forwarded(broker).length;
     const r = await call(edge, 'GET', '/health');
     expect(r.status).toBe(200);
@@ -123,7 +134,9 @@ describe('public routes', () => {
 describe('per-client-IP limits', () => {
   let limited: EdgeHarness;
   beforeAll(async () => {
-    limited = await startEdge(testConfig([broker.url], { auth: { failedAuth: { attempts: 3, windowSec: 60 } }, server: { publicRateLimit: { requests: 3, windowSec: 60 } } }));
+    limited = await startEdge(
+      testConfig([broker.url], { auth: { failedAuth: { attempts: 3, windowSec: 60 } }, server: { publicRateLimit: { requests: 3, windowSec: 60 } } }),
+    );
   });
   afterAll(async () => {
     await limited.close();

@@ -31,7 +31,10 @@ describe('a broker killed under load and restarted', () => {
     const worker = async (until: number) => {
       while (Date.now() < until) {
         const tx = `tx-${n++}`;
-        const r = await call(edge, 'POST', '/api/v1/push', { token: rw, body: { items: [{ queue: 'load', partition: 'p', transactionId: tx, payload: { tx } }] } });
+        const r = await call(edge, 'POST', '/api/v1/push', {
+          token: rw,
+          body: { items: [{ queue: 'load', partition: 'p', transactionId: tx, payload: { tx } }] },
+        });
         outcomes.push({ tx, status: r.status, code: (r.json as { code?: string } | undefined)?.code ?? null });
       }
     };
@@ -54,7 +57,16 @@ describe('a broker killed under load and restarted', () => {
     expect(outcomes.filter((o) => o.status === 201).length).toBeGreaterThan(0);
     // After the restart traffic flows again (once the health checker has seen the broker up).
     await expect
-      .poll(async () => (await call(edge, 'POST', '/api/v1/push', { token: rw, body: { items: [{ queue: 'load', partition: 'p', transactionId: `after-${Date.now()}`, payload: 1 }] } })).status, { timeout: 5000, interval: 100 })
+      .poll(
+        async () =>
+          (
+            await call(edge, 'POST', '/api/v1/push', {
+              token: rw,
+              body: { items: [{ queue: 'load', partition: 'p', transactionId: `after-${Date.now()}`, payload: 1 }] },
+            })
+          ).status,
+        { timeout: 5000, interval: 100 },
+      )
       .toBe(201);
     // Exactly once from the proxy's side: no transactionId was sent to the broker twice.
     const sent = forwarded(broker)
@@ -84,7 +96,10 @@ describe('brokers that misbehave', () => {
   it('a truncated body reaches the client as a broken response, not a hang, and the edge keeps serving', async () => {
     broker.fault('truncate', 1);
     const started = Date.now();
-    const outcome = await request(`${edge.url}/api/v1/resources/queues`, { headers: { host: 'acme.localhost', authorization: `Bearer ${rw}` }, dispatcher: edge.dispatcher })
+    const outcome = await request(`${edge.url}/api/v1/resources/queues`, {
+      headers: { host: 'acme.localhost', authorization: `Bearer ${rw}` },
+      dispatcher: edge.dispatcher,
+    })
       .then((r) => r.body.text())
       .then(
         () => 'complete',

@@ -54,7 +54,14 @@ afterEach(async () => {
 
 function upload(s: http2.ClientHttp2Session, rw: string, length: number): http2.ClientHttp2Stream {
   const stream = s.request(
-    { ':method': 'POST', ':path': '/api/v1/lease/l-1/extend', ':authority': 'acme.localhost', authorization: `Bearer ${rw}`, 'content-type': 'application/json', 'content-length': String(length) },
+    {
+      ':method': 'POST',
+      ':path': '/api/v1/lease/l-1/extend',
+      ':authority': 'acme.localhost',
+      authorization: `Bearer ${rw}`,
+      'content-type': 'application/json',
+      'content-length': String(length),
+    },
     { endStream: false },
   );
   stream.on('error', () => {});

@@ -39,7 +39,14 @@ afterAll(async () => {
 function partialUpload(): { stream: http2.ClientHttp2Stream; status: Promise<number> } {
   uncaught.length = 0;
   const stream = session.request(
-    { ':method': 'POST', ':path': '/api/v1/lease/l-1/extend', ':authority': 'acme.localhost', authorization: `Bearer ${rw}`, 'content-type': 'application/json', 'content-length': '100' },
+    {
+      ':method': 'POST',
+      ':path': '/api/v1/lease/l-1/extend',
+      ':authority': 'acme.localhost',
+      authorization: `Bearer ${rw}`,
+      'content-type': 'application/json',
+      'content-length': '100',
+    },
     { endStream: false },
   );
   stream.on('error', () => {});
@@ -50,7 +57,10 @@ function partialUpload(): { stream: http2.ClientHttp2Stream; status: Promise<num
 }
 
 describe('streamed h2 body, no broker reachable', () => {
-  it.each([['CANCEL', http2.constants.NGHTTP2_CANCEL], ['INTERNAL_ERROR', http2.constants.NGHTTP2_INTERNAL_ERROR]])('a client that resets its stream (%s) after the 502/503 does not crash the edge', async (_name, code) => {
+  it.each([
+    ['CANCEL', http2.constants.NGHTTP2_CANCEL],
+    ['INTERNAL_ERROR', http2.constants.NGHTTP2_INTERNAL_ERROR],
+  ])('a client that resets its stream (%s) after the 502/503 does not crash the edge', async (_name, code) => {
     const { stream, status } = partialUpload();
     expect([502, 503]).toContain(await status);
     stream.close(code);

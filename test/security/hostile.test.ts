@@ -16,7 +16,8 @@ let rw: string;
 let rsaPem: string;
 
 /** Paths a broker must never receive from the edge (operator-only and internal). */
-const NEVER_FORWARDED = /^\/(internal|metrics)(\/|$)|^\/api\/v1\/(system|migration|stats)(\/|$)|^\/api\/v1\/status(\/buffers)?$|^\/api\/v1\/analytics\/(system-metrics|worker-metrics|postgres-stats)$/;
+const NEVER_FORWARDED =
+  /^\/(internal|metrics)(\/|$)|^\/api\/v1\/(system|migration|stats)(\/|$)|^\/api\/v1\/status(\/buffers)?$|^\/api\/v1\/analytics\/(system-metrics|worker-metrics|postgres-stats)$/;
 const DOCUMENTED = new Set([400, 401, 403, 404, 413, 429, 502, 503, 504]);
 
 beforeAll(async () => {
@@ -49,7 +50,32 @@ function expectDocumentedRefusal(r: { status: number; json: unknown }): void {
 
 describe('paths', () => {
   const segment = fc.oneof(
-    fc.constantFrom('api', 'v1', 'push', 'pop', 'queue', 'system', 'internal', 'metrics', 'status', 'buffers', 'migration', '..', '.', '', '%2e%2e', '%2E.', '%2F', '%00', '%ff', '%', 'é', '%C3%A9', 'a%2Fb', '\u202e'),
+    fc.constantFrom(
+      'api',
+      'v1',
+      'push',
+      'pop',
+      'queue',
+      'system',
+      'internal',
+      'metrics',
+      'status',
+      'buffers',
+      'migration',
+      '..',
+      '.',
+      '',
+      '%2e%2e',
+      '%2E.',
+      '%2F',
+      '%00',
+      '%ff',
+      '%',
+      'é',
+      '%C3%A9',
+      'a%2Fb',
+      '\u202e',
+    ),
     fc.string({ maxLength: 12 }),
   );
   const path = fc.array(segment, { minLength: 1, maxLength: 8 }).map((s) => `/${s.join('/')}`);
@@ -126,11 +152,14 @@ describe('tokens', () => {
 
   it('random bytes as tokens: 401 with a JSON code', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.string({ minLength: 1, maxLength: 300 }).filter((s) => /^[\x21-\x7e]+$/.test(s)), async (t) => {
-        const r = await call(edge, 'GET', '/api/v1/pop/queue/q', { headers: { authorization: `Bearer ${t}` } });
-        expect(r.status).toBe(401);
-        expectDocumentedRefusal(r);
-      }),
+      fc.asyncProperty(
+        fc.string({ minLength: 1, maxLength: 300 }).filter((s) => /^[\x21-\x7e]+$/.test(s)),
+        async (t) => {
+          const r = await call(edge, 'GET', '/api/v1/pop/queue/q', { headers: { authorization: `Bearer ${t}` } });
+          expect(r.status).toBe(401);
+          expectDocumentedRefusal(r);
+        },
+      ),
       { numRuns: 100 },
     );
   });
@@ -143,7 +172,7 @@ describe('tokens', () => {
 });
 
 describe('cross-tenant', () => {
-  it('a valid token of acme never reaches globex\'s brokers, whatever host or claim is tried', async () => {
+  it("a valid token of acme never reaches globex's brokers, whatever host or claim is tried", async () => {
     await fc.assert(
       fc.asyncProperty(
         fc.constantFrom('globex.localhost', 'GLOBEX.localhost', 'globex.localhost:443', 'globex.localhost.', ' globex.localhost'),
@@ -162,7 +191,7 @@ describe('cross-tenant', () => {
     );
   });
 
-  it('a token naming globex on acme\'s host is refused and reaches neither', async () => {
+  it("a token naming globex on acme's host is refused and reaches neither", async () => {
     const t = await token({ roles: ['read-write'], tenant: 'globex' });
     const [a, g] = [forwarded(acme).length, forwarded(globex).length];
     const r = await call(edge, 'GET', '/api/v1/pop/queue/q', { token: t, host: 'acme.localhost' });
@@ -175,7 +204,11 @@ describe('headers (raw)', () => {
   const port = () => Number(new URL(edge.url).port);
   it.each([
     ['duplicated Host', `GET /health HTTP/1.1\r\nHost: acme.localhost\r\nHost: globex.localhost\r\n\r\n`, [400]],
-    ['Transfer-Encoding with Content-Length', `POST /api/v1/push HTTP/1.1\r\nHost: acme.localhost\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`, [400]],
+    [
+      'Transfer-Encoding with Content-Length',
+      `POST /api/v1/push HTTP/1.1\r\nHost: acme.localhost\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
+      [400],
+    ],
     ['two different Content-Lengths', `POST /api/v1/push HTTP/1.1\r\nHost: acme.localhost\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello`, [400]],
     ['a bare LF inside a header value', `GET /health HTTP/1.1\r\nHost: acme.localhost\r\nX-A: a\nInjected: 1\r\n\r\n`, [400]],
     ['oversize header', `GET /health HTTP/1.1\r\nHost: acme.localhost\r\nX-Big: ${'b'.repeat(20000)}\r\n\r\n`, [431]],
@@ -249,4 +282,3 @@ describe('memory', () => {
     expect(process.memoryUsage().heapUsed - base).toBeLessThan(32 * 1024 * 1024);
   });
 });
-

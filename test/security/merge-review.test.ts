@@ -44,7 +44,13 @@ describe('forwarded form vs checked form, across merged features', () => {
   async function h2WithoutLength(path: string, body: Buffer): Promise<number> {
     const session = h2connect(h.url, { rejectUnauthorized: false });
     try {
-      const stream = session.request({ ':method': 'POST', ':path': path, ':authority': HOST, authorization: `Bearer ${tok}`, 'content-type': 'application/json' });
+      const stream = session.request({
+        ':method': 'POST',
+        ':path': path,
+        ':authority': HOST,
+        authorization: `Bearer ${tok}`,
+        'content-type': 'application/json',
+      });
       stream.end(body);
       const status = await new Promise<number>((r) => stream.once('response', (hd) => r(Number(hd[':status']))));
       stream.resume();
@@ -91,7 +97,13 @@ describe('forwarded form vs checked form, across merged features', () => {
     const session = h2connect(h.url, { rejectUnauthorized: false });
     const get = (authority: string, host: string) =>
       new Promise<number>((resolve, reject) => {
-        const stream = session.request({ ':method': 'GET', ':path': '/api/v1/resources/queues', ':authority': authority, host, authorization: `Bearer ${tok}` });
+        const stream = session.request({
+          ':method': 'GET',
+          ':path': '/api/v1/resources/queues',
+          ':authority': authority,
+          host,
+          authorization: `Bearer ${tok}`,
+        });
         stream.once('response', (hd) => resolve(Number(hd[':status'])));
         stream.once('error', reject);
         stream.resume();
@@ -121,33 +133,50 @@ describe('forwarded form vs checked form, across merged features', () => {
 
   it("a tenant whose own auth repeats the global key is refused at start, so the shared issuer's claimless token is no key to it", () => {
     // Its "own" identity provider is the global key again, with nothing to tell tokens apart.
-    const cfg = testConfig([broker.url], { tenants: { shadow: { plan: 'test', hosts: ['shadow.localhost'], brokers: [other.url], auth: { secret: TEST_SECRET } } } });
+    const cfg = testConfig([broker.url], {
+      tenants: { shadow: { plan: 'test', hosts: ['shadow.localhost'], brokers: [other.url], auth: { secret: TEST_SECRET } } },
+    });
     expect(() => compileTables(cfg)).toThrow(/tenants\.shadow\.auth: trusts the same tokens as the global auth settings/);
   });
 
   it.each([
     [10, 30],
     [30, 10],
-  ])('h2 with content-length %i and %i bytes of DATA: the stream is reset (PROTOCOL_ERROR), no body of another length reaches a broker', async (declared, actual) => {
-    broker.requests.length = 0;
-    const session = h2connect(h.url, { rejectUnauthorized: false });
-    session.on('error', () => undefined);
-    try {
-      const stream = session.request({ ':method': 'POST', ':path': '/api/v1/configure', ':authority': HOST, authorization: `Bearer ${tok}`, 'content-type': 'application/json', 'content-length': String(declared) });
-      stream.on('error', () => undefined);
-      stream.end(Buffer.alloc(actual, 'a'));
-      await new Promise<void>((r) => stream.once('close', () => r()));
-      expect(stream.rstCode).toBe(1);
-    } finally {
-      session.destroy();
-    }
-    for (const r of forwarded(broker)) expect(r.body.length).toBe(Number(r.headers['content-length']));
-  });
+  ])(
+    'h2 with content-length %i and %i bytes of DATA: the stream is reset (PROTOCOL_ERROR), no body of another length reaches a broker',
+    async (declared, actual) => {
+      broker.requests.length = 0;
+      const session = h2connect(h.url, { rejectUnauthorized: false });
+      session.on('error', () => undefined);
+      try {
+        const stream = session.request({
+          ':method': 'POST',
+          ':path': '/api/v1/configure',
+          ':authority': HOST,
+          authorization: `Bearer ${tok}`,
+          'content-type': 'application/json',
+          'content-length': String(declared),
+        });
+        stream.on('error', () => undefined);
+        stream.end(Buffer.alloc(actual, 'a'));
+        await new Promise<void>((r) => stream.once('close', () => r()));
+        expect(stream.rstCode).toBe(1);
+      } finally {
+        session.destroy();
+      }
+      for (const r of forwarded(broker)) expect(r.body.length).toBe(Number(r.headers['content-length']));
+    },
+  );
 
   it('a push whose bytes are not valid UTF-8 (an overlong "s" in a key) is refused, not checked as U+FFFD and forwarded as bytes', async () => {
     broker.requests.length = 0;
     const body = Buffer.concat([Buffer.from('{"items":[{"queue":"q","payload":1}],"item'), Buffer.from([0xc1, 0xb3]), Buffer.from('":[]}')]);
-    const res = await request(`${h.url}/api/v1/push`, { method: 'POST', headers: { host: HOST, authorization: `Bearer ${tok}`, 'content-type': 'application/json' }, body, dispatcher: h.dispatcher });
+    const res = await request(`${h.url}/api/v1/push`, {
+      method: 'POST',
+      headers: { host: HOST, authorization: `Bearer ${tok}`, 'content-type': 'application/json' },
+      body,
+      dispatcher: h.dispatcher,
+    });
     expect(res.statusCode).toBe(400);
     expect(await res.body.json()).toEqual({ error: 'body is not valid UTF-8', code: 'invalid_request' });
     expect(forwarded(broker)).toEqual([]);

@@ -30,7 +30,9 @@ describe('slowloris', () => {
     const plainPort = Number(new URL(edge.httpUrl).port);
     const slow: (Socket | TLSSocket)[] = [];
     for (let i = 0; i < 150; i++) {
-      const s = tlsConnect({ host: '127.0.0.1', port, rejectUnauthorized: false, ALPNProtocols: ['http/1.1'] }, () => s.write('GET /health HTTP/1.1\r\nHost: acme.localhost\r\nX-Slow: '));
+      const s = tlsConnect({ host: '127.0.0.1', port, rejectUnauthorized: false, ALPNProtocols: ['http/1.1'] }, () =>
+        s.write('GET /health HTTP/1.1\r\nHost: acme.localhost\r\nX-Slow: '),
+      );
       s.on('error', () => {});
       slow.push(s);
       const p = netConnect({ host: '127.0.0.1', port: plainPort }, () => p.write('POST /api/v1/push HTTP/1.1\r\nHost: acme.localhost\r\n'));

@@ -6,7 +6,18 @@ import { buildSnapshot, NO_RECORDS } from '../../src/tenants/snapshot.js';
 
 describe('brokerIdentity', () => {
   it('one identity for every spelling of one host and port', () => {
-    const same = ['http://127.0.0.1:6632', 'http://localhost:6632/', 'HTTP://LOCALHOST:6632//', 'http://[::1]:6632', 'http://2130706433:6632', 'http://0x7f.1:6632', 'http://127.0.0.2:6632', 'http://0.0.0.0:6632', 'http://[::ffff:127.0.0.1]:6632', 'http://user:pw@localhost:6632/base'];
+    const same = [
+      'http://127.0.0.1:6632',
+      'http://localhost:6632/',
+      'HTTP://LOCALHOST:6632//',
+      'http://[::1]:6632',
+      'http://2130706433:6632',
+      'http://0x7f.1:6632',
+      'http://127.0.0.2:6632',
+      'http://0.0.0.0:6632',
+      'http://[::ffff:127.0.0.1]:6632',
+      'http://user:pw@localhost:6632/base',
+    ];
     expect(new Set(same.map(brokerIdentity))).toEqual(new Set(['loopback:6632']));
     expect(brokerIdentity('http://Queen.Internal.')).toBe(brokerIdentity('http://queen.internal:80/'));
     expect(brokerIdentity('https://queen.internal')).toBe('queen.internal:443');
@@ -14,7 +25,13 @@ describe('brokerIdentity', () => {
   });
 
   it('an IPv4-mapped IPv6 address is the IPv4 broker it reaches', () => {
-    const same = ['http://10.0.0.5:6632', 'http://[::ffff:10.0.0.5]:6632', 'http://[::ffff:a00:5]:6632', 'http://[0:0:0:0:0:ffff:a00:5]:6632', 'http://167772165:6632'];
+    const same = [
+      'http://10.0.0.5:6632',
+      'http://[::ffff:10.0.0.5]:6632',
+      'http://[::ffff:a00:5]:6632',
+      'http://[0:0:0:0:0:ffff:a00:5]:6632',
+      'http://167772165:6632',
+    ];
     expect(new Set(same.map(brokerIdentity))).toEqual(new Set(['10.0.0.5:6632']));
     expect(brokerIdentity('http://[::ffff:10.0.0.6]:6632')).not.toBe(brokerIdentity('http://10.0.0.5:6632'));
   });
@@ -32,7 +49,16 @@ const PLAN: RawPlan = {
   quotas: { messagesPerMonth: 0, ingressBytesPerMonth: 0 },
   storageBytes: 0,
 };
-const tenant = (brokers: string[], tenancyAwareBrokers = false): RawTenant => ({ status: 'active', plan: 'p', hosts: [], brokers, tenancyAwareBrokers, cors: { origins: [] }, boundedLoadFactor: null, auth: null });
+const tenant = (brokers: string[], tenancyAwareBrokers = false): RawTenant => ({
+  status: 'active',
+  plan: 'p',
+  hosts: [],
+  brokers,
+  tenancyAwareBrokers,
+  cors: { origins: [] },
+  boundedLoadFactor: null,
+  auth: null,
+});
 const build = (tenants: Record<string, RawTenant>) => buildSnapshot({ plans: { p: PLAN }, tenants }, NO_RECORDS);
 
 describe('shared brokers in the directory', () => {
@@ -61,7 +87,11 @@ describe('shared brokers in the directory', () => {
   it('declared by every tenant on it: shared, and the compiled tenants say so', () => {
     const { snapshot, rejected } = build({ a: tenant(['http://q:6632'], true), b: tenant(['http://q:6632'], true), c: tenant(['http://r:6632']) });
     expect(rejected).toEqual([]);
-    expect([...snapshot.byId.values()].map((t) => [t.id, t.tenancyAwareBrokers])).toEqual([['a', true], ['b', true], ['c', false]]);
+    expect([...snapshot.byId.values()].map((t) => [t.id, t.tenancyAwareBrokers])).toEqual([
+      ['a', true],
+      ['b', true],
+      ['c', false],
+    ]);
   });
 
   it('one tenant may list a broker twice, in two spellings', () => {

@@ -10,7 +10,16 @@ const PLAN: RawPlan = {
   storageBytes: 0,
 };
 // One broker for every tenant here, declared tenancy-aware: these tests are about the other rules.
-const tenant = (hosts: string[], plan = 'free', brokers = ['http://127.0.0.1:1']): RawTenant => ({ status: 'active', plan, hosts, brokers, tenancyAwareBrokers: true, cors: { origins: [] }, boundedLoadFactor: null, auth: null });
+const tenant = (hosts: string[], plan = 'free', brokers = ['http://127.0.0.1:1']): RawTenant => ({
+  status: 'active',
+  plan,
+  hosts,
+  brokers,
+  tenancyAwareBrokers: true,
+  cors: { origins: [] },
+  boundedLoadFactor: null,
+  auth: null,
+});
 const FILE: FileDirectory = { plans: { free: PLAN }, tenants: { a: tenant(['a.example']), b: tenant(['b.example']) } };
 
 function records(tenants: Record<string, unknown>, extra: Partial<RedisRecords> = {}): RedisRecords {
@@ -32,7 +41,10 @@ describe('buildSnapshot', () => {
   });
 
   it('refuses file tenants with a bad id, an unknown plan, or a host another lists', () => {
-    const { snapshot, rejected } = buildSnapshot({ plans: { free: PLAN, 'bad{id}': PLAN }, tenants: { ...FILE.tenants, 'x{y}': tenant([]), c: tenant([], 'gold'), d: tenant(['A.example']) } }, NO_RECORDS);
+    const { snapshot, rejected } = buildSnapshot(
+      { plans: { free: PLAN, 'bad{id}': PLAN }, tenants: { ...FILE.tenants, 'x{y}': tenant([]), c: tenant([], 'gold'), d: tenant(['A.example']) } },
+      NO_RECORDS,
+    );
     expect(rejected.map((r) => [r.kind, r.id, r.source, r.conflict])).toEqual([
       ['plan', 'bad{id}', 'file', false],
       ['tenant', 'x{y}', 'file', false],
@@ -45,7 +57,9 @@ describe('buildSnapshot', () => {
 
   it('a record taking a host the file gives another tenant is rejected; the file version stays', () => {
     const { snapshot, rejected } = buildSnapshot(FILE, records({ b: tenant(['a.example']) }));
-    expect(rejected).toEqual([{ kind: 'tenant', id: 'b', source: 'redis', conflict: true, problems: ['hosts: host "a.example" is already listed by tenant "a"'] }]);
+    expect(rejected).toEqual([
+      { kind: 'tenant', id: 'b', source: 'redis', conflict: true, problems: ['hosts: host "a.example" is already listed by tenant "a"'] },
+    ]);
     expect(snapshot.byHost.get('a.example')?.id).toBe('a');
     expect(snapshot.byHost.get('b.example')?.id).toBe('b');
   });
@@ -63,7 +77,10 @@ describe('buildSnapshot', () => {
   });
 
   it('records with bad JSON, a bad shape or an unknown plan are rejected; plan records add plans', () => {
-    const { snapshot, rejected } = buildSnapshot(FILE, records({ a: 'not json', b: { plan: 'free' }, c: tenant([], 'gold'), d: tenant([], 'pro') }, { plans: new Map([['pro', JSON.stringify(PLAN)]]) }));
+    const { snapshot, rejected } = buildSnapshot(
+      FILE,
+      records({ a: 'not json', b: { plan: 'free' }, c: tenant([], 'gold'), d: tenant([], 'pro') }, { plans: new Map([['pro', JSON.stringify(PLAN)]]) }),
+    );
     expect(rejected.map((r) => r.id)).toEqual(['a', 'b', 'c']);
     expect(rejected[2]!.problems).toEqual(['plan: unknown plan "gold"']);
     expect(snapshot.records.get('a')).toBe(FILE.tenants.a);

@@ -93,7 +93,11 @@ describe('tenant store on Redis', () => {
     await b.refresh();
     expect(warnings.filter((w) => w.key === k.tenant('base'))).toHaveLength(1);
     // A valid record naming an unknown plan is ignored too, and also logged only once.
-    await client.multi().set(k.tenant('ghost'), JSON.stringify({ plan: 'gold', brokers: ['http://h:1'] })).sadd(k.tenants, 'ghost').exec();
+    await client
+      .multi()
+      .set(k.tenant('ghost'), JSON.stringify({ plan: 'gold', brokers: ['http://h:1'] }))
+      .sadd(k.tenants, 'ghost')
+      .exec();
     await b.refresh();
     await b.refresh();
     expect(b.byId('ghost')).toBeUndefined();

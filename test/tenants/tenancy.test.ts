@@ -6,8 +6,18 @@ import type { TokenVerifier } from '../../src/auth/jwt.js';
 import type { TenantVerifiers } from '../../src/auth/verifiers.js';
 import { candidateTenant, hostName, sameTrust, Tenancy, tenantGate, tokenFits, type TrustSettings } from '../../src/tenants/tenancy.js';
 
-const plan = compilePlan('p', { features: [], limits: { requestsPerSec: 1, requestBurst: 1, messagesPerSec: 1, messageBurst: 1, parkedPolls: 1, maxPayloadBytes: 1, maxBatch: 1 }, quotas: { messagesPerMonth: 0, ingressBytesPerMonth: 0 }, storageBytes: 0 });
-const make = (id: string, auth: Tenant['auth'] = null): Tenant => compileTenant(id, { status: 'active', plan: 'p', hosts: [`${id}.example`], brokers: ['http://127.0.0.1:1'], cors: { origins: [] }, boundedLoadFactor: null, auth }, plan);
+const plan = compilePlan('p', {
+  features: [],
+  limits: { requestsPerSec: 1, requestBurst: 1, messagesPerSec: 1, messageBurst: 1, parkedPolls: 1, maxPayloadBytes: 1, maxBatch: 1 },
+  quotas: { messagesPerMonth: 0, ingressBytesPerMonth: 0 },
+  storageBytes: 0,
+});
+const make = (id: string, auth: Tenant['auth'] = null): Tenant =>
+  compileTenant(
+    id,
+    { status: 'active', plan: 'p', hosts: [`${id}.example`], brokers: ['http://127.0.0.1:1'], cors: { origins: [] }, boundedLoadFactor: null, auth },
+    plan,
+  );
 const acme = make('acme');
 const globex = make('globex');
 const own = make('own', { secret: 'own-secret', publicKey: null, jwksUrl: null, issuer: null, audience: null });
@@ -32,10 +42,15 @@ describe('Tenancy', () => {
   const globalVerifier = { name: 'global' } as unknown as TokenVerifier;
   const ownVerifier = { name: 'own' } as unknown as TokenVerifier;
   const verifiers = { global: globalVerifier, forTenant: (t: Tenant) => (t.auth ? ownVerifier : globalVerifier) } as unknown as TenantVerifiers;
-  const directory = { byId, byHost: (h: string) => [acme, globex, own].find((t) => t.hosts.includes(h)), storageUsed: () => undefined, all: () => [acme, globex, own] };
+  const directory = {
+    byId,
+    byHost: (h: string) => [acme, globex, own].find((t) => t.hosts.includes(h)),
+    storageUsed: () => undefined,
+    all: () => [acme, globex, own],
+  };
   const tenancy = (defaultTenant: string | null) => new Tenancy(directory, verifiers, { defaultTenant, tenantClaim: 'tenant' });
 
-  it('finds the host\'s tenant without port or trailing dot, any case; refuses a host no DNS name can be', () => {
+  it("finds the host's tenant without port or trailing dot, any case; refuses a host no DNS name can be", () => {
     expect(tenancy(null).byHost('ACME.example.:8443')).toEqual({ host: 'acme.example', tenant: acme });
     expect(tenancy(null).byHost('[::1]:8443')).toEqual({ host: '[::1]', tenant: undefined });
     expect(tenancy(null).byHost('')).toEqual({ host: '', tenant: undefined });
@@ -51,7 +66,7 @@ describe('Tenancy', () => {
     expect(tenancy('globex').candidate(undefined, tokenWith({})).tenant).toBe(globex);
   });
 
-  it('verifies with the candidate\'s own keys when it has them, the global ones otherwise and when there is no candidate', () => {
+  it("verifies with the candidate's own keys when it has them, the global ones otherwise and when there is no candidate", () => {
     const t = tenancy(null);
     expect(t.candidate(own, tokenWith({ tenant: 'acme' }))).toEqual({ tenant: own, verifier: ownVerifier });
     expect(t.candidate(undefined, tokenWith({ tenant: 'own' }))).toEqual({ tenant: own, verifier: ownVerifier });
@@ -69,7 +84,11 @@ describe('Tenancy', () => {
 
 describe('tenantGate', () => {
   it('refuses a suspended tenant, then a feature its plan lacks; lets the rest through', () => {
-    const suspended = compileTenant('s', { status: 'suspended', plan: 'p', hosts: [], brokers: ['http://127.0.0.1:1'], cors: { origins: [] }, boundedLoadFactor: null, auth: null }, plan);
+    const suspended = compileTenant(
+      's',
+      { status: 'suspended', plan: 'p', hosts: [], brokers: ['http://127.0.0.1:1'], cors: { origins: [] }, boundedLoadFactor: null, auth: null },
+      plan,
+    );
     expect(tenantGate(suspended, null)?.code).toBe('cluster_suspended');
     expect(tenantGate(acme, 'streams')?.code).toBe('feature_gated');
     expect(tenantGate(acme, null)).toBeNull();

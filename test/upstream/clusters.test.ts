@@ -33,7 +33,13 @@ function clusters(opts: { downAfter?: number; upAfter?: number; ringHash?: RingH
   const up = new Map<string, boolean>();
   const probed: string[] = [];
   const c = createClusters(
-    { healthIntervalMs: 20, healthTimeoutMs: 100, downAfter: opts.downAfter ?? 2, upAfter: opts.upAfter ?? 2, ...(opts.ringHash ? { ringHash: opts.ringHash } : {}) },
+    {
+      healthIntervalMs: 20,
+      healthTimeoutMs: 100,
+      downAfter: opts.downAfter ?? 2,
+      upAfter: opts.upAfter ?? 2,
+      ...(opts.ringHash ? { ringHash: opts.ringHash } : {}),
+    },
     {
       log: silentLogger(),
       probe: async (url) => {
@@ -136,7 +142,12 @@ describe('clusters: lanes on the ring', () => {
     };
     expect(count(300)).toEqual(new Map(B.map((b) => [b, 100])));
     c.reportFailure(B[1]!, 'connect');
-    expect(count(300)).toEqual(new Map([[B[0]!, 150], [B[2]!, 150]]));
+    expect(count(300)).toEqual(
+      new Map([
+        [B[0]!, 150],
+        [B[2]!, 150],
+      ]),
+    );
   });
 });
 
@@ -253,7 +264,12 @@ describe('clusters: lifecycle and snapshot', () => {
     expect(s1!.brokers[1]!.lastChange).toMatchObject({ url: B[1], healthy: false, reason: 'connect failure' });
     expect(s1!.brokers[0]!.lastChange).toBeNull();
     // Counters belong to the broker URL, shared by the tenants that list it.
-    expect(s2).toEqual({ tenant: 't2', boundedLoadFactor: null, ringHash: 'sdk', brokers: [{ url: B[0], healthy: true, inflight: 0, picks: 1, keyShare: 1, lastChange: null }] });
+    expect(s2).toEqual({
+      tenant: 't2',
+      boundedLoadFactor: null,
+      ringHash: 'sdk',
+      brokers: [{ url: B[0], healthy: true, inflight: 0, picks: 1, keyShare: 1, lastChange: null }],
+    });
   });
 
   it('checks every broker of the started tenants, and stops checking brokers dropped by sync', async () => {
@@ -290,7 +306,10 @@ describe('clusters: lifecycle and snapshot', () => {
     c.sync([after]);
     // A request still holding the old object picks B[0] only, and does not re-track B[1].
     for (const key of lanesOf(1, 20)) expect(c.pick(before, key)).toBe(B[0]);
-    expect(c.snapshot([before])[0]!.brokers.map((b) => [b.url, b.healthy])).toEqual([[B[0], true], [B[1], false]]);
+    expect(c.snapshot([before])[0]!.brokers.map((b) => [b.url, b.healthy])).toEqual([
+      [B[0], true],
+      [B[1], false],
+    ]);
     const from = probed.length;
     await vi.waitFor(() => expect(probed.slice(from).filter((u) => u === B[0]).length).toBeGreaterThanOrEqual(3), { timeout: 3000 });
     expect(probed.slice(from)).not.toContain(B[1]);

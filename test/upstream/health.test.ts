@@ -186,7 +186,10 @@ describe('health checker, passive signals', () => {
   it('a reset, 5xx or timeout only starts a check: one at a time, none within a quarter interval of the last, and a passing one changes nothing', async () => {
     let now = 0;
     const probed: string[] = [];
-    const { h, changes } = checker({ intervalMs: 400, clock: () => now, probe: async (url) => {
+    const { h, changes } = checker({
+      intervalMs: 400,
+      clock: () => now,
+      probe: async (url) => {
         probed.push(url);
         return true;
       },

@@ -198,7 +198,9 @@ describe('avalanche ring (upstream.ringHash: avalanche)', () => {
     expect(ring.hash).toBe('avalanche');
     expect(buildRing(BROKERS).hash).toBe('sdk');
     expect(Array.from(buildRing(BROKERS).hashes)).toEqual(Array.from(buildRing(BROKERS, 'sdk').hashes));
-    const expected = BROKERS.flatMap((u) => Array.from({ length: VNODES_PER_BROKER }, (_, i) => referenceFmix(referenceFnv(`${u}#vnode${i}`)))).sort((a, b) => a - b);
+    const expected = BROKERS.flatMap((u) => Array.from({ length: VNODES_PER_BROKER }, (_, i) => referenceFmix(referenceFnv(`${u}#vnode${i}`)))).sort(
+      (a, b) => a - b,
+    );
     expect(Array.from(ring.hashes)).toEqual(expected);
     expect(ring.hashes[0]).toBe(0x0002d97a);
     expect(ring.owners[0]).toBe(1);
@@ -233,7 +235,11 @@ describe('avalanche ring (upstream.ringHash: avalanche)', () => {
     const n = 100_000;
     const counts = [0, 0, 0];
     for (let i = 0; i < n; i++) counts[ringLookup(ring, `orders:acct-${i}:billing`, any)]!++;
-    console.log(`avalanche ring ${BROKERS.join(', ')}, ${n} lanes: ${counts.join(' / ')}; key shares ${ringShares(ring).map((x) => (x * 100).toFixed(2)).join(' / ')}%`);
+    console.log(
+      `avalanche ring ${BROKERS.join(', ')}, ${n} lanes: ${counts.join(' / ')}; key shares ${ringShares(ring)
+        .map((x) => (x * 100).toFixed(2))
+        .join(' / ')}%`,
+    );
     for (const c of counts) expect(Math.abs(c - n / 3) / (n / 3)).toBeLessThanOrEqual(0.15);
     expect(skew(ringShares(buildRing(BROKERS, 'sdk')))).toBeGreaterThan(0.3);
   });
@@ -246,7 +252,17 @@ describe('avalanche ring (upstream.ringHash: avalanche)', () => {
       let ok = 0;
       for (let k = 0; k < 300; k++) {
         const base = 20000 + k * 97;
-        if (skew(ringShares(buildRing([0, 1, 2].map((d) => `http://127.0.0.1:${base + d}`), hash))) <= 0.15) ok++;
+        if (
+          skew(
+            ringShares(
+              buildRing(
+                [0, 1, 2].map((d) => `http://127.0.0.1:${base + d}`),
+                hash,
+              ),
+            ),
+          ) <= 0.15
+        )
+          ok++;
       }
       return ok / 300;
     };

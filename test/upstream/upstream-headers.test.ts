@@ -3,7 +3,16 @@ import { acceptableRequestId } from '../../src/listen/transport.js';
 import { contentEncodingRefusal, upstreamHeaders, validTraceparent, validTracestate } from '../../src/upstream/upstream-headers.js';
 
 const TP = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
-const facts = { clientIp: '10.0.0.9', proto: 'https' as const, host: 'acme.queen.example.com', requestId: 'r1', trustProxy: false, authorization: 'Bearer t', tenantHeader: null, contentLength: 12 };
+const facts = {
+  clientIp: '10.0.0.9',
+  proto: 'https' as const,
+  host: 'acme.queen.example.com',
+  requestId: 'r1',
+  trustProxy: false,
+  authorization: 'Bearer t',
+  tenantHeader: null,
+  contentLength: 12,
+};
 
 describe('contentEncodingRefusal', () => {
   it.each([
@@ -51,7 +60,10 @@ describe('upstreamHeaders', () => {
   });
 
   it('appends to X-Forwarded-For only behind a trusted proxy, and adds the tenant header when asked', () => {
-    const out = upstreamHeaders({ 'x-forwarded-for': '1.2.3.4' }, { ...facts, trustProxy: true, authorization: null, tenantHeader: 'acme', contentLength: null });
+    const out = upstreamHeaders(
+      { 'x-forwarded-for': '1.2.3.4' },
+      { ...facts, trustProxy: true, authorization: null, tenantHeader: 'acme', contentLength: null },
+    );
     expect(out['x-forwarded-for']).toBe('1.2.3.4, 10.0.0.9');
     expect(out['x-queen-tenant']).toBe('acme');
     expect(out.authorization).toBeUndefined();
@@ -65,7 +77,10 @@ describe('upstreamHeaders', () => {
   });
 
   it('forwards trace context only when it is valid W3C, and tracestate only with its traceparent', () => {
-    expect(upstreamHeaders({ traceparent: TP, tracestate: 'congo=t61rcWkgMzE,rojo=00f067aa0ba902b7' }, facts)).toMatchObject({ traceparent: TP, tracestate: 'congo=t61rcWkgMzE,rojo=00f067aa0ba902b7' });
+    expect(upstreamHeaders({ traceparent: TP, tracestate: 'congo=t61rcWkgMzE,rojo=00f067aa0ba902b7' }, facts)).toMatchObject({
+      traceparent: TP,
+      tracestate: 'congo=t61rcWkgMzE,rojo=00f067aa0ba902b7',
+    });
     const bad = upstreamHeaders({ traceparent: '00-aaaa-bbbb-01', tracestate: 'congo=t61rcWkgMzE' }, facts);
     expect(bad.traceparent).toBeUndefined();
     expect(bad.tracestate).toBeUndefined();
