@@ -171,7 +171,15 @@ describe('queen-edge with two workers', () => {
     expect(edge.lines.filter((l) => l.msg === 'worker exited').map((l) => l.code)).toEqual([0, 0]);
     // A client of its own: other suites may CLIENT KILL connections on the shared Redis.
     const reader = await connectTest(SHARED_REDIS_URL, 2000);
-    const [, keys] = await reader.scan('0', 'MATCH', `${prefix}{t:beta}:ud:*`, 'COUNT', 1000);
+    // SCAN to the end of its cursor: one call covers only part of the keyspace, and the shared
+    // Redis holds other suites' keys too.
+    const keys: string[] = [];
+    let cursor = '0';
+    do {
+      const [next, found] = await reader.scan(cursor, 'MATCH', `${prefix}{t:beta}:ud:*`, 'COUNT', 1000);
+      cursor = next;
+      keys.push(...found);
+    } while (cursor !== '0');
     const total = { requests: 0, pushed: 0 };
     for (const key of keys) {
       for (const [field, n] of Object.entries(await reader.hgetall(key))) {
