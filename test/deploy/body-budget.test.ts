@@ -92,11 +92,16 @@ async function measure(pid: number, herd: (length: number) => Promise<string[]>)
   return { answers, peakKb: (await procKb(pid, 'VmHWM')) - before };
 }
 
-/** Let in: what the budget holds, ended by the body deadline (408) once the edge had read all of them; the others refused from their heads. */
-function expectHeld(answers: string[], peakKb: number, proto: string): void {
+/**
+ * Let in: what the budget holds, ended by the body deadline (408) once the edge had read all of
+ * them; the others refused from their heads. On a busy machine the herd may still be arriving when
+ * the first ones reach their deadline and give their bytes back, so more than one budget's worth
+ * can be let in over the herd: the bound held at any moment is what the RSS peak shows.
+ */
+function expectHeld(answers: string[], peakKb: number, proto: string): number {
   const letIn = answers.filter((a) => a === '408').length;
   const refused = answers.filter((a) => a === '429').length;
-  expect(letIn).toBe(Math.floor(TENANT_BUDGET / LENGTH));
+  expect(letIn).toBeGreaterThanOrEqual(Math.floor(TENANT_BUDGET / LENGTH));
   // A client still writing when its connection was closed may see a reset instead of the 429.
   expect(answers.filter((a) => a !== '408' && a !== '429' && !/^E[A-Z]+$/.test(a))).toEqual([]);
   expect(refused).toBeGreaterThan(0);
@@ -104,6 +109,7 @@ function expectHeld(answers: string[], peakKb: number, proto: string): void {
   // The budget, plus one 64 KiB socket read (h1) or stream window (h2) per refused upload, and
   // slack for the heap: far below the bodies sent (120 MiB).
   expect(peakKb * 1024).toBeLessThan(TENANT_BUDGET + UPLOADS * 64 * 1024 + 12 * MiB);
+  return letIn;
 }
 
 describe('one tenant uploading a herd of near-complete bodies', () => {
@@ -115,13 +121,13 @@ describe('one tenant uploading a herd of near-complete bodies', () => {
       return Promise.all(Array.from({ length: UPLOADS }, () => nearComplete(httpPort, head, body).then((line) => line.replace(/^HTTP\/1\.1 (\d+) .*$/, '$1'))));
     };
     const { answers, peakKb } = await measure(pid, herd);
-    expectHeld(answers, peakKb, 'h1');
+    const letIn = expectHeld(answers, peakKb, 'h1');
     // Charged: the warm-up herd, the uploads let in, and this request.
     const after = await request(`http://127.0.0.1:${httpPort}/api/v1/resources/queues`, {
       headers: { host: 'acme.localhost', authorization: `Bearer ${tok}` },
     });
     await after.body.dump();
-    expect(after.headers.ratelimit).toMatch(new RegExp(`^"requests";r=${BURST - UPLOADS - Math.floor(TENANT_BUDGET / LENGTH) - 1};`));
+    expect(after.headers.ratelimit).toMatch(new RegExp(`^"requests";r=${BURST - UPLOADS - letIn - 1};`));
   }, 20_000);
 
   it('HTTP/2, on two sessions: adds at most its budget to the RSS', async () => {
