@@ -1,7 +1,7 @@
 /**
  * Paired A/B of two edge builds: both run at the same time, plain forwarding (no Redis, no access
- * log), loaded by identical clients at the same moment, so whatever else the machine does weighs
- * on both alike. Prints CPU µs per request of each and B/A per workload, and the medians.
+ * log; with --full, the full pipeline: each side its own Redis, access log and metering on), loaded
+ * by identical clients at the same moment, so whatever else the machine does weighs on both alike. Prints CPU µs per request of each and B/A per workload, and the medians.
  *
  * Runs started together are not symmetric: measured with the same build on both sides, B came out
  * 5-15 % cheaper than A on this machine. Run both orders and take the geometric mean of the two
@@ -14,7 +14,6 @@
  *
  * The builds live under node_modules so their imports resolve to this checkout's packages.
  */
-import { spawnSync } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -24,8 +23,9 @@ import { startFastDouble } from './double.js';
 import { BENCH_SECRET, BENCH_TENANT, edgeConfig, startEdgeProcess, type EdgeProcess } from './edge.js';
 import { runH2Load } from './h2load.js';
 import { runLoad, type Workload } from './load.js';
-import { freePort, treeCpuSeconds } from './procs.js';
-import { workloads } from './run.js';
+import { freePort, makeCertificate, treeCpuSeconds } from './procs.js';
+import { meteringExtra, workloads } from './run.js';
+import { PrivateRedis } from '../test/helpers/redis.js';
 
 const { values: v } = parseArgs({
   options: {
@@ -34,35 +34,15 @@ const { values: v } = parseArgs({
     proto: { type: 'string', default: 'h1' },
     repeat: { type: 'string', default: '3' },
     seconds: { type: 'string', default: '8' },
+    full: { type: 'boolean', default: false },
   },
 });
-if (!v.a || !v.b) throw new Error('usage: bench/paired.ts --a <dist dir> --b <dist dir> [--proto h1|h2] [--repeat N] [--seconds S]');
+if (!v.a || !v.b) throw new Error('usage: bench/paired.ts --a <dist dir> --b <dist dir> [--proto h1|h2] [--repeat N] [--seconds S] [--full]');
 const repeat = Math.max(1, Number(v.repeat));
 const seconds = Math.max(1, Number(v.seconds));
 
 const dir = mkdtempSync(join(tmpdir(), 'queen-edge-paired-'));
-const cert = join(dir, 'bench.crt');
-const key = join(dir, 'bench.key');
-const tls = spawnSync('openssl', [
-  'req',
-  '-x509',
-  '-newkey',
-  'ec',
-  '-pkeyopt',
-  'ec_paramgen_curve:prime256v1',
-  '-nodes',
-  '-keyout',
-  key,
-  '-out',
-  cert,
-  '-days',
-  '2',
-  '-subj',
-  '/CN=localhost',
-  '-addext',
-  'subjectAltName=IP:127.0.0.1,DNS:localhost',
-]);
-if (tls.status !== 0) throw new Error(`openssl failed: ${tls.stderr.toString()}`);
+const { cert, key } = await makeCertificate(dir);
 const double = await startFastDouble(0);
 const brokerUrl = `http://127.0.0.1:${double.port}`;
 const jwt = await new SignJWT({ roles: ['read-write'], tenant: BENCH_TENANT })
@@ -73,21 +53,30 @@ const jwt = await new SignJWT({ roles: ['read-write'], tenant: BENCH_TENANT })
   .sign(new TextEncoder().encode(BENCH_SECRET));
 const headers = { authorization: `Bearer ${jwt}` };
 
+const redises: PrivateRedis[] = [];
 async function start(name: string, dist: string): Promise<EdgeProcess> {
+  // --full: each side gets its own Redis (one shared server would make the sides wait on each other).
+  const redis = v.full ? await PrivateRedis.start() : null;
+  if (redis) redises.push(redis);
   const config = edgeConfig({
     port: await freePort(),
     adminPort: await freePort(),
     cert,
     key,
     brokerUrl,
-    redisUrl: null,
+    redisUrl: redis?.url ?? null,
     jwksUrl: null,
-    accessLog: false,
+    accessLog: v.full,
     workers: 1,
     upstreamConnections: 128,
     maxLongPollMs: 120_000,
-    extra: {},
+    extra: v.full ? meteringExtra().extra : {},
   });
+  // One tenant on a broker of its own: the same document then starts builds from before shared
+  // brokers had to be declared tenancy-aware, and neither side adds x-queen-tenant.
+  const tenants = config.tenants as Record<string, Record<string, unknown>>;
+  const { tenancyAwareBrokers: _, ...bench } = tenants[BENCH_TENANT]!;
+  config.tenants = { [BENCH_TENANT]: bench };
   return startEdgeProcess(name, config, { dir, entry: [process.execPath, join(resolve(dist), 'cli.js')] });
 }
 
@@ -115,6 +104,7 @@ try {
   }
 } finally {
   await Promise.all([a.stop(), b.stop()]);
+  await Promise.all(redises.map((r) => r.kill()));
   await double.close();
 }
 const median = (x: readonly number[]) => [...x].sort((p, q) => p - q)[Math.floor((x.length - 1) / 2)]!;

@@ -5,6 +5,7 @@
 import { spawn, spawnSync, type ChildProcess, type StdioOptions } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { connect } from 'node:net';
+import { join } from 'node:path';
 
 /** Clock ticks per second of /proc/<pid>/stat times (USER_HZ). */
 const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
@@ -148,4 +149,35 @@ export function loadAverage(): number {
 /** True when `cmd` is on PATH. */
 export function hasCommand(cmd: string): boolean {
   return spawnSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' }).status === 0;
+}
+
+/** Generates a self-signed ECDSA P-256 certificate for 127.0.0.1/localhost with openssl. */
+export async function makeCertificate(dir: string): Promise<{ cert: string; key: string }> {
+  const cert = join(dir, 'bench.crt');
+  const key = join(dir, 'bench.key');
+  const r = spawnSync(
+    'openssl',
+    [
+      'req',
+      '-x509',
+      '-newkey',
+      'ec',
+      '-pkeyopt',
+      'ec_paramgen_curve:prime256v1',
+      '-nodes',
+      '-keyout',
+      key,
+      '-out',
+      cert,
+      '-days',
+      '2',
+      '-subj',
+      '/CN=localhost',
+      '-addext',
+      'subjectAltName=IP:127.0.0.1,DNS:localhost',
+    ],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  );
+  if (r.status !== 0) throw new Error(`openssl failed: ${r.stderr.toString()}`);
+  return { cert, key };
 }

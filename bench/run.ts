@@ -10,7 +10,7 @@
  * from a saved run).
  */
 import type { ChildProcess } from 'node:child_process';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -41,7 +41,7 @@ import { H2LOAD_HINT, h2loadAvailable, runH2Load } from './h2load.js';
 import { PARK_TIMEOUT_MS, runLongPolls, type LongPollResult } from './longpoll.js';
 import { NGINX_HINT, nginxBinary, startNginx } from './nginx.js';
 import { summarizeProfile, type ProfileSummary } from './profile.js';
-import { childFileLimit, freePort, loadAverage, nodeProcessCount, sleep, spawnWithLimits, stopChild, treeCpuSeconds } from './procs.js';
+import { childFileLimit, freePort, loadAverage, makeCertificate, nodeProcessCount, sleep, spawnWithLimits, stopChild, treeCpuSeconds } from './procs.js';
 import { renderMarkdown, updateBenchmarksMd } from './report.js';
 
 /** Scenario ids, in the order they run. */
@@ -225,37 +225,6 @@ export function parseArgs(argv: readonly string[], log: (line: string) => void =
   };
 }
 
-/** Generates a self-signed ECDSA P-256 certificate for 127.0.0.1/localhost with openssl. */
-async function makeCertificate(dir: string): Promise<{ cert: string; key: string }> {
-  const cert = join(dir, 'bench.crt');
-  const key = join(dir, 'bench.key');
-  const r = spawnSync(
-    'openssl',
-    [
-      'req',
-      '-x509',
-      '-newkey',
-      'ec',
-      '-pkeyopt',
-      'ec_paramgen_curve:prime256v1',
-      '-nodes',
-      '-keyout',
-      key,
-      '-out',
-      cert,
-      '-days',
-      '2',
-      '-subj',
-      '/CN=localhost',
-      '-addext',
-      'subjectAltName=IP:127.0.0.1,DNS:localhost',
-    ],
-    { stdio: ['ignore', 'ignore', 'pipe'] },
-  );
-  if (r.status !== 0) throw new Error(`openssl failed: ${r.stderr.toString()}`);
-  return { cert, key };
-}
-
 /** Starts a bench process that reports `{ port }` over IPC once it listens. */
 async function startReporting(argv: readonly string[], name: string): Promise<{ child: ChildProcess; port: number }> {
   const child = spawn(argv[0]!, argv.slice(1), { cwd: REPO_ROOT, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
@@ -278,7 +247,7 @@ function token(claims: Record<string, unknown>): Promise<string> {
 }
 
 /** A metering section, when the schema has one (the metering feature may land after this file). */
-function meteringExtra(): { extra: Record<string, unknown>; on: boolean } {
+export function meteringExtra(): { extra: Record<string, unknown>; on: boolean } {
   const shape = (configSchema as unknown as { shape?: Record<string, unknown> }).shape;
   return shape && 'metering' in shape ? { extra: { metering: {} }, on: true } : { extra: {}, on: false };
 }
