@@ -35,9 +35,15 @@ const { values: v } = parseArgs({
     repeat: { type: 'string', default: '3' },
     seconds: { type: 'string', default: '8' },
     full: { type: 'boolean', default: false },
+    // JSON merged into one side's config (per top-level section), to pair a setting against its default.
+    'a-config': { type: 'string', default: '{}' },
+    'b-config': { type: 'string', default: '{}' },
   },
 });
-if (!v.a || !v.b) throw new Error('usage: bench/paired.ts --a <dist dir> --b <dist dir> [--proto h1|h2] [--repeat N] [--seconds S] [--full]');
+if (!v.a || !v.b)
+  throw new Error(
+    'usage: bench/paired.ts --a <dist dir> --b <dist dir> [--proto h1|h2] [--repeat N] [--seconds S] [--full] [--a-config JSON] [--b-config JSON]',
+  );
 const repeat = Math.max(1, Number(v.repeat));
 const seconds = Math.max(1, Number(v.seconds));
 
@@ -54,7 +60,7 @@ const jwt = await new SignJWT({ roles: ['read-write'], tenant: BENCH_TENANT })
 const headers = { authorization: `Bearer ${jwt}` };
 
 const redises: PrivateRedis[] = [];
-async function start(name: string, dist: string): Promise<EdgeProcess> {
+async function start(name: string, dist: string, overrides: string): Promise<EdgeProcess> {
   // --full: each side gets its own Redis (one shared server would make the sides wait on each other).
   const redis = v.full ? await PrivateRedis.start() : null;
   if (redis) redises.push(redis);
@@ -77,13 +83,16 @@ async function start(name: string, dist: string): Promise<EdgeProcess> {
   const tenants = config.tenants as Record<string, Record<string, unknown>>;
   const { tenancyAwareBrokers: _, ...bench } = tenants[BENCH_TENANT]!;
   config.tenants = { [BENCH_TENANT]: bench };
+  for (const [section, value] of Object.entries(JSON.parse(overrides) as Record<string, Record<string, unknown>>)) {
+    config[section] = { ...(config[section] as Record<string, unknown>), ...value };
+  }
   return startEdgeProcess(name, config, { dir, entry: [process.execPath, join(resolve(dist), 'cli.js')] });
 }
 
 const load = (base: string, w: Workload) =>
   v.proto === 'h2' ? runH2Load(base, w, { clients: 2, streams: 100, seconds, headers }) : runLoad(base, w, { connections: 50, seconds, headers });
-const a = await start('A', v.a);
-const b = await start('B', v.b);
+const a = await start('A', v.a, v['a-config']);
+const b = await start('B', v.b, v['b-config']);
 const perWorkload = new Map<string, { a: number[]; b: number[] }>();
 try {
   for (let r = 0; r < repeat; r++) {

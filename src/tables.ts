@@ -16,7 +16,10 @@ export interface CompiledTables {
   readonly routes: readonly RouteSpec[];
 }
 
-export function compileTables(cfg: RawConfig): CompiledTables {
+/** What the tables are compiled from: the file's directory and its route settings. */
+export type TableSettings = Pick<RawConfig, 'plans' | 'tenants' | 'auth' | 'routes' | 'queryAllow'>;
+
+export function compileTables(cfg: TableSettings): CompiledTables {
   const built = buildSnapshot({ plans: cfg.plans, tenants: cfg.tenants, auth: cfg.auth }, NO_RECORDS);
   const problems = built.rejected.flatMap((r) => r.problems);
   const { routes, problems: routeProblems } = applyRouteOverrides(ROUTES, cfg.routes);

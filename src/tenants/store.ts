@@ -10,8 +10,8 @@
  * shortly, so a slow moment of Redis does not delay a change to the next period.
  */
 import { Cluster } from 'ioredis';
-import { planSchema, tenantSchema, type RawConfig, type RawTenant } from '../config/schema.js';
-import { connectRedis, whenReady, type RedisClient } from '../redis/connection.js';
+import { planSchema, tenantSchema, type RawTenant } from '../config/schema.js';
+import { connectRedis, whenReady, type RedisClient, type RedisTarget } from '../redis/connection.js';
 import type { Logger } from '../observability/log.js';
 import { directoryKeys, type DirectoryKeys } from '../redis/keys.js';
 import { ID_PATTERN, type Plan, type Tenant, type TenantDirectory } from './model.js';
@@ -67,6 +67,11 @@ export interface TenantStore extends TenantDirectory {
   close(): Promise<void>;
 }
 
+/** What the store reads from the configuration: the file's directory and where Redis is. */
+export interface TenantStoreSettings extends FileDirectory {
+  readonly redis: RedisTarget & { readonly keyPrefix: string };
+}
+
 /** Optional knobs for createTenantStore. */
 export interface TenantStoreDeps {
   readonly log: Logger;
@@ -91,7 +96,8 @@ function fileProblems(built: Built): string[] {
 
 class Directory implements TenantStore {
   readonly backing: 'redis' | 'memory' | 'static';
-  #cfg: RawConfig;
+  /** How long an owned client may take to connect before the first load gives up. */
+  readonly #readyMs: number;
   readonly #log: Logger;
   readonly #redis: RedisClient | null;
   readonly #owned: boolean;
@@ -112,8 +118,8 @@ class Directory implements TenantStore {
   #again = false;
   #failing = false;
 
-  constructor(cfg: RawConfig, log: Logger, redis: RedisClient | null, owned: boolean, memoryOverrides = false) {
-    this.#cfg = cfg;
+  constructor(cfg: TenantStoreSettings, log: Logger, redis: RedisClient | null, owned: boolean, memoryOverrides = false) {
+    this.#readyMs = Math.max(1000, cfg.redis.timeoutMs * 20);
     this.#log = log;
     this.#redis = redis;
     this.#owned = owned;
@@ -203,7 +209,7 @@ class Directory implements TenantStore {
     const redis = this.#redis;
     if (!redis) return;
     // A caller's client was waited for by the caller; waiting again only slows a boot with Redis down.
-    if (this.#owned) await whenReady(redis, Math.max(1000, this.#cfg.redis.timeoutMs * 20));
+    if (this.#owned) await whenReady(redis, this.#readyMs);
     const sub = redis instanceof Cluster ? redis.duplicate(undefined, { enableOfflineQueue: true }) : redis.duplicate({ enableOfflineQueue: true });
     this.#subscriber = sub;
     sub.on('error', () => {});
@@ -421,7 +427,7 @@ class Directory implements TenantStore {
 }
 
 /** Builds the store: Redis-backed (started: subscribed, loaded, refreshing) or the file alone. */
-export async function createTenantStore(cfg: RawConfig, deps: TenantStoreDeps): Promise<TenantStore> {
+export async function createTenantStore(cfg: TenantStoreSettings, deps: TenantStoreDeps): Promise<TenantStore> {
   const redis = deps.redis ?? connectRedis(cfg.redis);
   const store = new Directory(cfg, deps.log, redis, !deps.redis && redis !== null, deps.memoryOverrides === true);
   await store.start(deps.refreshMs ?? 5000);
