@@ -12,7 +12,8 @@ import { HOUR_MS, UsageCounts, dayId, hourFields } from '../../src/metering/coun
 import { ADMIN_TOKEN, admin } from '../admin/admin-call.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { TEST_PLAN, call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
-import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix, waitFor } from '../helpers/redis.js';
+import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 
 /** The browser globals these tests read inside the page (tsconfig has no DOM lib). */
 interface PageGlobals {
