@@ -16,6 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_CONCURRENT_STREAMS } from '../../src/listen/servers.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { h2Session, h2Settled, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { waitForEvent } from '../helpers/wait.js';
 
 let broker: BrokerDouble;
 let edge: EdgeHarness;
@@ -67,7 +68,7 @@ describe('h2 streams over the served limit', () => {
     const held = Array.from({ length: MAX_CONCURRENT_STREAMS }, pendingPush);
     // Sent after the others on the same connection, so the edge sees it while they are all open.
     const over = pendingPush();
-    await new Promise((resolve) => over.once('close', resolve));
+    await waitForEvent(over, 'close', 5000, 'the stream over the limit to be refused');
     expect(over.rstCode).toBe(http2.constants.NGHTTP2_REFUSED_STREAM);
 
     // Every held stream is still served once its body comes.
@@ -94,7 +95,7 @@ describe('h2 body over the limit without content-length', () => {
     stream.end(`{"items":[${'x'.repeat(20_000)}]}`); // a complete (well-behaved) upload
     expect(await status(stream)).toBe(413);
     stream.resume();
-    await new Promise((r) => stream.once('close', r));
+    await waitForEvent(stream, 'close', 5000, 'the refused stream to close');
     await h2Settled(session);
     const started = Date.now();
     await edge.app.close(4000);

@@ -9,7 +9,7 @@ import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, h2Session, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
-import { waitFor } from '../helpers/wait.js';
+import { waitFor, waitForEvent } from '../helpers/wait.js';
 
 const KiB = 1024;
 const BUDGET = 64 * KiB;
@@ -46,7 +46,7 @@ async function resetPart(declared: number | null): Promise<void> {
   stream.on('error', () => {});
   await new Promise<void>((resolve) => stream.write(Buffer.alloc(10 * KiB, 0x20), () => resolve()));
   stream.close(http2.constants.NGHTTP2_CANCEL);
-  await new Promise((resolve) => stream.once('close', resolve));
+  await waitForEvent(stream, 'close', 5000, 'the cancelled stream to close');
 }
 
 /** An HTTP/1.1 upload that declares 16 KiB, sends 10 KiB and drops its connection. */
