@@ -6,8 +6,8 @@ import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Agent, request } from 'undici';
 import { connect, type Socket } from 'node:net';
 import { once } from 'node:events';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { startBrokerDouble, type BrokerDouble, type RecordedRequest } from './helpers/broker-double.js';
+import { waitFor, waitForValue } from './helpers/wait.js';
 
 const agent = new Agent({ keepAliveTimeout: 1000 });
 afterAll(() => agent.close());
@@ -88,14 +88,6 @@ function acksFor(popped: { messages: PoppedMessage[] }, statuses: Array<string |
   }));
 }
 
-async function eventually(check: () => boolean, timeoutMs = 2000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await sleep(10);
-  }
-}
-
 /** A raw HTTP/1.1 connection: write bytes, read exactly what comes back. */
 class RawConnection {
   #received = '';
@@ -108,13 +100,16 @@ class RawConnection {
     await once(socket, 'connect');
     return new RawConnection(socket);
   }
-  /** Sends a request and returns everything received until `done` holds, plus a quiet period. */
-  async exchange(req: string, done: (s: string) => boolean, quietMs = 150): Promise<string> {
-    this.#received = '';
+  /**
+   * Sends a request and returns what arrived from then until `done` holds. Bytes that arrive later
+   * open the next exchange's answer, so a follow-up request shows whether anything trailed.
+   */
+  async exchange(req: string, done: (s: string) => boolean): Promise<string> {
+    const start = this.#received.length;
     this.socket.write(req);
-    await eventually(() => done(this.#received));
-    await sleep(quietMs);
-    return this.#received;
+    const since = () => this.#received.slice(start);
+    await waitFor(() => done(since()), 5000, `the answer to ${req.split('\r\n')[0]}`);
+    return since();
   }
 }
 
@@ -204,6 +199,7 @@ describe('seed walkthrough, steps 1-7', () => {
     expect(empty.toLowerCase()).not.toContain('content-length');
     expect(empty.toLowerCase()).not.toContain('transfer-encoding');
     expect(empty.endsWith('\r\n\r\n')).toBe(true);
+    // Nothing trailed the 204: the next answer on the connection starts right with its status line.
     const again = await raw.exchange('GET /health HTTP/1.1\r\nHost: broker\r\n\r\n', (s) => s.includes('connected"}'));
     expect(again.startsWith('HTTP/1.1 200 OK\r\n')).toBe(true);
     raw.socket.destroy();
@@ -275,7 +271,8 @@ describe('long poll', () => {
     const pending = pop(broker, 'lp?wait=true&timeout=5000');
     await broker.waitForRequests(1, (r) => r.path === '/api/v1/pop/queue/lp');
     expect(broker.parked()).toBe(1);
-    await sleep(100);
+    // A shorter poll parked after it times out first: the double's poll timers have run, and this one still waits.
+    expect((await pop(broker, 'lp-short?wait=true&timeout=100')).status).toBe(204);
     expect(broker.parked()).toBe(1);
     await push(broker, [{ queue: 'lp', transactionId: 'x', payload: 'hi' }]);
     const res = await pending;
@@ -313,7 +310,7 @@ describe('long poll', () => {
     expect(broker.parked()).toBe(2);
     controller.abort();
     expect(await aborting).toBeInstanceOf(Error);
-    await eventually(() => broker.parked() === 1);
+    await waitFor(() => broker.parked() === 1, 5000, 'the pop to park');
     expect(rec!.aborted).toBe(true);
     // A push for the aborted lane is not swallowed by the dead request.
     await push(broker, [{ queue: 'lp2', payload: 1 }]);
@@ -385,8 +382,15 @@ describe('leases', () => {
     await push(broker, [{ queue: 'x', transactionId: 'a', payload: 1 }]);
     const first = await pop(broker, 'x?leaseSeconds=0.2');
     expect((await pop(broker, 'x')).status).toBe(204);
-    await sleep(250);
-    const second = await pop(broker, 'x');
+    // The message comes back once its 0.2 s lease has run out.
+    const second = await waitForValue(
+      async () => {
+        const r = await pop(broker, 'x');
+        return r.status === 200 ? r : undefined;
+      },
+      5000,
+      'the message of the expired lease redelivered',
+    );
     expect(second.json.messages[0].transactionId).toBe('a');
     expect(second.json.leaseId).not.toBe(first.json.leaseId);
     const stale = await ackBatch(broker, acksFor(first.json, ['completed']));
@@ -566,7 +570,7 @@ describe('faults', () => {
     broker.fault('hang', 1);
     const err = await call(broker, 'GET', '/health', undefined, { signal: AbortSignal.timeout(200) }).catch((e: Error) => e);
     expect(err).toBeInstanceOf(Error);
-    await eventually(() => broker.requests[0]?.aborted === true);
+    await waitFor(() => broker.requests[0]?.aborted === true, 5000, 'the double to see the abort');
     expect((await call(broker, 'GET', '/health')).status).toBe(200);
   });
 
@@ -606,7 +610,11 @@ describe('field quirks and conveniences', () => {
     broker.setOptions({ emptyPopMode: 'no-content-with-body' });
     const raw = await RawConnection.open(broker.port);
     const bytes = await raw.exchange('GET /api/v1/pop/queue/none HTTP/1.1\r\nHost: b\r\n\r\n', (s) => s.includes('\r\n\r\n'));
-    const [head, stray] = bytes.split('\r\n\r\n') as [string, string];
+    // The next answer on the connection marks where the stray bytes end.
+    const after = bytes + (await raw.exchange('GET /health HTTP/1.1\r\nHost: b\r\n\r\n', (s) => s.includes('connected"}')));
+    const headEnd = after.indexOf('\r\n\r\n');
+    const head = after.slice(0, headEnd);
+    const stray = after.slice(headEnd + 4, after.indexOf('HTTP/1.1 200 OK'));
     expect(head.startsWith('HTTP/1.1 204 No Content')).toBe(true);
     expect(head.toLowerCase()).not.toContain('content-length');
     expect(Buffer.byteLength(stray, 'latin1')).toBe(29);

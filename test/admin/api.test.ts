@@ -6,7 +6,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { capturingLogger } from '../helpers/logs.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { TEST_PLAN, call, forwarded, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
-import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix, waitFor } from '../helpers/redis.js';
+import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { ADMIN_TOKEN, admin } from './admin-call.js';
 
 const prefix = uniquePrefix();

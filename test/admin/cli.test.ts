@@ -8,6 +8,7 @@ import { runAdminCli } from '../../src/admin/cli-commands.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { ADMIN_TOKEN, runCli } from './admin-call.js';
 
 const prefix = uniquePrefix();
@@ -70,12 +71,14 @@ describe('queen-edge tenants / usage', () => {
       },
     });
     const month = new Date().toISOString().slice(0, 7);
-    await new Promise((r) => setTimeout(r, 30));
+    // The push is metered after its answer went out.
+    const usage = async () => JSON.parse((await cli('usage', 'acme', '--month', month, '--json')).out);
+    await waitFor(async () => (await usage()).total?.requests === 1, 5000, "the push in acme's usage");
     const table = await cli('usage', 'acme', '--month', month);
     expect(table.code).toBe(0);
     expect(table.out.split('\n')[0]).toMatch(/^DAY\s+REQUESTS\s+PUSHED\s+DELIVERED\s+ACKS\s+INGRESS_B\s+EGRESS_B\s+REFUSALS$/);
     expect(table.out).toMatch(/^total\s+1\s+2\s+0\s+0\s+\d+\s+\d+\s+-$/m);
-    const json = JSON.parse((await cli('usage', 'acme', '--month', month, '--json')).out);
+    const json = await usage();
     expect(json).toMatchObject({ tenant: 'acme', granularity: 'day', total: { requests: 1, messagesPushed: 2 } });
     expect(json.from).toBe(`${month}-01T00:00:00.000Z`);
   });

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { adminHostAllowed, adminHostNames } from '../../src/admin/hosts.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { readReply, startEdge, testConfig, type EdgeHarness, type Reply } from '../helpers/edge.js';
-import { waitFor } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { ADMIN_TOKEN } from './admin-call.js';
 
 const REFUSED = { error: 'Host not allowed on the admin listener (server.admin.allowedHosts)', code: 'forbidden' };

@@ -9,7 +9,8 @@ import { directoryKeys } from '../../src/redis/keys.js';
 import { startBrokerDouble, type BrokerDouble, type RecordedRequest } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 import { capturingLogger } from '../helpers/logs.js';
-import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix, waitFor } from '../helpers/redis.js';
+import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { signToken } from '../helpers/tokens.js';
 import { admin } from './admin-call.js';
 

@@ -61,6 +61,7 @@ describe('garbage and a valid client behind one address', () => {
     let r = await pop(proxied, await token(claims('bob')), nat);
     for (let tries = 0; r.status === 429 && tries < 5; tries++) {
       expect(Number(r.headers['retry-after'])).toBeLessThanOrEqual(1);
+      // Time is the subject: the client waits the Retry-After it was given, as a well-behaved one does.
       await new Promise((done) => setTimeout(done, Number(r.headers['retry-after']) * 1000));
       r = await pop(proxied, await token(claims('bob')), nat);
     }

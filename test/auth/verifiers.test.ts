@@ -7,7 +7,7 @@ import type { AuthConfig, RawTenantAuth } from '../../src/config/schema.js';
 import { isEdgeError } from '../../src/errors.js';
 import { startJwksServer } from '../helpers/jwks-server.js';
 import { capturingLogger } from '../helpers/logs.js';
-import { waitFor } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { b64json, epochSec, keyPair, signToken, signWith, type TestKeyPair } from '../helpers/tokens.js';
 
 const GLOBAL_SECRET = 'global-secret-0123456789abcdef-0123';

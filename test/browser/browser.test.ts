@@ -14,6 +14,7 @@ import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { forwarded, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness } from '../helpers/edge.js';
+import { waitFor } from '../helpers/wait.js';
 
 const EXAMPLE_DIR = join(import.meta.dirname, '../../examples/browser');
 const ARTIFACTS_DIR = join(import.meta.dirname, '../artifacts');
@@ -93,14 +94,6 @@ function rows(p: Page): Promise<Row[]> {
       detail: tr.querySelector('.detail')!.textContent!,
     })),
   );
-}
-
-async function until(pred: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!pred()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 const acmeUrl = () => `https://api.acme.test:${edgePort}`;
@@ -213,7 +206,7 @@ describe('the browser example through queen-edge', () => {
     await page.fill('#token', acmeToken);
     await page.fill('#count', '10');
     await page.click('#hold');
-    await until(() => broker.parked() === 10, 'ten parked long polls at the broker');
+    await waitFor(() => broker.parked() === 10, 5000, 'ten parked long polls at the broker');
     const parkedReqs = forwarded(broker).filter((r) => r.path.startsWith('/api/v1/pop/queue/browser-demo-idle-'));
     expect(parkedReqs).toHaveLength(10);
 
@@ -241,7 +234,7 @@ describe('the browser example through queen-edge', () => {
 
     // Releasing aborts the fetches; over h2 that is a stream reset, which aborts the upstream pops.
     await page.click('#release');
-    await until(() => broker.parked() === 0, 'the released polls to be aborted at the broker');
+    await waitFor(() => broker.parked() === 0, 5000, 'the released polls to be aborted at the broker');
     expect(parkedReqs.every((r) => r.aborted)).toBe(true);
   });
 });

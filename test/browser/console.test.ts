@@ -12,7 +12,8 @@ import { HOUR_MS, UsageCounts, dayId, hourFields } from '../../src/metering/coun
 import { ADMIN_TOKEN, admin } from '../admin/admin-call.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { TEST_PLAN, call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
-import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix, waitFor } from '../helpers/redis.js';
+import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix } from '../helpers/redis.js';
+import { waitFor, waitForValue } from '../helpers/wait.js';
 
 /** The browser globals these tests read inside the page (tsconfig has no DOM lib). */
 interface PageGlobals {
@@ -253,12 +254,14 @@ describe('the operator console', { timeout: 60_000 }, () => {
           );
         });
       const names = ['requests', 'messages', 'bytes', 'refusals'];
-      const deadline = Date.now() + UI_TIMEOUT;
-      let drawn = await measure();
-      while (Date.now() < deadline && !names.every((n) => (drawn[n]?.stroke ?? 0) > 50)) {
-        await new Promise((r) => setTimeout(r, 100));
-        drawn = await measure();
-      }
+      const drawn = await waitForValue(
+        async () => {
+          const d = await measure();
+          return names.every((n) => (d[n]?.stroke ?? 0) > 50) ? d : undefined;
+        },
+        UI_TIMEOUT,
+        `the ${range} charts drawn`,
+      );
       const hours = range === '24 h' ? 24 : 168;
       for (const name of names) {
         expect(drawn[name], name).toMatchObject({ points: hours });

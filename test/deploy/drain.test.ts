@@ -7,7 +7,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Agent, request } from 'undici';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { TEST_PLAN, TEST_SECRET, token } from '../helpers/edge.js';
-import { SHARED_REDIS_URL, uniquePrefix, waitFor } from '../helpers/redis.js';
+import { SHARED_REDIS_URL, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { edgeTracker, freePort } from './edge-process.js';
 
 const edges = edgeTracker();

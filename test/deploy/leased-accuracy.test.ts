@@ -20,6 +20,7 @@ import { Pool } from 'undici';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { TEST_PLAN, TEST_SECRET, token } from '../helpers/edge.js';
 import { commandCalls, connectTest, PrivateRedis } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { leaseSlice, messageSlice } from '../../src/limits/lease-slice.js';
 import { compileLimitPlan, monthWindow, type LimitPlan } from '../../src/limits/verdict.js';
 import { freePort, spawnEdge, type EdgeProcess } from './edge-process.js';
@@ -172,6 +173,7 @@ describe('leased mode, three edge processes on one Redis', () => {
           const due = Math.floor(((now - start) / 1000) * OFFERED_PER_INSTANCE * INSTANCES);
           for (; sent < due; sent++) during.push(send(pools[sent % INSTANCES]!, tenant));
           last = now;
+          // Pacing of an open-loop offer: the rate is what is measured.
           await new Promise((r) => setTimeout(r, 5));
         }
       }
@@ -251,6 +253,7 @@ describe('leased mode, three edge processes on one Redis', () => {
             ),
         );
       }
+      // Pacing of an open-loop offer: the rate is what is measured.
       await new Promise((r) => setTimeout(r, 5));
     }
     await Promise.all(sent);
@@ -258,8 +261,7 @@ describe('leased mode, three edge processes on one Redis', () => {
     const admitted = statuses.filter((x) => x >= 200 && x < 300).length * 5;
     const others = statuses.filter((x) => x < 200 || x >= 300);
     // The counter holds what was admitted once the slices still held have gone back (the sweep).
-    const deadline = Date.now() + 10_000;
-    while ((await counter()) !== admitted && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    await waitFor(async () => (await counter()) === admitted, 10_000, `the quota counter to come to the ${admitted} messages admitted`);
     const final = await counter();
     probe.disconnect();
     const refusals = new Map<number, number>();

@@ -90,6 +90,23 @@ export function h2Session(url: string): Promise<http2.ClientHttp2Session> {
   });
 }
 
+/**
+ * Resolves once the edge has handled what was sent before on `session` (frames are read in order):
+ * a later stream, one the edge answers itself (no route), has its whole answer. Proof that a
+ * reset or a close sent earlier has had its effect, in place of a pause.
+ */
+export function h2Settled(session: http2.ClientHttp2Session): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const later = session.request({ ':method': 'GET', ':path': '/h2-settled', ':authority': 'acme.localhost' });
+    later.on('error', reject);
+    later.on('response', (h) => {
+      if (h[':status'] !== 404) reject(new Error(`expected the edge's own 404 for /h2-settled, got ${String(h[':status'])}`));
+    });
+    later.resume();
+    later.on('close', () => resolve());
+  });
+}
+
 export async function startEdge(config: RawConfig, opts: AppOptions = {}): Promise<EdgeHarness> {
   const app = await startApp(config, { log: silentLogger(), ...opts });
   const dispatcher = new Agent({ connect: { rejectUnauthorized: false }, keepAliveTimeout: 1000 });

@@ -1,7 +1,7 @@
 /** A real pino logger whose JSON lines tests can read back. */
 import { Writable } from 'node:stream';
 import { createLogger, type Logger } from '../../src/observability/log.js';
-import { waitFor } from './redis.js';
+import { waitFor } from './wait.js';
 
 /** One parsed log line; fields beyond level and msg depend on the call. */
 export type LogLine = Record<string, unknown> & { level: number; msg: string };

@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Cluster, Redis } from 'ioredis';
 import calculateSlot from 'cluster-key-slot';
-import { waitFor } from './redis.js';
+import { waitFor } from './wait.js';
 
 const run = promisify(execFile);
 /** Redis Cluster's bus listens on the client port plus this. */

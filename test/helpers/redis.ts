@@ -6,6 +6,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { freePort } from './ports.js';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
+import { waitFor } from './wait.js';
 
 /** The shared test Redis. */
 export const SHARED_REDIS_URL = process.env.QE_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -39,15 +40,6 @@ export async function commandCalls(client: Redis): Promise<Map<string, number>> 
   const calls = new Map<string, number>();
   for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) calls.set(m[1]!, Number(m[2]));
   return calls;
-}
-
-/** Polls until `cond` holds, or throws after `timeoutMs`. */
-export async function waitFor(cond: () => boolean | Promise<boolean>, timeoutMs: number, what = 'condition'): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await cond())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
 
 /** A private redis-server child that a test may stop, pause and start again on the same port. */

@@ -6,7 +6,8 @@ import type { RawConfig } from '../../src/config/schema.js';
 import { createLimiter, type Admission, type AdmitInput, type EdgeLimiter } from '../../src/limits/limiter.js';
 import { limiterKeys } from '../../src/redis/keys.js';
 import { compilePlan, compileTenant, type Limits, type Tenant } from '../../src/tenants/model.js';
-import { connectTest, PrivateRedis, waitFor } from '../helpers/redis.js';
+import { connectTest, PrivateRedis } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 
 const LIMITS: Limits = {
   requestsPerSec: 1,

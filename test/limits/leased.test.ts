@@ -9,7 +9,8 @@ import { silentLogger } from '../../src/observability/log.js';
 import { limiterKeys, requestBucketKey } from '../../src/redis/keys.js';
 import { compilePlan, compileTenant, type Limits, type Quotas, type Tenant } from '../../src/tenants/model.js';
 import { RedisCluster } from '../helpers/redis-cluster.js';
-import { connectTest, flushPrefix, PrivateRedis, SHARED_REDIS_URL, uniquePrefix, waitFor } from '../helpers/redis.js';
+import { connectTest, flushPrefix, PrivateRedis, SHARED_REDIS_URL, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 
 const LIMITS: Limits = {
   requestsPerSec: 10,

@@ -8,6 +8,7 @@ import { connect as tlsConnect } from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { forwarded, h2Session, SHORT_DEADLINES, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { waitForEvent } from '../helpers/wait.js';
 
 let broker: BrokerDouble;
 let edge: EdgeHarness;
@@ -70,7 +71,7 @@ describe('h2 deadlines', () => {
     await new Promise((r) => socket.once('secureConnect', r));
     expect(socket.alpnProtocol).toBe('h2');
     socket.resume(); // read the server's SETTINGS and GOAWAY, so the end of the stream is seen
-    await new Promise((r) => socket.once('close', r));
+    await waitForEvent(socket, 'close', 5000, 'the edge to close the connection at the header timeout');
     expect(socket.destroyed).toBe(true);
   });
 

@@ -15,7 +15,8 @@ import http2 from 'node:http2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_CONCURRENT_STREAMS } from '../../src/listen/servers.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
-import { h2Session, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { h2Session, h2Settled, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { waitForEvent } from '../helpers/wait.js';
 
 let broker: BrokerDouble;
 let edge: EdgeHarness;
@@ -67,7 +68,7 @@ describe('h2 streams over the served limit', () => {
     const held = Array.from({ length: MAX_CONCURRENT_STREAMS }, pendingPush);
     // Sent after the others on the same connection, so the edge sees it while they are all open.
     const over = pendingPush();
-    await new Promise((resolve) => over.once('close', resolve));
+    await waitForEvent(over, 'close', 5000, 'the stream over the limit to be refused');
     expect(over.rstCode).toBe(http2.constants.NGHTTP2_REFUSED_STREAM);
 
     // Every held stream is still served once its body comes.
@@ -92,11 +93,10 @@ describe('h2 body over the limit without content-length', () => {
     );
     stream.on('error', () => {});
     stream.end(`{"items":[${'x'.repeat(20_000)}]}`); // a complete (well-behaved) upload
-    const status = await new Promise<number>((r) => stream.once('response', (h) => r(Number(h[':status']))));
-    expect(status).toBe(413);
+    expect(await status(stream)).toBe(413);
     stream.resume();
-    await new Promise((r) => stream.once('close', r));
-    await new Promise((r) => setTimeout(r, 200));
+    await waitForEvent(stream, 'close', 5000, 'the refused stream to close');
+    await h2Settled(session);
     const started = Date.now();
     await edge.app.close(4000);
     expect(Date.now() - started).toBeLessThan(1000);

@@ -13,6 +13,7 @@ import { createListeners, listenerTimeouts, type EdgeRequest, type EdgeResponse,
 import { silentLogger } from '../../src/observability/log.js';
 import { fingerprint, makeCa, makeClientCert, makeServerCert, replaceFile, writePem, type Pem, type PemFiles } from '../helpers/certs.js';
 import { capturingLogger } from '../helpers/logs.js';
+import { waitFor } from '../helpers/wait.js';
 
 type ServerConfig = RawConfig['server'];
 interface Overrides {
@@ -37,14 +38,19 @@ function json(res: EdgeResponse, body: unknown): void {
   res.end(JSON.stringify(body));
 }
 
+/** How many `/slow` requests reached the handler, so a test can start its close once they are in flight. */
+let slowArrived = 0;
+
 /** Answers who it is and what it saw; `/slow` answers after 1.2 s, `/hang` never. */
 function edge(req: EdgeRequest, res: EdgeResponse): void {
   const socket = req.socket as TLSSocket;
   const peer = typeof socket.getPeerCertificate === 'function' ? socket.getPeerCertificate() : null;
   const body = { listener: 'edge', httpVersion: req.httpVersion, authorized: socket.authorized ?? null, clientCn: peer?.subject?.CN ?? null };
   if (req.url === '/hang') return;
-  if (req.url === '/slow') setTimeout(() => json(res, body), 1200);
-  else json(res, body);
+  if (req.url === '/slow') {
+    slowArrived++;
+    setTimeout(() => json(res, body), 1200);
+  } else json(res, body);
 }
 
 function admin(_req: EdgeRequest, res: EdgeResponse): void {
@@ -146,14 +152,6 @@ async function portIsFree(port: number): Promise<boolean> {
   });
 }
 
-async function until(check: () => boolean | Promise<boolean>, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 let ca: Pem;
 let dir: string;
 beforeAll(async () => {
@@ -241,7 +239,7 @@ describe('HTTPS certificates', () => {
 
       await replaceFile(files.key, v2.key);
       await replaceFile(files.cert, v2.cert);
-      await until(async () => (await peerCert(ports.https)).fingerprint256 === fingerprint(v2.cert));
+      await waitFor(async () => (await peerCert(ports.https)).fingerprint256 === fingerprint(v2.cert), 5000, 'the new certificate served');
 
       const again = await h1({ port: ports.https, agent });
       expect(again.reusedSocket).toBe(true);
@@ -250,7 +248,7 @@ describe('HTTPS certificates', () => {
       expect((await h2(session)).status).toBe(200);
 
       await replaceFile(files.cert, 'not a certificate');
-      await until(() => lines.some((l) => l.level === 50 && l.msg.startsWith('server.https:')));
+      await waitFor(() => lines.some((l) => l.level === 50 && l.msg.startsWith('server.https:')), 5000, 'the error log line rejecting the bad certificate');
       expect((await peerCert(ports.https)).fingerprint256).toBe(fingerprint(v2.cert));
     } finally {
       agent.destroy();
@@ -397,10 +395,11 @@ describe('protocols and guards', () => {
       await h1({ port: ports.admin, tls: false, agent: adminAgent });
       await h2(session);
       // The h1 and h2 connections; the admin one is not a client connection. (Earlier tests' sockets may still be closing.)
-      await until(() => listeners.connections() === 2);
+      await waitFor(() => listeners.connections() === 2, 5000, 'two client connections open');
+      const slowBefore = slowArrived;
       const inFlight = h1({ port: ports.http, tls: false, path: '/slow' });
       const inFlightH2 = h2(session, '/slow');
-      await new Promise((r) => setTimeout(r, 200));
+      await waitFor(() => slowArrived === slowBefore + 2, 5000, 'both /slow requests in the handler');
       const t0 = Date.now();
       await listeners.close(5000);
       expect(Date.now() - t0).toBeLessThan(2500);
@@ -428,7 +427,7 @@ describe('lifecycle', () => {
       );
     const hung = outcome(h1({ port: ports.http, tls: false, path: '/hang' }));
     const hungTls = outcome(h1({ port: ports.https, path: '/hang', rejectUnauthorized: false }));
-    await until(() => listeners.connections() === 2);
+    await waitFor(() => listeners.connections() === 2, 5000, 'two client connections open');
     const t0 = Date.now();
     await listeners.close(300);
     expect(Date.now() - t0).toBeGreaterThanOrEqual(250);

@@ -9,17 +9,10 @@ import { buildSniTable, CertificateSet, lookupServername } from '../../src/liste
 import { silentLogger } from '../../src/observability/log.js';
 import { fingerprint, makeCa, makeServerCert, replaceFile, writePem, type Pem } from '../helpers/certs.js';
 import { capturingLogger } from '../helpers/logs.js';
+import { waitFor } from '../helpers/wait.js';
 
 function httpsConfig(over: Partial<RawConfig['server']['https']> = {}): RawConfig['server']['https'] {
   return configSchema.shape.server.parse({ https: over }).https;
-}
-
-async function until(check: () => boolean, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 25));
-  }
 }
 
 describe('lookupServername', () => {
@@ -105,11 +98,13 @@ describe('CertificateSet', () => {
     sets.push(set);
     const applied: SecureContextOptions[] = [];
     set.watch((o) => applied.push(o));
-    await new Promise((r) => setTimeout(r, 150)); // let the first poll record the current stats
+    // Time is the subject: watch() records the files' baseline stats asynchronously and exposes no
+    // signal for it; written before that, the new pair would become the baseline and never be seen.
+    await new Promise((r) => setTimeout(r, 150));
     // Same size, so only the mtime and content tell the change; write key first so the pair is never mixed for long.
     await writeFile(join(archive, 'a.key'), v2.key);
     await writeFile(join(archive, 'a.crt'), v2.cert);
-    await until(() => applied.some((o) => fingerprint(String(o.cert)) === fingerprint(v2.cert)));
+    await waitFor(() => applied.some((o) => fingerprint(String(o.cert)) === fingerprint(v2.cert)), 5000, 'the replaced certificate applied');
     expect(fingerprint(String(set.contextOptions().cert))).toBe(fingerprint(v2.cert));
   });
 
@@ -127,7 +122,7 @@ describe('CertificateSet', () => {
     let applied = 0;
     set.watch(() => applied++);
     await writePem(dir, 'a', await makeServerCert(ca, ['a.test']));
-    await until(() => applied === 1);
+    await waitFor(() => applied === 1, 5000, 'the replaced SNI pair applied');
     expect(await contextFor('a.test')).not.toBe(before);
   });
 
@@ -142,12 +137,12 @@ describe('CertificateSet', () => {
     const applied: SecureContextOptions[] = [];
     set.watch((o) => applied.push(o));
     await replaceFile(caPath, 'garbage');
-    await until(() => lines.some((l) => l.level === 50 && l.msg.startsWith('server.https.clientCa')));
+    await waitFor(() => lines.some((l) => l.level === 50 && l.msg.startsWith('server.https.clientCa')), 5000, 'the error log line rejecting the bad client CA');
     expect(applied).toHaveLength(0);
     expect(String(set.contextOptions().ca)).toBe(ca.cert);
     const other = await makeCa('other CA');
     await replaceFile(caPath, other.cert);
-    await until(() => applied.length === 1);
+    await waitFor(() => applied.length === 1, 5000, 'the valid client CA applied');
     expect(String(applied[0]!.ca)).toBe(other.cert);
   });
 });

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { UsageCounts, countExchange } from '../../src/metering/counts.js';
 import type { Exchange, UsageRecorder } from '../../src/metering/recorder.js';
 import { startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
-import { waitFor } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 
 const HOST = 'acme.localhost';
 const MESSAGES = 5;

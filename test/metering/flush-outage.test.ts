@@ -5,7 +5,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
-import { PrivateRedis, uniquePrefix, waitFor } from '../helpers/redis.js';
+import { PrivateRedis, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { ADMIN_TOKEN, admin, metric, usageSettled } from '../admin/admin-call.js';
 
 let broker: BrokerDouble;

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { startEdge, testConfig, token, TEST_PLAN, type EdgeHarness } from '../helpers/edge.js';
 import { capturingLogger, type LogLine } from '../helpers/logs.js';
-import { waitFor } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { ADMIN_TOKEN, admin } from '../admin/admin-call.js';
 
 interface Received {

@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Exchange, UsageRecorder } from '../../src/metering/recorder.js';
 import { call, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness } from '../helpers/edge.js';
 import { capturingLogger } from '../helpers/logs.js';
-import { waitFor } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { ADMIN_TOKEN } from '../admin/admin-call.js';
 
 const HOST = 'acme.localhost';

@@ -5,7 +5,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
-import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix, waitFor } from '../helpers/redis.js';
+import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { ADMIN_TOKEN, admin, usageSettled } from '../admin/admin-call.js';
 
 const prefix = uniquePrefix();

@@ -6,6 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, forwarded, h2Session, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { waitForEvent } from '../helpers/wait.js';
 
 let open: BrokerDouble;
 let strict: BrokerDouble;
@@ -103,7 +104,7 @@ describe('host name length', () => {
       let body = '';
       stream.setEncoding('utf8');
       stream.on('data', (c: string) => (body += c));
-      await new Promise((r) => stream.once('end', r));
+      await waitForEvent(stream, 'end', 5000, 'the end of the answer');
       expect(status).toBe(400);
       expect(JSON.parse(body)).toMatchObject({ code: 'invalid_request' });
     } finally {

@@ -9,6 +9,7 @@ import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, h2Session, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { waitFor, waitForEvent } from '../helpers/wait.js';
 
 const KiB = 1024;
 const BUDGET = 64 * KiB;
@@ -45,7 +46,7 @@ async function resetPart(declared: number | null): Promise<void> {
   stream.on('error', () => {});
   await new Promise<void>((resolve) => stream.write(Buffer.alloc(10 * KiB, 0x20), () => resolve()));
   stream.close(http2.constants.NGHTTP2_CANCEL);
-  await new Promise((resolve) => stream.once('close', resolve));
+  await waitForEvent(stream, 'close', 5000, 'the cancelled stream to close');
 }
 
 /** An HTTP/1.1 upload that declares 16 KiB, sends 10 KiB and drops its connection. */
@@ -67,11 +68,10 @@ describe('body budget release', () => {
     // The resets end at the edge after the client saw them: wait until the whole budget is free again.
     const whole = { items: [{ queue: 'q', payload: 'x'.repeat(BUDGET - 100) }] };
     expect(JSON.stringify(whole).length).toBeLessThanOrEqual(BUDGET);
-    let status = 0;
-    while (status !== 201) {
-      status = (await call(edge, 'POST', '/api/v1/push', { token: jwt, body: whole })).status;
-      if (status !== 201) await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-    expect(status).toBe(201);
+    await waitFor(
+      async () => (await call(edge, 'POST', '/api/v1/push', { token: jwt, body: whole })).status === 201,
+      10_000,
+      'a body of the whole budget admitted (every byte given back)',
+    );
   });
 });

@@ -8,6 +8,7 @@ import type http2 from 'node:http2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, h2Session, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness } from '../helpers/edge.js';
+import { waitForEvent } from '../helpers/wait.js';
 
 const KiB = 1024;
 const DEADLINE_MS = 1500;
@@ -120,7 +121,7 @@ describe('bodies in flight', () => {
     stream.write(Buffer.alloc(16 * KiB, 0x20));
     expect(await answered).toBe(429);
     stream.resume();
-    await new Promise((resolve) => stream.once('close', resolve));
+    await waitForEvent(stream, 'close', 10_000, 'the refused stream to close');
     expect(await held).toEqual({ status: 408, code: 'request_timeout' });
   });
 });

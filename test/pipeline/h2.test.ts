@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/observability/log.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { forwarded, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { waitFor } from '../helpers/wait.js';
 
 const { NGHTTP2_CANCEL, NGHTTP2_FLAG_END_STREAM } = http2.constants;
 
@@ -79,14 +80,6 @@ function open(method: string, path: string, opts: H2Options = {}): { stream: htt
 }
 
 const h2call = (method: string, path: string, opts: H2Options = {}): Promise<H2Reply> => open(method, path, opts).reply;
-
-async function until(pred: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!pred()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
 
 beforeAll(async () => {
   broker = await startBrokerDouble({ name: 'b1', cors: true });
@@ -212,11 +205,11 @@ describe('the pipeline over HTTP/2', () => {
   it('a client stream reset during a parked wait=true pop aborts the upstream request', async () => {
     const { stream, reply } = open('GET', '/api/v1/pop/queue/h2-reset?consumerGroup=g&wait=true&timeout=20000', { token: rw });
     reply.catch(() => undefined);
-    await until(() => broker.parked() === 1, 'the pop to park at the broker');
+    await waitFor(() => broker.parked() === 1, 5000, 'the pop to park at the broker');
     const parkedReq = forwarded(broker).find((r) => r.path === '/api/v1/pop/queue/h2-reset')!;
     expect(parkedReq.aborted).toBe(false);
     stream.close(NGHTTP2_CANCEL);
-    await until(() => broker.parked() === 0, 'the broker to see the abort');
+    await waitFor(() => broker.parked() === 0, 5000, 'the broker to see the abort');
     expect(parkedReq.aborted).toBe(true);
     // Only that stream ended; the session goes on.
     expect((await h2call('GET', '/health')).status).toBe(200);
@@ -228,11 +221,11 @@ describe('the pipeline over HTTP/2', () => {
     await h2call('GET', '/api/v1/pop/queue/q', { headers: { 'x-request-id': ids[1]! } });
     await h2call('POST', '/api/v1/push', { token: rw, headers: { 'x-request-id': ids[2]! }, body: { items: [{ queue: 'h2-log', payload: 1 }] } });
     const lines = (id: string) => logLines.filter((l) => l.msg === 'request' && l.reqId === id);
-    await until(() => ids.every((id) => lines(id).length > 0), 'the access-log lines');
+    await waitFor(() => ids.every((id) => lines(id).length > 0), 5000, 'the access-log lines');
     // A late duplicate would be written when its stream closes, before a later request on the same
     // session is even read: once a sentinel's line is in, any duplicate would be too.
     await h2call('GET', '/health', { headers: { 'x-request-id': 'h2-log-sentinel' } });
-    await until(() => lines('h2-log-sentinel').length > 0, 'the sentinel access-log line');
+    await waitFor(() => lines('h2-log-sentinel').length > 0, 5000, 'the sentinel access-log line');
     for (const [id, status] of [
       [ids[0]!, 200],
       [ids[1]!, 401],
@@ -250,7 +243,7 @@ describe('the pipeline over HTTP/2', () => {
       open('GET', `/api/v1/pop/queue/h2-park-${i}?consumerGroup=g&wait=true&timeout=20000`, { token: rw }),
     );
     for (const p of polls) p.reply.catch(() => undefined);
-    await until(() => broker.parked() === base + parkedCount, `${parkedCount} parked polls`);
+    await waitFor(() => broker.parked() === base + parkedCount, 5000, `${parkedCount} parked polls`);
 
     const push = await h2call('POST', '/api/v1/push', { token: rw, body: { items: [{ queue: 'h2-live', transactionId: 'live-1', payload: 'hi' }] } });
     expect(push.status).toBe(201);
@@ -260,6 +253,6 @@ describe('the pipeline over HTTP/2', () => {
     expect(broker.parked()).toBe(base + parkedCount);
 
     for (const p of polls) p.stream.close(NGHTTP2_CANCEL);
-    await until(() => broker.parked() === base, 'the parked polls to be aborted');
+    await waitFor(() => broker.parked() === base, 5000, 'the parked polls to be aborted');
   });
 });

@@ -12,7 +12,8 @@ import { NO_USAGE } from '../../src/metering/recorder.js';
 import { instancesKey, parkedKey } from '../../src/redis/keys.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness, type Reply } from '../helpers/edge.js';
-import { commandCalls, connectTest, PrivateRedis, uniquePrefix, waitFor } from '../helpers/redis.js';
+import { commandCalls, connectTest, PrivateRedis, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { capturingLogger } from '../helpers/logs.js';
 import { testClock } from '../helpers/clock.js';
 

@@ -9,7 +9,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { limiterKeys, parkedKey } from '../../src/redis/keys.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, forwarded, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness, type Reply } from '../helpers/edge.js';
-import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix, waitFor } from '../helpers/redis.js';
+import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { testClock } from '../helpers/clock.js';
 
 /** Generous: on a loaded CI machine the 50 ms default would trip the breaker and test fail modes instead. */

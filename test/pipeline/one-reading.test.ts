@@ -9,7 +9,8 @@ import { silentLogger } from '../../src/observability/log.js';
 import { createTenantStore, type TenantStore } from '../../src/tenants/store.js';
 import { brokerQueryParam, startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, forwarded, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness, type Reply } from '../helpers/edge.js';
-import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix, waitFor } from '../helpers/redis.js';
+import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 
 const ALL_FEATURES = ['streams', 'traces', 'kv', 'timers', 'ephemeral', 'analytics'];
 const codeOf = (r: Reply) => (r.json as { code?: string } | undefined)?.code;

@@ -9,7 +9,8 @@ import { silentLogger } from '../../src/observability/log.js';
 import { createTenantStore, type TenantStore } from '../../src/tenants/store.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, forwarded, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness, type Reply } from '../helpers/edge.js';
-import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix, waitFor } from '../helpers/redis.js';
+import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { ADMIN_TOKEN, admin as adminCall } from '../admin/admin-call.js';
 
 /** Generous: on a loaded CI machine the 50 ms default would trip the breaker and test fail modes instead. */

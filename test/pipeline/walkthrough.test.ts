@@ -101,6 +101,7 @@ describe('seed walkthrough through the edge', () => {
       expect(empty.head.toLowerCase()).not.toContain('content-length');
       expect(empty.head.toLowerCase()).not.toContain('transfer-encoding');
       expect(empty.rest.length).toBe(0);
+      // Nothing trailed the 204 later either: the next answer starts right with its status line.
       const next = await conn.exchange('GET /health HTTP/1.1\r\nHost: acme.localhost\r\n\r\n');
       expect(next.head).toMatch(/^HTTP\/1\.1 200 /);
     } finally {

@@ -10,7 +10,8 @@ import { parkedKey, usageDayKey } from '../../src/redis/keys.js';
 import { dayId } from '../../src/metering/counts.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness, type Reply } from '../helpers/edge.js';
-import { uniquePrefix, waitFor } from '../helpers/redis.js';
+import { uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { RedisCluster } from '../helpers/redis-cluster.js';
 import { ADMIN_TOKEN, admin } from '../admin/admin-call.js';
 

@@ -8,7 +8,7 @@ import { Pool, request } from 'undici';
 import { TEST_PLAN, TEST_SECRET } from '../helpers/edge.js';
 import { freePort, spawnEdge, type EdgeProcess } from '../deploy/edge-process.js';
 import { ADMIN_TOKEN } from '../admin/admin-call.js';
-import { waitFor } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 
 /** One edge process and where it listens. */
 export interface TrioEdge {

@@ -13,7 +13,8 @@ import { UsageCounts } from '../../src/metering/counts.js';
 import { limiterKeys, parkedKey } from '../../src/redis/keys.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { TEST_PLAN, token } from '../helpers/edge.js';
-import { uniquePrefix, waitFor } from '../helpers/redis.js';
+import { uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { RedisCluster } from '../helpers/redis-cluster.js';
 import { accessLines, offer, send, startTrio, stopTrio, type Sample, type TrioEdge } from './edge-trio.js';
 

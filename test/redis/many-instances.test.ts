@@ -8,7 +8,8 @@ import type { Cluster, Redis } from 'ioredis';
 import { parkedKey } from '../../src/redis/keys.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { TEST_PLAN, token } from '../helpers/edge.js';
-import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix, waitFor } from '../helpers/redis.js';
+import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { RedisCluster } from '../helpers/redis-cluster.js';
 import { accessLines, adminCall, offer, send, startTrio, stopTrio, type TrioEdge } from './edge-trio.js';
 

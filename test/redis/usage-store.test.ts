@@ -8,7 +8,8 @@ import type { Cluster, Redis } from 'ioredis';
 import { HOUR_MS, UsageCounts } from '../../src/metering/counts.js';
 import { createUsageStore, type UsageBatch, type UsageStore } from '../../src/metering/store.js';
 import { usageDayKey } from '../../src/redis/keys.js';
-import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix, waitFor } from '../helpers/redis.js';
+import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { RedisCluster } from '../helpers/redis-cluster.js';
 
 const HOUR = Date.parse('2026-06-01T10:00:00Z');

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, forwarded, startEdge, testConfig, TEST_PLAN, token, type EdgeHarness } from '../helpers/edge.js';
 import { connect } from 'node:net';
+import { waitForValue } from '../helpers/wait.js';
 
 let broker: BrokerDouble;
 let edge: EdgeHarness;
@@ -110,12 +111,14 @@ describe('public routes', () => {
   it('answer 503 no_upstream once the active checks see every broker of the tenant down', async () => {
     const down = await startEdge(testConfig(['http://127.0.0.1:1']));
     try {
-      let r = await call(down, 'GET', '/health');
-      for (let i = 0; i < 100 && r.status !== 503; i++) {
-        await new Promise((res) => setTimeout(res, 100));
-        r = await call(down, 'GET', '/health');
-      }
-      expect(r.status).toBe(503);
+      const r = await waitForValue(
+        async () => {
+          const answer = await call(down, 'GET', '/health');
+          return answer.status === 503 ? answer : undefined;
+        },
+        10_000,
+        'the active checks to see the broker down (/health 503)',
+      );
       expect(r.json).toEqual({ error: 'no healthy broker', code: 'no_upstream' });
     } finally {
       await down.close();

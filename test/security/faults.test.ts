@@ -9,6 +9,7 @@ import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.j
 import { call, forwarded, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 import { startJwksServer } from '../helpers/jwks-server.js';
 import { keyPair, signWith } from '../helpers/tokens.js';
+import { waitFor } from '../helpers/wait.js';
 
 const DOCUMENTED_CODES = new Set(['bad_gateway', 'no_upstream', 'upstream_timeout']);
 
@@ -28,8 +29,9 @@ describe('a broker killed under load and restarted', () => {
     const rw = await token({ roles: ['read-write'], tenant: 'acme' });
     const outcomes: { tx: string; status: number; code: string | null }[] = [];
     let n = 0;
-    const worker = async (until: number) => {
-      while (Date.now() < until) {
+    let stopped = false;
+    const worker = async () => {
+      while (!stopped) {
         const tx = `tx-${n++}`;
         const r = await call(edge, 'POST', '/api/v1/push', {
           token: rw,
@@ -38,12 +40,19 @@ describe('a broker killed under load and restarted', () => {
         outcomes.push({ tx, status: r.status, code: (r.json as { code?: string } | undefined)?.code ?? null });
       }
     };
-    const until = Date.now() + 2500;
-    const load = Promise.all([worker(until), worker(until), worker(until), worker(until)]);
-    await new Promise((r) => setTimeout(r, 600));
+    const load = Promise.all([worker(), worker(), worker(), worker()]);
+    const since = (from: number, pred: (o: (typeof outcomes)[number]) => boolean) => outcomes.slice(from).filter(pred).length;
+    // The broker dies while pushes flow, stays down until the edge has refused some, and comes
+    // back under the same load.
+    await waitFor(() => since(0, (o) => o.status === 201) >= 10, 10_000, 'pushes answered 201 before the kill');
     await broker.close();
-    await new Promise((r) => setTimeout(r, 700));
+    const killed = outcomes.length;
+    await waitFor(() => since(killed, (o) => o.status !== 201) >= 4, 10_000, 'pushes refused while the broker is down');
     await broker.restart();
+    // Traffic flows again once the health checker has seen the broker up.
+    const restarted = outcomes.length;
+    await waitFor(() => since(restarted, (o) => o.status === 201) >= 1, 10_000, 'a push answered 201 after the restart');
+    stopped = true;
     await load;
 
     const refused = outcomes.filter((o) => o.status !== 201);
@@ -51,23 +60,6 @@ describe('a broker killed under load and restarted', () => {
       expect([502, 503, 504]).toContain(o.status);
       expect(DOCUMENTED_CODES.has(o.code ?? '')).toBe(true);
     }
-    expect(refused.length).toBeGreaterThan(0);
-    // Refusals of a down broker are fast and successes are not, so how many of each fit in the
-    // window depends on the machine's load; what must hold is that pushes succeeded around the outage.
-    expect(outcomes.filter((o) => o.status === 201).length).toBeGreaterThan(0);
-    // After the restart traffic flows again (once the health checker has seen the broker up).
-    await expect
-      .poll(
-        async () =>
-          (
-            await call(edge, 'POST', '/api/v1/push', {
-              token: rw,
-              body: { items: [{ queue: 'load', partition: 'p', transactionId: `after-${Date.now()}`, payload: 1 }] },
-            })
-          ).status,
-        { timeout: 5000, interval: 100 },
-      )
-      .toBe(201);
     // Exactly once from the proxy's side: no transactionId was sent to the broker twice.
     const sent = forwarded(broker)
       .filter((q) => q.path === '/api/v1/push')

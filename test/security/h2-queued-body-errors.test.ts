@@ -9,7 +9,8 @@
 import http2 from 'node:http2';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
-import { h2Session, SHORT_DEADLINES, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { h2Session, h2Settled, SHORT_DEADLINES, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { waitFor } from '../helpers/wait.js';
 
 let broker: BrokerDouble | undefined;
 let edge: EdgeHarness | undefined;
@@ -52,6 +53,12 @@ afterEach(async () => {
   process.off('uncaughtException', onUncaught);
 });
 
+/** Requests the edge has in flight to the broker, queued in the pool included (queen_edge_broker_inflight). */
+async function inflight(): Promise<number> {
+  const m = await edge!.app.metrics.getSingleMetric('queen_edge_broker_inflight')!.get();
+  return m.values.find((v) => v.labels.broker === broker!.url)?.value ?? 0;
+}
+
 function upload(s: http2.ClientHttp2Session, rw: string, length: number): http2.ClientHttp2Stream {
   const stream = s.request(
     {
@@ -73,9 +80,10 @@ describe('streamed h2 body whose upstream request waits in the pool queue', () =
     const { session: s, rw, hung } = await setup();
     const up = upload(s, rw, 200_000);
     up.write(Buffer.alloc(10_000, 0x20));
-    await new Promise((r) => setTimeout(r, 200));
+    await waitFor(async () => (await inflight()) === 2, 5000, 'the upload queued behind the hung request');
     up.close(http2.constants.NGHTTP2_INTERNAL_ERROR);
-    await new Promise((r) => setTimeout(r, 300));
+    // The edge destroyed the copy when it read the reset; the error it emits comes on the next tick.
+    await h2Settled(s);
     hung.close();
     expect(uncaught).toEqual([]);
   });
@@ -84,9 +92,11 @@ describe('streamed h2 body whose upstream request waits in the pool queue', () =
     const { session: s, rw, hung } = await setup();
     const up = upload(s, rw, 60_000);
     up.end(Buffer.alloc(60_000, 0x20)); // fits the stream window; more than the PassThrough holds
-    await new Promise((r) => setTimeout(r, 200));
+    await waitFor(async () => (await inflight()) === 2, 5000, 'the upload queued behind the hung request');
     up.close(http2.constants.NGHTTP2_NO_ERROR);
-    await new Promise((r) => setTimeout(r, 2000)); // past the 1.5 s request deadline
+    // Time is the subject: the 1.5 s request deadline must fire, and nothing outside marks it (the
+    // request was logged when its client left, it stays queued, and the closed stream gets no 408).
+    await new Promise((r) => setTimeout(r, 2000));
     hung.close();
     expect(uncaught).toEqual([]);
   });

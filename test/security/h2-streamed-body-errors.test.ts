@@ -6,7 +6,8 @@
 import http2 from 'node:http2';
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { h2Session, SHORT_DEADLINES, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { h2Session, h2Settled, SHORT_DEADLINES, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { waitForEvent } from '../helpers/wait.js';
 
 let edge: EdgeHarness;
 let session: http2.ClientHttp2Session;
@@ -64,15 +65,15 @@ describe('streamed h2 body, no broker reachable', () => {
     const { stream, status } = partialUpload();
     expect([502, 503]).toContain(await status);
     stream.close(code);
-    await new Promise((r) => setTimeout(r, 300));
+    await h2Settled(session);
     expect(uncaught).toEqual([]);
   });
 
   it('a client that never finishes its body does not crash the edge at the request deadline', async () => {
     const { stream, status } = partialUpload();
     expect([502, 503]).toContain(await status);
-    await new Promise((r) => stream.once('close', r)); // the edge's 408 deadline resets it
-    await new Promise((r) => setTimeout(r, 100));
+    await waitForEvent(stream, 'close', 10_000, 'the request deadline to reset the stream');
+    await h2Settled(session);
     expect(uncaught).toEqual([]);
   });
 });

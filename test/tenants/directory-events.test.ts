@@ -4,7 +4,8 @@ import { parseConfig } from '../../src/config/load.js';
 import type { RawConfig } from '../../src/config/schema.js';
 import { silentLogger } from '../../src/observability/log.js';
 import { createTenantStore, type TenantStore } from '../../src/tenants/store.js';
-import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix, waitFor } from '../helpers/redis.js';
+import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 
 const PLAN = {
   limits: { requestsPerSec: 1, requestBurst: 1, messagesPerSec: 1, messageBurst: 1, parkedPolls: 1, maxPayloadBytes: 1, maxBatch: 1 },

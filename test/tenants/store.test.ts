@@ -7,7 +7,8 @@ import type { RawConfig } from '../../src/config/schema.js';
 import { silentLogger } from '../../src/observability/log.js';
 import { directoryKeys } from '../../src/redis/keys.js';
 import { createTenantStore, type TenantStore } from '../../src/tenants/store.js';
-import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix, waitFor } from '../helpers/redis.js';
+import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 
 const LIMITS = { requestsPerSec: 50, requestBurst: 100, messagesPerSec: 500, messageBurst: 1000, parkedPolls: 20, maxPayloadBytes: 1048576, maxBatch: 1000 };
 const PLAN = { features: [], limits: LIMITS, quotas: { messagesPerMonth: 1000, ingressBytesPerMonth: 10000 }, storageBytes: 1000 };
