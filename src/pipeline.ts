@@ -41,7 +41,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
 
   async function handle(req: EdgeRequest, res: EdgeResponse): Promise<void> {
     const ctx = new Exchange(req, res, d.clock(), d.usage);
-    res.once('finish', () => finish(req, ctx));
+    // 'close' follows every response, finished or cut (h1 and h2 alike): one listener serves both.
     res.once('close', () => finish(req, ctx));
     const prelude = runStages(ctx, parts, PRELUDE);
     let ended = prelude instanceof Promise ? await prelude : prelude;

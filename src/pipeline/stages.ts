@@ -190,12 +190,18 @@ export function health(x: Exchange, p: Parts): StageResult {
  * per-client gate (limits/client-limits.ts): 429 before the check for an identity that failed too
  * often from this address, or an address over its checks per second. A cache hit never gets there.
  */
-export async function authenticate(x: Exchange, p: Parts): Promise<StageResult> {
+export function authenticate(x: Exchange, p: Parts): StageResult | Promise<StageResult> {
   const token = extractToken(x.req.headers.authorization);
   if (token === undefined) return edgeError('unauthorized', 'missing bearer token');
   if (isEdgeError(token)) return token;
   const { tenant, verifier } = p.tenancy.candidate(x.hostTenant, token);
-  const verified = verifier.cached(token) ?? (await verifier.verify(token, p.clientLimits.signatureGate(clientOf(x, p), token)));
+  // A cached token stays synchronous: no promise for the common case.
+  const cached = verifier.cached(token);
+  if (cached !== undefined) return authenticated(x, cached, tenant);
+  return verifier.verify(token, p.clientLimits.signatureGate(clientOf(x, p), token)).then((v) => authenticated(x, v, tenant));
+}
+
+function authenticated(x: Exchange, verified: Identity | EdgeError, tenant: Tenant | EdgeError): StageResult {
   if (isEdgeError(verified)) return verified;
   x.identity = verified;
   if (isEdgeError(tenant)) return tenant;

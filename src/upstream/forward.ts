@@ -101,54 +101,9 @@ class ClientAbort extends Error {
  * Status, bytes and upstream time also go into `rec` as they happen.
  */
 export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResponse, rec: RelayRecord): Promise<ForwardResult> {
+  // A client that left before this point already emitted 'close': nothing to send upstream.
+  if (clientGone(res)) return Promise.resolve({ status: 0, sent: false, failure: 'client_aborted', meter: null });
   return new Promise<ForwardResult>((resolve) => {
-    const result: ForwardResult = { status: 0, sent: false, failure: null, meter: null };
-    // A client that left before this point already emitted 'close': nothing to send upstream.
-    if (clientGone(res)) {
-      result.failure = 'client_aborted';
-      resolve(result);
-      return;
-    }
-    let abortUpstream: ((err: Error) => void) | null = null;
-    let resumeUpstream: (() => void) | null = null;
-    let finished = false;
-    let meter: AnswerMeter | null = null;
-    let clientLeft = false;
-    const sentAt = performance.now();
-    // A streamed body is metered as undici writes it to the broker's socket, so an upload cut short
-    // counts what the broker got, not what the client declared. Only streamed bodies get the
-    // callback (no closure for the rest); undici passes the chunk, its typings say a size.
-    const bodySent =
-      req.body !== null && !Buffer.isBuffer(req.body)
-        ? (sent: number | Uint8Array) => {
-            rec.bytesIn += typeof sent === 'number' ? sent : sent.byteLength;
-          }
-        : undefined;
-
-    // Runs before the response ends, so the upstream time is in `rec` before finish/close fire.
-    const finish = () => {
-      if (finished) return;
-      finished = true;
-      rec.upstreamMs += performance.now() - sentAt;
-      res.removeListener('close', onClientClose);
-      result.meter = meter;
-      resolve(result);
-    };
-    const onClientClose = () => {
-      // writableEnded, not writableFinished: an h2 stream reset sets writableFinished before 'close'.
-      // An answer ended before the broker's head came was the edge's own (an h2 body deadline's
-      // 408): the client's doing, which must not count against the broker's health.
-      if (finished || (res.writableEnded && result.status !== 0)) return;
-      clientLeft = true;
-      result.failure = 'client_aborted';
-      // An answer being captured (a pop's messages, a push's statuses) is read to its end without
-      // relaying it: the broker already acted on the request, and metering counts what it did, so a
-      // client cannot take most of a batch and leave before the last byte to make it free.
-      if (meter !== null) resumeUpstream?.();
-      else abortUpstream?.(new ClientAbort('client disconnected'));
-    };
-    res.on('close', onClientClose);
-
     pool.dispatch(
       {
         method: req.method,
@@ -160,81 +115,153 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
         // Never let undici replay a request on another connection: nothing is retried once sent (docs/architecture.md).
         idempotent: false,
       },
-      {
-        onConnect(abort: (err?: Error) => void) {
-          abortUpstream = abort;
-          result.sent = true;
-          if (clientLeft) abort(new ClientAbort('client disconnected'));
-        },
-        onBodySent: bodySent,
-        onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
-          if (clientLeft) return false;
-          const headers: Record<string, string | string[]> = {};
-          let announcedBody = false;
-          let encoding: string | null = null;
-          for (let i = 0; i < rawHeaders.length; i += 2) {
-            const name = rawHeaders[i]!.toString('latin1').toLowerCase();
-            if (name === 'content-encoding') encoding = rawHeaders[i + 1]!.toString('latin1');
-            if (DROPPED_RESPONSE_HEADERS.has(name) || name.startsWith('access-control-')) {
-              if (name === 'transfer-encoding') announcedBody = true;
-              continue;
-            }
-            const value = rawHeaders[i + 1]!.toString('latin1');
-            if (name === 'content-length' && statusCode === 204) {
-              if (value !== '0') announcedBody = true;
-              continue;
-            }
-            const prev = headers[name];
-            headers[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [prev, value];
-          }
-          if (req.responseHeaders) Object.assign(headers, req.responseHeaders);
-          result.status = rec.status = statusCode;
-          if (statusCode === 204) {
-            // Seed: an empty pop is a bodiless 204. Relay exactly that, whatever the broker sent,
-            // and if it announced a body, drop its connection so stray bytes cannot poison it.
-            finish();
-            res.writeHead(204, headers);
-            res.end();
-            // Returning true keeps the parser running so the exchange completes and the connection
-            // goes back to the pool (onData/onComplete ignore it, as finished is set).
-            if (announcedBody) abortUpstream?.(new Error('204 with a body'));
-            return true;
-          }
-          res.writeHead(statusCode, headers);
-          if (req.capture && (statusCode === 200 || statusCode === 201)) {
-            meter = openAnswerMeter(encoding);
-            meter.onDrain(resume);
-          }
-          resumeUpstream = resume;
-          res.on('drain', resume);
-          return true;
-        },
-        onData(chunk: Buffer): boolean {
-          if (finished) return false;
-          // Paced by the slower of the client and the meter (a decoder may fall behind).
-          const metered = meter === null || meter.write(chunk);
-          if (clientLeft) return metered;
-          rec.bytesOut += chunk.length;
-          return (res as NodeJS.WritableStream).write(chunk) && metered;
-        },
-        onComplete() {
-          if (finished) return;
-          finish();
-          if (!clientLeft) res.end();
-        },
-        onError(err: Error) {
-          if (finished) return;
-          result.failure = clientLeft ? 'client_aborted' : classifyUpstreamError(err);
-          // Only an answer read for a client that left is still metered (from what arrived).
-          if (!clientLeft) {
-            meter?.discard();
-            meter = null;
-          }
-          finish();
-          // Once the head went out, a client can only learn of a broken body by a broken stream.
-          if (result.status !== 0 && !res.writableEnded) res.destroy();
-        },
-      },
+      new Relay(req, res, rec, resolve),
     );
   });
+}
+
+/**
+ * One attempt's handler, in undici's callback style: relays the broker's answer into `res` and
+ * settles the result once. One object per attempt, its methods shared (no closure per callback).
+ */
+class Relay implements Dispatcher.DispatchHandler {
+  private readonly result: ForwardResult = { status: 0, sent: false, failure: null, meter: null };
+  private readonly sentAt = performance.now();
+  private abortUpstream: ((err: Error) => void) | null = null;
+  private resumeUpstream: (() => void) | null = null;
+  private finished = false;
+  private clientLeft = false;
+  /**
+   * A streamed body is metered as undici writes it to the broker's socket, so an upload cut short
+   * counts what the broker got, not what the client declared. Set for streamed bodies only.
+   */
+  readonly onBodySent: ((sent: number | Uint8Array) => void) | undefined;
+
+  constructor(
+    private readonly req: ForwardRequest,
+    private readonly res: EdgeResponse,
+    private readonly rec: RelayRecord,
+    private readonly resolve: (r: ForwardResult) => void,
+  ) {
+    // undici passes the chunk; its typings say a size.
+    this.onBodySent =
+      req.body !== null && !Buffer.isBuffer(req.body)
+        ? (sent) => {
+            rec.bytesIn += typeof sent === 'number' ? sent : sent.byteLength;
+          }
+        : undefined;
+    res.on('close', this.onClientClose);
+  }
+
+  /** Runs before the response ends, so the upstream time is in `rec` before finish/close fire. */
+  private finish(): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.rec.upstreamMs += performance.now() - this.sentAt;
+    this.res.removeListener('close', this.onClientClose);
+    this.resolve(this.result);
+  }
+
+  private readonly onClientClose = (): void => {
+    // writableEnded, not writableFinished: an h2 stream reset sets writableFinished before 'close'.
+    // An answer ended before the broker's head came was the edge's own (an h2 body deadline's
+    // 408): the client's doing, which must not count against the broker's health.
+    if (this.finished || (this.res.writableEnded && this.result.status !== 0)) return;
+    this.clientLeft = true;
+    this.result.failure = 'client_aborted';
+    // An answer being metered (a pop's messages, a push's statuses) is read to its end without
+    // relaying it: the broker already acted on the request, and metering counts what it did, so a
+    // client cannot take most of a batch and leave before the last byte to make it free.
+    if (this.result.meter !== null) this.resumeUpstream?.();
+    else this.abortUpstream?.(new ClientAbort('client disconnected'));
+  };
+
+  onConnect(abort: (err?: Error) => void): void {
+    this.abortUpstream = abort;
+    this.result.sent = true;
+    if (this.clientLeft) abort(new ClientAbort('client disconnected'));
+  }
+
+  onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
+    if (this.clientLeft) return false;
+    const { headers, encoding, announcedBody } = relayedHeaders(statusCode, rawHeaders);
+    if (this.req.responseHeaders) Object.assign(headers, this.req.responseHeaders);
+    const res = this.res;
+    this.result.status = this.rec.status = statusCode;
+    if (statusCode === 204) {
+      // Seed: an empty pop is a bodiless 204. Relay exactly that, whatever the broker sent,
+      // and if it announced a body, drop its connection so stray bytes cannot poison it.
+      this.finish();
+      res.writeHead(204, headers);
+      res.end();
+      // Returning true keeps the parser running so the exchange completes and the connection
+      // goes back to the pool (onData/onComplete ignore it, as finished is set).
+      if (announcedBody) this.abortUpstream?.(new Error('204 with a body'));
+      return true;
+    }
+    res.writeHead(statusCode, headers);
+    if (this.req.capture && (statusCode === 200 || statusCode === 201)) {
+      const meter = openAnswerMeter(encoding);
+      meter.onDrain(resume);
+      this.result.meter = meter;
+    }
+    this.resumeUpstream = resume;
+    res.on('drain', resume);
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    if (this.finished) return false;
+    // Paced by the slower of the client and the meter (a decoder may fall behind).
+    const meter = this.result.meter;
+    const metered = meter === null || meter.write(chunk);
+    if (this.clientLeft) return metered;
+    this.rec.bytesOut += chunk.length;
+    return (this.res as NodeJS.WritableStream).write(chunk) && metered;
+  }
+
+  onComplete(): void {
+    if (this.finished) return;
+    this.finish();
+    if (!this.clientLeft) this.res.end();
+  }
+
+  onError(err: Error): void {
+    if (this.finished) return;
+    this.result.failure = this.clientLeft ? 'client_aborted' : classifyUpstreamError(err);
+    // Only an answer read for a client that left is still metered (from what arrived).
+    if (!this.clientLeft) {
+      this.result.meter?.discard();
+      this.result.meter = null;
+    }
+    this.finish();
+    // Once the head went out, a client can only learn of a broken body by a broken stream.
+    if (this.result.status !== 0 && !this.res.writableEnded) this.res.destroy();
+  }
+}
+
+/** The broker's response head as relayed: hop-by-hop and edge-owned fields dropped, repeats kept. */
+function relayedHeaders(
+  statusCode: number,
+  rawHeaders: Buffer[],
+): { headers: Record<string, string | string[]>; encoding: string | null; announcedBody: boolean } {
+  const headers: Record<string, string | string[]> = {};
+  let announcedBody = false;
+  let encoding: string | null = null;
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i]!.toString('latin1').toLowerCase();
+    if (name === 'content-encoding') encoding = rawHeaders[i + 1]!.toString('latin1');
+    if (DROPPED_RESPONSE_HEADERS.has(name) || name.startsWith('access-control-')) {
+      if (name === 'transfer-encoding') announcedBody = true;
+      continue;
+    }
+    const value = rawHeaders[i + 1]!.toString('latin1');
+    if (name === 'content-length' && statusCode === 204) {
+      if (value !== '0') announcedBody = true;
+      continue;
+    }
+    const prev = headers[name];
+    headers[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [prev, value];
+  }
+  return { headers, encoding, announcedBody };
 }

@@ -5,7 +5,7 @@
  * relayed pop answers. Caddy's reverseproxy has the same split: selection, the retry loop and
  * failure counting live inside the proxy; the caller only renders what it returns.
  */
-import { edgeError, type EdgeError } from '../errors.js';
+import { edgeError, isEdgeError, type EdgeError } from '../errors.js';
 import type { EdgeResponse } from '../listen/servers.js';
 import { clientGone } from '../listen/transport.js';
 import type { AnswerMeter } from '../metering/answer-meter.js';
@@ -13,7 +13,7 @@ import type { AnswerFacts } from '../metering/answer-scan.js';
 import type { Logger } from '../observability/log.js';
 import type { Tenant } from '../tenants/model.js';
 import type { Clusters } from './clusters.js';
-import { failureError, forwardOnce, type ForwardRequest, type RelayRecord } from './forward.js';
+import { failureError, forwardOnce, type ForwardRequest, type ForwardResult, type RelayRecord } from './forward.js';
 import type { BrokerPools } from './pools.js';
 
 /** The broker placement a request asks for (docs/clusters.md): a ring key, or the broker of a lease. */
@@ -75,6 +75,9 @@ export interface ProxyDeps {
   readonly log: Logger;
 }
 
+/** An attempt that may go to the lane's next broker (nothing was sent). */
+const RETRY = Symbol('retry');
+
 export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
   const { clusters, pools, log } = d;
 
@@ -99,7 +102,7 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
     // Metering waits for the outcome even when it counts no answer: a transaction whose client left
     // is counted from its request, and only the proxy learns that it was sent (answerLost).
     x.expectBody();
-    let meter: AnswerMeter | null = null;
+    let metered = false;
     try {
       const lane = req.lane;
       let tried: Set<string> | null = null;
@@ -111,47 +114,59 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
           return edgeError('no_upstream', tried ? 'no broker accepted the connection' : undefined);
         }
         x.broker = broker;
-        // Parked polls have their own pool, bounded per tenant by the plan's parkedPolls.
-        const shared = !req.parked;
-        const entered = shared ? pools.enter(broker, tenant.id) : true;
-        if (entered !== true && !(await entered)) {
-          return edgeError('rate_limited', `too many requests in flight to one broker (${pools.tenantCap} at a time)`, { retryAfterSec: 1 });
+        const result = await attempt(res, x, tenant, req, broker);
+        if (isEdgeError(result)) return result;
+        // What the broker did is metered from its answer whenever one was read to the end.
+        if (result.meter !== null) {
+          metered = true;
+          afterResponse(x, broker, result.meter, req.learnsLease);
         }
-        clusters.begin(broker);
-        const result = await forwardOnce(pools.get(broker, req.parked), req, res, x);
-        clusters.end(broker);
-        if (shared) pools.leave(broker, tenant.id);
-        if (result.failure === null) {
-          if (result.status >= 500) clusters.reportFailure(broker, 'status5xx');
-          else clusters.reportSuccess(broker);
-          meter = result.meter;
-          if (meter !== null) afterResponse(x, broker, meter, req.learnsLease);
-          return null;
-        }
-        if (result.failure === 'client_aborted') {
-          log.debug({ reqId: req.headers['x-request-id'], broker }, 'client went away');
-          // What the broker did is still metered: from its answer when it was read to the end,
-          // else (the request was sent) from the request.
-          meter = result.meter;
-          if (meter !== null) afterResponse(x, broker, meter, req.learnsLease);
-          else if (result.sent) x.answerLost = true;
-          return null;
-        }
-        // A parked poll that ran out of time ended the way parked polls end. Other failures are
-        // suspicions the health checker confirms with a check of its own (docs/clusters.md).
-        if (!(result.failure === 'timeout' && req.parked)) clusters.reportFailure(broker, result.failure === 'protocol' ? 'reset' : result.failure);
-        if (result.status !== 0) return null;
-        if (result.failure === 'connect' && !result.sent && !clientGone(res)) {
-          tried ??= new Set();
-          tried.add(broker);
-          broker = clusters.pick(tenant, lane.key, tried);
-          continue;
-        }
-        return failureError(result.failure);
+        const next = judge(res, x, req, broker, result);
+        if (next !== RETRY) return next;
+        tried ??= new Set();
+        tried.add(broker);
+        broker = clusters.pick(tenant, lane.key, tried);
       }
     } finally {
-      if (meter === null) x.relayed(null);
+      if (!metered) x.relayed(null);
     }
+  }
+
+  /** One attempt on `broker`, inside the tenant's share of its request pool (parked polls have a pool of their own). */
+  async function attempt(res: EdgeResponse, x: ProxyExchange, tenant: Tenant, req: ProxyRequest, broker: string): Promise<ForwardResult | EdgeError> {
+    const shared = !req.parked;
+    const entered = shared ? pools.enter(broker, tenant.id) : true;
+    if (entered !== true && !(await entered)) {
+      return edgeError('rate_limited', `too many requests in flight to one broker (${pools.tenantCap} at a time)`, { retryAfterSec: 1 });
+    }
+    clusters.begin(broker);
+    try {
+      return await forwardOnce(pools.get(broker, req.parked), req, res, x);
+    } finally {
+      clusters.end(broker);
+      if (shared) pools.leave(broker, tenant.id);
+    }
+  }
+
+  /** What an attempt's result means for the broker's health, and whether another broker may be tried. */
+  function judge(res: EdgeResponse, x: ProxyExchange, req: ProxyRequest, broker: string, result: ForwardResult): EdgeError | null | typeof RETRY {
+    if (result.failure === null) {
+      if (result.status >= 500) clusters.reportFailure(broker, 'status5xx');
+      else clusters.reportSuccess(broker);
+      return null;
+    }
+    if (result.failure === 'client_aborted') {
+      log.debug({ reqId: req.headers['x-request-id'], broker }, 'client went away');
+      // Without an answer read to the end, a request that was sent is metered from the request.
+      if (result.meter === null && result.sent) x.answerLost = true;
+      return null;
+    }
+    // A parked poll that ran out of time ended the way parked polls end. Other failures are
+    // suspicions the health checker confirms with a check of its own (docs/clusters.md).
+    if (!(result.failure === 'timeout' && req.parked)) clusters.reportFailure(broker, result.failure === 'protocol' ? 'reset' : result.failure);
+    if (result.status !== 0) return null;
+    if (result.failure === 'connect' && !result.sent && !clientGone(res)) return RETRY;
+    return failureError(result.failure);
   }
 
   function sync(tenants: Iterable<Tenant>): void {
