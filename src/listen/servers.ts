@@ -7,7 +7,7 @@
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import http2, { type Http2SecureServer, type Http2Session, type IncomingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
 import https from 'node:https';
-import type { AddressInfo, Server as NetServer, Socket } from 'node:net';
+import { Socket, type AddressInfo, type Server as NetServer } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { RawConfig } from '../config/schema.js';
 import type { Logger } from '../observability/log.js';
@@ -225,7 +225,10 @@ class EdgeListeners implements Listeners {
     if (!config.http2) {
       const server = https.createServer({ ...tlsOptions, ...http1Options(t), ALPNProtocols: ['http/1.1'] }, handler);
       server.setTimeout(t.idleTimeoutMs);
-      server.on('tlsClientError', (err: Error) => this.#log.debug({ err }, 'TLS handshake failed'));
+      server.on('tlsClientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
+        this.#log.debug({ err }, 'TLS handshake failed');
+        answerPlainHttp(err, socket);
+      });
       server.on('clientError', onClientError(this.#log));
       return server;
     }
@@ -402,6 +405,23 @@ const PARSE_ERROR_RESPONSES: Record<string, Buffer> = {
 };
 const BAD_REQUEST = rawResponse('400 Bad Request', '{"error":"bad request","code":"invalid_request"}');
 
+/** What a plain-HTTP request to the TLS port gets, as nginx answers it: 400 in the refusal shape of src/errors.ts. */
+const PLAIN_HTTP_ON_TLS = rawResponse('400 Bad Request', '{"error":"plain HTTP request sent to the HTTPS port: use https://","code":"invalid_request"}');
+
+/**
+ * OpenSSL recognises an HTTP request line where a TLS handshake should be (ERR_SSL_HTTP_REQUEST).
+ * The TLS layer is gone by then, but the TCP socket under it still writes: the client gets a
+ * readable 400 instead of an empty reply. Node keeps that socket as the TLS socket's `_parent`
+ * (not a public API: without it, the connection is only closed, as before). True when answered.
+ */
+function answerPlainHttp(err: NodeJS.ErrnoException, socket: Duplex): boolean {
+  if (err.code !== 'ERR_SSL_HTTP_REQUEST') return false;
+  const raw = (socket as { _parent?: unknown })._parent;
+  if (!(raw instanceof Socket) || !raw.writable) return false;
+  raw.end(PLAIN_HTTP_ON_TLS, () => raw.destroy());
+  return true;
+}
+
 /**
  * A 'clientError' listener: a malformed or too-slow h1 request head gets a one-shot answer and the
  * connection closes; anything else (resets, TLS failures) just closes it.
@@ -409,8 +429,9 @@ const BAD_REQUEST = rawResponse('400 Bad Request', '{"error":"bad request","code
 function onClientError(log: Logger): (err: NodeJS.ErrnoException, socket: Duplex) => void {
   return (err, socket) => {
     const code = err.code ?? '';
-    const answer = PARSE_ERROR_RESPONSES[code] ?? (code.startsWith('HPE_') ? BAD_REQUEST : null);
     log.debug({ err }, 'client error');
+    if (answerPlainHttp(err, socket)) return;
+    const answer = PARSE_ERROR_RESPONSES[code] ?? (code.startsWith('HPE_') ? BAD_REQUEST : null);
     // Writing over a response already under way would corrupt what the client reads (Node checks the same).
     const inFlight = (socket as { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent === true;
     if (answer === null || !socket.writable || inFlight) {

@@ -381,6 +381,15 @@ describe('protocols and guards', () => {
     expect((await h1({ port: ports.https, rejectUnauthorized: false })).status).toBe(200);
   });
 
+  it('answers a plain-HTTP request on the TLS port with a 400 JSON body, as nginx does, and keeps serving TLS', async () => {
+    const reply = await raw(ports.https, 'GET /api/v1/resources/queues HTTP/1.1\r\nHost: localhost\r\n\r\n');
+    expect(reply.text).toMatch(/^HTTP\/1\.1 400 /);
+    expect(reply.text).toContain('Connection: close');
+    const body = JSON.parse(reply.text.slice(reply.text.indexOf('\r\n\r\n') + 4)) as Record<string, unknown>;
+    expect(body).toEqual({ error: expect.stringContaining('plain HTTP request sent to the HTTPS port'), code: 'invalid_request' });
+    expect((await h1({ port: ports.https, rejectUnauthorized: false })).status).toBe(200);
+  });
+
   it('serves the admin handler on the admin port only', async () => {
     expect((await h1({ port: ports.admin, tls: false })).body).toEqual({ listener: 'admin' });
     expect((await h1({ port: ports.http, tls: false })).body).toMatchObject({ listener: 'edge' });
@@ -455,5 +464,9 @@ describe('lifecycle', () => {
     const { ports } = await start(serverConfig({ https: { http2: false } }));
     expect((await peerCert(ports.https, { ALPNProtocols: ['h2', 'http/1.1'] })).alpn).toBe('http/1.1');
     expect((await h1({ port: ports.https, rejectUnauthorized: false })).body).toMatchObject({ httpVersion: '1.1' });
+    // The h1-only server meets plain HTTP on its TLS port the same way.
+    expect((await raw(ports.https, 'POST /api/v1/push HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\n{}')).text).toMatch(
+      /^HTTP\/1\.1 400 [^]*plain HTTP request sent to the HTTPS port/,
+    );
   });
 });
