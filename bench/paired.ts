@@ -35,6 +35,8 @@ const { values: v } = parseArgs({
     repeat: { type: 'string', default: '3' },
     seconds: { type: 'string', default: '8' },
     full: { type: 'boolean', default: false },
+    // Load one side at a time, alternating which goes first each round, instead of both at once.
+    alternate: { type: 'boolean', default: false },
     // JSON merged into one side's config (per top-level section), to pair a setting against its default.
     'a-config': { type: 'string', default: '{}' },
     'b-config': { type: 'string', default: '{}' },
@@ -42,7 +44,7 @@ const { values: v } = parseArgs({
 });
 if (!v.a || !v.b)
   throw new Error(
-    'usage: bench/paired.ts --a <dist dir> --b <dist dir> [--proto h1|h2] [--repeat N] [--seconds S] [--full] [--a-config JSON] [--b-config JSON]',
+    'usage: bench/paired.ts --a <dist dir> --b <dist dir> [--proto h1|h2] [--repeat N] [--seconds S] [--full] [--alternate] [--a-config JSON] [--b-config JSON]',
   );
 const repeat = Math.max(1, Number(v.repeat));
 const seconds = Math.max(1, Number(v.seconds));
@@ -91,17 +93,29 @@ async function start(name: string, dist: string, overrides: string): Promise<Edg
 
 const load = (base: string, w: Workload) =>
   v.proto === 'h2' ? runH2Load(base, w, { clients: 2, streams: 100, seconds, headers }) : runLoad(base, w, { connections: 50, seconds, headers });
+interface Measured {
+  readonly us: number;
+  readonly reqPerSec: number;
+}
+/** One side's CPU µs per request over one load. */
+async function measured(e: EdgeProcess, w: Workload): Promise<Measured> {
+  const cpu = treeCpuSeconds(e.pid);
+  const r = await load(e.base, w);
+  return { us: ((treeCpuSeconds(e.pid) - cpu) / r.requests) * 1e6, reqPerSec: r.reqPerSec };
+}
 const a = await start('A', v.a, v['a-config']);
 const b = await start('B', v.b, v['b-config']);
 const perWorkload = new Map<string, { a: number[]; b: number[] }>();
 try {
   for (let r = 0; r < repeat; r++) {
     for (const w of workloads()) {
-      const cpuA = treeCpuSeconds(a.pid);
-      const cpuB = treeCpuSeconds(b.pid);
-      const [ra, rb] = await Promise.all([load(a.base, w), load(b.base, w)]);
-      const usA = ((treeCpuSeconds(a.pid) - cpuA) / ra.requests) * 1e6;
-      const usB = ((treeCpuSeconds(b.pid) - cpuB) / rb.requests) * 1e6;
+      const [ra, rb] = v.alternate
+        ? r % 2 === 0
+          ? [await measured(a, w), await measured(b, w)]
+          : ([await measured(b, w), await measured(a, w)].reverse() as [Measured, Measured])
+        : await Promise.all([measured(a, w), measured(b, w)]);
+      const usA = ra.us;
+      const usB = rb.us;
       const row = perWorkload.get(w.name) ?? { a: [], b: [] };
       row.a.push(usA);
       row.b.push(usB);

@@ -26,7 +26,7 @@ import type { ClientAddresses } from '../net/client-address.js';
 import type { Logger } from '../observability/log.js';
 import type { RequestMetrics } from '../observability/metrics.js';
 import { normalizeTarget, type RouteMatcher } from '../routes/match.js';
-import { declaredParams, readQuery, type QueryFacts } from '../routes/query-params.js';
+import { declaredParams, readQuery, type Params, type QueryFacts } from '../routes/query-params.js';
 import type { RouteSpec } from '../routes/table.js';
 import type { Tenant, TenantDirectory } from '../tenants/model.js';
 import { tenantGate, type Tenancy, type TenancySettings } from '../tenants/tenancy.js';
@@ -46,8 +46,8 @@ export interface PipelineSettings {
   readonly accessLog: boolean;
   readonly tenancy: TenancySettings;
   readonly trustedProxies: readonly string[];
-  /** Extra query parameters each route forwards, by route name. */
-  readonly queryAllow: Readonly<Record<string, readonly string[]>>;
+  /** The declared query parameters of the routes `queryAllow` extends, by route name (the others use their own). */
+  readonly queryParams: ReadonlyMap<string, Params>;
   readonly bodyLimitBytes: number;
   readonly bodyBudget: RawConfig['server']['bodyBudget'];
   readonly lingeringClose: LingerBounds;
@@ -62,7 +62,7 @@ export function pipelineSettings(config: RawConfig): PipelineSettings {
     accessLog: config.log.accessLog,
     tenancy: config.auth,
     trustedProxies: config.server.trustedProxies,
-    queryAllow: config.queryAllow,
+    queryParams: new Map(Object.entries(config.queryAllow).map(([route, extra]) => [route, declaredParams(route, extra)])),
     bodyLimitBytes: config.server.bodyLimitBytes,
     bodyBudget: config.server.bodyBudget,
     lingeringClose: config.server.lingeringClose,
@@ -234,7 +234,7 @@ export function gates(x: Exchange): StageResult {
 /** Read against the route's declared parameters, capped; the broker gets the edge's rebuild of it. */
 export function query(x: Exchange, p: Parts): StageResult {
   const r = x.route!;
-  const params = declaredParams(r.name, p.settings.queryAllow[r.name]);
+  const params = p.settings.queryParams.get(r.name) ?? declaredParams(r.name);
   const q = readQuery(x.target.query, { params, longPoll: r.longPoll, maxBatch: x.tenant!.limits.maxBatch, longPollSettings: p.settings.longPoll });
   if (isEdgeError(q)) return q;
   x.query = q;

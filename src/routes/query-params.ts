@@ -30,7 +30,7 @@ export const MAX_POP_PARTITIONS = 100;
 export const MAX_QUERY_VALUE_LENGTH = 1024;
 const INT_MAX = 2 ** 31 - 1;
 
-type Params = Readonly<Record<string, ParamKind>>;
+export type Params = Readonly<Record<string, ParamKind>>;
 
 /** What pops read (broker pop.cpp; `namespace`/`task`/`leaseSeconds` are the seed's and Queen's clients send them). */
 const POP: Params = {
