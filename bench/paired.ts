@@ -4,8 +4,11 @@
  * by identical clients at the same moment, so whatever else the machine does weighs on both alike. Prints CPU µs per request of each and B/A per workload, and the medians.
  *
  * Runs started together are not symmetric: measured with the same build on both sides, B came out
- * 5-15 % cheaper than A on this machine. Run both orders and take the geometric mean of the two
- * B/A medians (BENCHMARKS.md, "Measuring a change").
+ * 5-15 % cheaper than A on this machine, or dearer on another day. Run both orders and take the
+ * geometric mean of the two B/A medians (BENCHMARKS.md, "Measuring a change"). --alternate loads
+ * one side at a time instead, the first side alternating each round: no asymmetry, but whatever
+ * else runs weighs on the sides at different moments. --a-config / --b-config pair a setting.
+ * Each side runs one tenant on a broker of its own, so builds of different ages read one config.
  *
  *   npx tsc -p tsconfig.build.json --outDir node_modules/.cache/ab-new          # this checkout
  *   git worktree add /tmp/ab-old <commit> && npx tsc -p /tmp/ab-old/tsconfig.build.json \
