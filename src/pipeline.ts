@@ -41,7 +41,9 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
 
   async function handle(req: EdgeRequest, res: EdgeResponse): Promise<void> {
     const ctx = new Exchange(req, res, d.clock(), d.usage);
-    // 'close' follows every response, finished or cut (h1 and h2 alike): one listener serves both.
+    // Whichever comes first: an h2 stream whose small refused body was never read only closes
+    // with its session, long after its answer finished.
+    res.once('finish', () => finish(req, ctx));
     res.once('close', () => finish(req, ctx));
     const prelude = runStages(ctx, parts, PRELUDE);
     let ended = prelude instanceof Promise ? await prelude : prelude;
