@@ -81,7 +81,8 @@ export function declaredParams(route: string, extra: readonly string[] = []): Pa
   const own = QUERY_PARAMS[route] ?? NONE;
   if (extra.length === 0) return own;
   const out: Record<string, ParamKind> = { ...own };
-  for (const name of extra) out[name] ??= 'string';
+  // Own keys only: a name such as `constructor` is inherited by every object.
+  for (const name of extra) if (!Object.hasOwn(out, name)) out[name] = 'string';
   return out;
 }
 

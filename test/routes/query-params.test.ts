@@ -82,6 +82,8 @@ describe('readQuery', () => {
     expect(isEdgeError(readQuery('x=1', none))).toBe(true);
     expect(read('', none).forward).toBe('');
     expect(read('x=a%26b', { ...none, params: declaredParams('push', ['x']) }).forward).toBe('x=a%26b');
+    // A name every object inherits is allowed like any other.
+    expect(read('constructor=1', { ...none, params: declaredParams('push', ['constructor']) }).forward).toBe('constructor=1');
   });
 });
 
