@@ -64,3 +64,35 @@ export async function whenReady(client: RedisClient, maxMs: number): Promise<voi
     client.once('ready', done);
   });
 }
+
+/**
+ * A connection for SUBSCRIBE, reconnecting with the same backoff as every other connection. On a
+ * Redis Cluster a plain PUBLISH reaches every node, so one node serves: it subscribes to one known
+ * node at a time and moves on to the next when that one fails. (ioredis's own cluster subscriber
+ * reconnects the moment its node is gone, with no delay: with every node down it spun a core and
+ * grew by hundreds of MiB a minute.)
+ */
+export function subscriberFor(client: RedisClient, seeds: readonly string[]): Redis {
+  if (!(client instanceof Cluster)) return client.duplicate({ enableOfflineQueue: true, retryStrategy: reconnectDelay });
+  const known = client.nodes('all').map((n) => ({ host: n.options.host, port: n.options.port }));
+  const nodes = known.length > 0 ? known : seeds.map(seedNode);
+  let next = 0;
+  const sub: Redis = new Redis({
+    ...nodes[0],
+    ...client.options.redisOptions,
+    enableOfflineQueue: true,
+    retryStrategy: (times) => {
+      // The connector reads host and port from these options at each attempt.
+      next = (next + 1) % nodes.length;
+      Object.assign(sub.options, nodes[next]);
+      return reconnectDelay(times);
+    },
+  });
+  return sub;
+}
+
+/** A seed (`host:port`) as host and port. */
+function seedNode(seed: string): { host: string; port: number } {
+  const i = seed.lastIndexOf(':');
+  return { host: seed.slice(0, i), port: Number(seed.slice(i + 1)) };
+}

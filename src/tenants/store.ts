@@ -9,9 +9,8 @@
  * reload every few seconds covers lost messages and reconnects, and a failed reload is retried
  * shortly, so a slow moment of Redis does not delay a change to the next period.
  */
-import { Cluster } from 'ioredis';
 import { planSchema, tenantSchema, type RawTenant } from '../config/schema.js';
-import { connectRedis, whenReady, type RedisClient, type RedisTarget } from '../redis/connection.js';
+import { connectRedis, subscriberFor, whenReady, type RedisClient, type RedisTarget } from '../redis/connection.js';
 import type { Logger } from '../observability/log.js';
 import { directoryKeys, type DirectoryKeys } from '../redis/keys.js';
 import { ID_PATTERN, type Plan, type Tenant, type TenantDirectory } from './model.js';
@@ -98,6 +97,8 @@ class Directory implements TenantStore {
   readonly backing: 'redis' | 'memory' | 'static';
   /** How long an owned client may take to connect before the first load gives up. */
   readonly #readyMs: number;
+  /** Redis Cluster seed nodes, for the subscriber when no node is known yet. */
+  readonly #seeds: readonly string[];
   readonly #log: Logger;
   readonly #redis: RedisClient | null;
   readonly #owned: boolean;
@@ -120,6 +121,7 @@ class Directory implements TenantStore {
 
   constructor(cfg: TenantStoreSettings, log: Logger, redis: RedisClient | null, owned: boolean, memoryOverrides = false) {
     this.#readyMs = Math.max(1000, cfg.redis.timeoutMs * 20);
+    this.#seeds = cfg.redis.cluster;
     this.#log = log;
     this.#redis = redis;
     this.#owned = owned;
@@ -210,7 +212,7 @@ class Directory implements TenantStore {
     if (!redis) return;
     // A caller's client was waited for by the caller; waiting again only slows a boot with Redis down.
     if (this.#owned) await whenReady(redis, this.#readyMs);
-    const sub = redis instanceof Cluster ? redis.duplicate(undefined, { enableOfflineQueue: true }) : redis.duplicate({ enableOfflineQueue: true });
+    const sub = subscriberFor(redis, this.#seeds);
     this.#subscriber = sub;
     sub.on('error', () => {});
     sub.on('message', (channel: string) => {

@@ -35,7 +35,9 @@ export async function startTrio(opts: {
   const tenants = Object.fromEntries(
     Object.entries(opts.tenants).map(([id, plan]) => [id, { plan, hosts: [`${id}.localhost`], brokers: [opts.broker], tenancyAwareBrokers: true }]),
   );
-  const edges = await Promise.all(
+  // A start that fails part way kills what it started: an edge left running after its test ends
+  // outlives the Redis it was given.
+  const started = await Promise.allSettled(
     [0, 1, 2].map(async () => {
       const httpsPort = await freePort();
       const adminPort = await freePort();
@@ -54,7 +56,7 @@ export async function startTrio(opts: {
         plans: { test: TEST_PLAN, ...opts.plans },
         tenants,
       });
-      return {
+      const edge: TrioEdge = {
         proc,
         httpsPort,
         adminPort,
@@ -65,11 +67,20 @@ export async function startTrio(opts: {
           bodyTimeout: 10_000,
         }),
       };
+      return edge;
     }),
   );
-  await Promise.all(
-    edges.map((e) => waitFor(async () => (await adminCall(e, 'GET', '/readyz').catch(() => 0)) === 200, 30_000, `edge on ${e.httpsPort} ready`)),
-  );
+  const edges = started.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+  try {
+    const failed = started.find((r) => r.status === 'rejected');
+    if (failed) throw failed.reason;
+    await Promise.all(
+      edges.map((e) => waitFor(async () => (await adminCall(e, 'GET', '/readyz').catch(() => 0)) === 200, 30_000, `edge on ${e.httpsPort} ready`)),
+    );
+  } catch (err) {
+    await stopTrio(edges);
+    throw err;
+  }
   return edges;
 }
 
