@@ -148,11 +148,12 @@ export function edgeConfig(c: EdgeConfigInput): Record<string, unknown> {
     auth: { secret: BENCH_SECRET, jwksUrl: c.jwksUrl, defaultTenant: null },
     upstream: { connections: c.upstreamConnections },
     plans: { unreached: UNREACHED_PLAN, throttled: THROTTLED_PLAN },
-    // Both tenants on the bench's one broker: a shared broker must be declared tenancy-aware (each
-    // forward then carries x-queen-tenant). The throttled tenant's requests are refused before forwarding.
+    // Each tenant on a broker of its own, as most deployments run: the bench tenant has the whole
+    // pool. The throttled tenant's requests are refused before forwarding, so its broker is never
+    // reached (the discard port: its health checks fail, which changes nothing measured).
     tenants: {
-      [BENCH_TENANT]: { plan: 'unreached', hosts: ['127.0.0.1', 'localhost'], brokers: [c.brokerUrl], tenancyAwareBrokers: true },
-      [THROTTLED_TENANT]: { plan: 'throttled', hosts: [THROTTLED_HOST], brokers: [c.brokerUrl], tenancyAwareBrokers: true },
+      [BENCH_TENANT]: { plan: 'unreached', hosts: ['127.0.0.1', 'localhost'], brokers: [c.brokerUrl] },
+      [THROTTLED_TENANT]: { plan: 'throttled', hosts: [THROTTLED_HOST], brokers: ['http://127.0.0.1:9'] },
     },
     ...c.extra,
   };

@@ -7,8 +7,8 @@
  * inside undici and then park for its whole timeout again. They are bounded per tenant by the
  * plan's `parkedPolls` instead.
  *
- * The request pool is shared by every tenant listing the broker, so each tenant may have only its
- * share of it in flight (`upstream.tenantShare` of `connections`, docs/clusters.md): one tenant's
+ * The request pool of a broker several tenants list (tenancy-aware tenants only: docs/tenancy.md)
+ * is shared by them, so each tenant may have only its share of it in flight (`upstream.tenantShare` of `connections`, docs/clusters.md): one tenant's
  * slow requests cannot take every connection and leave the others queued inside undici. A
  * tenant's requests beyond its share wait in a queue of its own (HAProxy's `maxconn` per server),
  * at most `connections` of them and for at most `requestTimeoutMs`; beyond that they are refused.

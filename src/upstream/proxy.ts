@@ -132,9 +132,11 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
     }
   }
 
-  /** One attempt on `broker`, inside the tenant's share of its request pool (parked polls have a pool of their own). */
+  /** One attempt on `broker`, inside the tenant's share of a shared broker's request pool (parked polls have a pool of their own). */
   async function attempt(res: EdgeResponse, x: ProxyExchange, tenant: Tenant, req: ProxyRequest, broker: string): Promise<ForwardResult | EdgeError> {
-    const shared = !req.parked;
+    // Only a tenancy-aware tenant's brokers can be shared (a broker two tenants list is refused
+    // otherwise): on a dedicated broker the tenant has the whole pool, with no neighbour to protect.
+    const shared = !req.parked && tenant.tenancyAwareBrokers;
     const entered = shared ? pools.enter(broker, tenant.id) : true;
     if (entered !== true && !(await entered)) {
       return edgeError('rate_limited', `too many requests in flight to one broker (${pools.tenantCap} at a time)`, { retryAfterSec: 1 });

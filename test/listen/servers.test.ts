@@ -466,7 +466,7 @@ describe('lifecycle', () => {
     expect((await h1({ port: ports.https, rejectUnauthorized: false })).body).toMatchObject({ httpVersion: '1.1' });
     // The h1-only server meets plain HTTP on its TLS port the same way.
     expect((await raw(ports.https, 'POST /api/v1/push HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\n{}')).text).toMatch(
-      /^HTTP\/1\.1 400 [^]*plain HTTP request sent to the HTTPS port/,
+      /^HTTP\/1\.1 400 [\s\S]*plain HTTP request sent to the HTTPS port/,
     );
   });
 });
