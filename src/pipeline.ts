@@ -60,9 +60,6 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     // An unread body is not drained when it may be large, or was never sent (100-continue): the
     // connection is closed instead, so refusing a big upload costs no more than refusing a small one.
     if (ctx.closeOnRefusal) ctx.transport.closeAfterResponse(ctx.req, ctx.res, ctx.linger ? settings.lingeringClose : null);
-    // A small body left unread is discarded: Node does it on h1; an h2 stream would otherwise
-    // never end, keeping its bytes and its place among the session's concurrent streams.
-    else ctx.transport.discardUnread(ctx.req);
     send(ctx.res, ctx, err);
   }
 
