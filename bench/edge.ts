@@ -121,6 +121,8 @@ export interface EdgeConfigInput {
   readonly cert: string;
   readonly key: string;
   readonly brokerUrl: string;
+  /** The throttled tenant's own broker (its few admitted requests are answered there); the discard port when absent. */
+  readonly throttledBrokerUrl?: string;
   /** Redis limits (null: the in-memory limiter). */
   readonly redisUrl: string | null;
   readonly jwksUrl: string | null;
@@ -149,11 +151,10 @@ export function edgeConfig(c: EdgeConfigInput): Record<string, unknown> {
     upstream: { connections: c.upstreamConnections },
     plans: { unreached: UNREACHED_PLAN, throttled: THROTTLED_PLAN },
     // Each tenant on a broker of its own, as most deployments run: the bench tenant has the whole
-    // pool. The throttled tenant's requests are refused before forwarding, so its broker is never
-    // reached (the discard port: its health checks fail, which changes nothing measured).
+    // pool. The throttled tenant's requests are nearly all refused before forwarding.
     tenants: {
       [BENCH_TENANT]: { plan: 'unreached', hosts: ['127.0.0.1', 'localhost'], brokers: [c.brokerUrl] },
-      [THROTTLED_TENANT]: { plan: 'throttled', hosts: [THROTTLED_HOST], brokers: ['http://127.0.0.1:9'] },
+      [THROTTLED_TENANT]: { plan: 'throttled', hosts: [THROTTLED_HOST], brokers: [c.throttledBrokerUrl ?? 'http://127.0.0.1:9'] },
     },
     ...c.extra,
   };

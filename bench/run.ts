@@ -36,6 +36,7 @@ import {
   type EdgeEntry,
   type EdgeProcess,
 } from './edge.js';
+import { startFastDouble } from './double.js';
 import { runLoad, type LoadResult, type Workload } from './load.js';
 import { H2LOAD_HINT, h2loadAvailable, runH2Load } from './h2load.js';
 import { PARK_TIMEOUT_MS, runLongPolls, type LongPollResult } from './longpoll.js';
@@ -287,6 +288,9 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
     const double = await startDouble();
     cleanups.push(() => stopChild(double.child));
     const brokerUrl = `http://127.0.0.1:${double.port}`;
+    // The throttled tenant's own broker, in this process: it answers one request a second at most.
+    const throttledDouble = await startFastDouble(0);
+    cleanups.push(() => throttledDouble.close());
     const edgeToken = await token({ roles: ['read-write'], tenant: BENCH_TENANT });
 
     let redis: PrivateRedis | null = null;
@@ -362,6 +366,7 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
       cert: certs.cert,
       key: certs.key,
       brokerUrl,
+      throttledBrokerUrl: `http://127.0.0.1:${throttledDouble.port}`,
       redisUrl: null,
       jwksUrl: null,
       accessLog: false,
