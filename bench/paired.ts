@@ -8,7 +8,7 @@
  * geometric mean of the two B/A medians (BENCHMARKS.md, "Measuring a change"). --alternate loads
  * one side at a time instead, the first side alternating each round: no asymmetry, but whatever
  * else runs weighs on the sides at different moments. --a-config / --b-config pair a setting.
- * Each side runs one tenant on a broker of its own, so builds of different ages read one config.
+ * Each tenant is on a broker of its own (bench/edge.ts), so builds of different ages read one config.
  *
  *   npx tsc -p tsconfig.build.json --outDir node_modules/.cache/ab-new          # this checkout
  *   git worktree add /tmp/ab-old <commit> && npx tsc -p /tmp/ab-old/tsconfig.build.json \
@@ -83,11 +83,6 @@ async function start(name: string, dist: string, overrides: string): Promise<Edg
     maxLongPollMs: 120_000,
     extra: v.full ? meteringExtra().extra : {},
   });
-  // One tenant on a broker of its own: the same document then starts builds from before shared
-  // brokers had to be declared tenancy-aware, and neither side adds x-queen-tenant.
-  const tenants = config.tenants as Record<string, Record<string, unknown>>;
-  const { tenancyAwareBrokers: _, ...bench } = tenants[BENCH_TENANT]!;
-  config.tenants = { [BENCH_TENANT]: bench };
   for (const [section, value] of Object.entries(JSON.parse(overrides) as Record<string, Record<string, unknown>>)) {
     config[section] = { ...(config[section] as Record<string, unknown>), ...value };
   }
