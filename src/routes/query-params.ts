@@ -14,7 +14,11 @@
  */
 import { edgeError, type EdgeError } from '../errors.js';
 
-/** `int`: a decimal from 0 to 2^31-1 (the broker's `std::stoi`); `bool`: `true` or `false`; `string`: any text. */
+/**
+ * `int`: a decimal from 0 to 2^31-1 (the broker's `std::stoi`); `bool`: read as the broker reads it
+ * (`true` or `1` is true, an empty value is the broker's default, anything else is false; see
+ * `readBool`); `string`: any text.
+ */
 export type ParamKind = 'int' | 'bool' | 'string';
 
 export interface LongPollSettings {
@@ -137,6 +141,17 @@ function decode(s: string): string | null {
   }
 }
 
+/**
+ * A boolean as broker 0.15.1's `get_query_param_bool` reads it: `true` and `1` are true, every other
+ * non-empty value (`True`, `yes`, `0`) is false. Queen's clients spell booleans their language's
+ * way (Python's urlencode sends `True`, PHP's http_build_query `1`), and the broker decides; the
+ * edge decides the same and forwards its canonical `true`/`false`, so both read one value. An empty
+ * value is the broker's default: `readQuery` leaves the parameter out of what it forwards.
+ */
+export function readBool(raw: string): 'true' | 'false' {
+  return raw === 'true' || raw === '1' ? 'true' : 'false';
+}
+
 /** One parameter's value normalised to the form forwarded, or a refusal naming it. */
 function canonical(name: string, kind: ParamKind, raw: string): string | EdgeError {
   if (kind === 'string') {
@@ -144,9 +159,7 @@ function canonical(name: string, kind: ParamKind, raw: string): string | EdgeErr
       ? edgeError('invalid_request', `query parameter "${name}" is longer than ${MAX_QUERY_VALUE_LENGTH} characters`)
       : raw;
   }
-  if (kind === 'bool') {
-    return raw === 'true' || raw === 'false' ? raw : edgeError('invalid_request', `query parameter "${name}" must be true or false`);
-  }
+  if (kind === 'bool') return readBool(raw);
   if (!UINT.test(raw) || Number(raw) > INT_MAX) return edgeError('invalid_request', `query parameter "${name}" must be an integer from 0 to ${INT_MAX}`);
   return String(Number(raw));
 }
@@ -180,6 +193,8 @@ function capped(name: string, value: string, r: QueryRules): string | EdgeError 
  */
 export function readQuery(raw: string, r: QueryRules): QueryFacts | EdgeError {
   const values = new Map<string, string>();
+  // Booleans given empty: absent to the broker (its default applies), still given once.
+  let emptyBools: string[] | undefined;
   if (raw !== '') {
     for (const pair of raw.split('&')) {
       if (pair === '') continue;
@@ -189,7 +204,12 @@ export function readQuery(raw: string, r: QueryRules): QueryFacts | EdgeError {
       if (name === null || value === null) return edgeError('invalid_request', 'malformed percent-encoding in query');
       const kind = Object.hasOwn(r.params, name) ? r.params[name] : undefined;
       if (kind === undefined) return edgeError('invalid_request', `query parameter "${name.slice(0, 64)}" is not accepted on this route`);
-      if (values.has(name)) return edgeError('invalid_request', `query parameter "${name}" given more than once`);
+      if (values.has(name) || emptyBools?.includes(name)) return edgeError('invalid_request', `query parameter "${name}" given more than once`);
+      if (kind === 'bool' && value === '') {
+        if (emptyBools === undefined) emptyBools = [];
+        emptyBools.push(name);
+        continue;
+      }
       const v = canonical(name, kind, value);
       if (typeof v !== 'string') return v;
       const c = capped(name, v, r);

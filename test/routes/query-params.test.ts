@@ -16,6 +16,12 @@ function read(raw: string, rules: QueryRules = POP): QueryFacts {
   return q;
 }
 
+/** autoAck's value as read, and the forwarded query. */
+function read_(raw: string): [string | undefined, string] {
+  const q = read(raw);
+  return [q.values.get('autoAck'), q.forward];
+}
+
 describe('readQuery', () => {
   it('rebuilds the query: shortest name first, values percent-encoded, a space as %20', () => {
     expect(read('consumerGroup=a+b&batch=10').forward).toBe('batch=10&consumerGroup=a%20b');
@@ -54,10 +60,9 @@ describe('readQuery', () => {
     'batch=101',
     'batch=abc',
     'batch=',
-    'wait=maybe',
-    'wait=1',
-    'wait',
     'wait=true&wait=false',
+    'wait=&wait=true',
+    'wait&wait=1',
     'timeout=1&timeout=2',
     'partitions=0',
     'partitions=101',
@@ -67,6 +72,31 @@ describe('readQuery', () => {
   ])('refuses %s with invalid_request', (raw) => {
     const q = readQuery(raw, POP);
     expect(isEdgeError(q) && q.code).toBe('invalid_request');
+  });
+
+  it.each([
+    ['true', 'true'],
+    ['1', 'true'],
+    ['%31', 'true'],
+    ['True', 'false'],
+    ['TRUE', 'false'],
+    ['0', 'false'],
+    ['yes', 'false'],
+    ['maybe', 'false'],
+    ['false', 'false'],
+  ])('reads autoAck=%s as the broker does (%s), and forwards that canonical value', (spelled, read) => {
+    expect(read_(`autoAck=${spelled}`)).toEqual([read, `autoAck=${read}`]);
+  });
+
+  it('leaves an empty boolean out of what it forwards: the broker applies its default', () => {
+    expect(read_('autoAck=')).toEqual([undefined, '']);
+    expect(read_('autoAck')).toEqual([undefined, '']);
+    expect([read('wait=&batch=2').wait, read('wait=&batch=2').forward]).toEqual([false, 'batch=2']);
+  });
+
+  it('parks a wait=1 pop like wait=true, its timeout capped', () => {
+    const q = read('wait=1&timeout=600000');
+    expect([q.wait, q.timeoutMs, q.forward]).toEqual([true, 60000, 'wait=true&timeout=60000']);
   });
 
   it('caps partitions at the plan maxBatch when it is the smaller, and limit on the list routes', () => {
@@ -99,6 +129,10 @@ const CLIENT_QUERIES: ReadonlyArray<readonly [string, string]> = [
   ['messages.read', 'queue=q&partition=p&status=pending&consumerGroup=g&limit=200&offset=0'],
   ['dlq.read', 'queue=q&limit=100&offset=0&consumerGroup=g&partition=p&from=2025-01-01T00%3A00%3A00Z&to=2025-01-02T00%3A00%3A00Z'],
   ['status.queues', 'includePartitions=true'],
+  ['status.queues', 'includePartitions=True'],
+  ['status.queues', 'includePartitions=1'],
+  ['consumer-groups.delete', 'deleteMetadata=1'],
+  ['pop.queue', 'autoAck=1&wait=1&timeout=60000'],
   ['status.queues', 'namespace=n&task=t'],
   ['status.analytics', 'from=2025-01-01T00:00:00Z&to=2025-01-02T00:00:00Z&interval=hour'],
   ['analytics.queue-lag', 'from=a&to=b'],
@@ -145,7 +179,7 @@ function queryArb(names: readonly string[]): fc.Arbitrary<string> {
     { arbitrary: fc.string({ maxLength: 6 }), weight: 1 },
   );
   const valueArb = fc.oneof(
-    fc.constantFrom('true', 'false', '1', '0', '5', '600000', ''),
+    fc.constantFrom('true', 'false', '1', '0', '5', '600000', '', 'True', 'TRUE', 'yes', '%31', '+1'),
     fc.nat({ max: 2 ** 31 }).map(String),
     fc.string({ maxLength: 12 }),
     fc.string({ unit: 'grapheme', maxLength: 12 }).map(encodeURIComponent),
@@ -169,6 +203,43 @@ describe('one reading (property)', () => {
         for (const name of Object.keys(rules.params)) expect(brokerQueryParam(q.forward, name)).toBe(q.values.get(name) ?? null);
       }),
       { numRuns: 400 },
+    );
+  });
+});
+
+/** The broker's `get_query_param_bool` on the value a client sent (decoded): null when absent or empty (its default). */
+function brokerBool(decoded: string | undefined): boolean | null {
+  return decoded === undefined || decoded === '' ? null : decoded === 'true' || decoded === '1';
+}
+
+describe('one reading of booleans (property)', () => {
+  const boolRoutes = Object.entries(QUERY_PARAMS).flatMap(([r, params]) => (Object.values(params).includes('bool') ? [r] : []));
+
+  it.each(boolRoutes)('%s: every spelling of a boolean the edge accepts reaches the broker as the broker would have read it', (route) => {
+    const rules: QueryRules = {
+      params: declaredParams(route),
+      longPoll: route.startsWith('pop.') && route !== 'pop.namespace',
+      maxBatch: 1000,
+      longPollSettings: lp,
+    };
+    const bools = Object.keys(rules.params).filter((n) => rules.params[n] === 'bool');
+    const spelling = fc.constantFrom('true', 'false', 'True', 'TRUE', 'FALSE', '1', '0', 'yes', 'no', '', '%31', '%74rue', '+', 'on');
+    fc.assert(
+      fc.property(fc.subarray(bools), fc.array(spelling, { minLength: bools.length, maxLength: bools.length }), (names, values) => {
+        const raw = names.map((n, i) => `${n}=${values[i]}`).join('&');
+        const q = readQuery(raw, rules);
+        if (isEdgeError(q)) throw new Error(`refused ${raw}: ${q.message}`);
+        for (const [i, name] of names.entries()) {
+          const spelled = values[i] ?? '';
+          const client = brokerBool(decodeURIComponent(spelled.replace(/\+/g, ' ')));
+          const forwarded = brokerQueryParam(q.forward, name);
+          const atBroker = forwarded === null ? null : brokerBool(forwarded);
+          // A route that does not park forwards wait=false whatever was asked.
+          const expected = name === 'wait' && !rules.longPoll && client !== null ? false : client;
+          expect([name, spelled, atBroker]).toEqual([name, spelled, expected]);
+        }
+      }),
+      { numRuns: 300 },
     );
   });
 });
