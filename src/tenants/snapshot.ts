@@ -6,6 +6,7 @@
  *
  * - ids match ID_PATTERN (file tenants and plans too: they become Redis keys and URL segments);
  * - a tenant's plan exists (file plans, overridden or extended by plan records);
+ * - no two tenant ids differ only in case;
  * - no host is listed by two tenants, and no tenant's own `auth` trusts the same tokens as another
  *   tenant's or the global settings (sameTrust, src/auth/key-trust.ts). The file wins over records; among
  *   records the lower id wins (two instances could each accept one write before seeing the
@@ -155,7 +156,12 @@ export function buildSnapshot(file: FileDirectory, records: RedisRecords, previo
   const inForce = new Map<string, RawTenant>();
   /** Tenants in force by the brokers (brokerIdentity) they list. */
   const brokerUsers = new Map<string, BrokerUsers>();
+  /** Tenants in force by their id lower-cased. */
+  const byFoldedId = new Map<string, string>();
   const takenBy = (id: string, raw: RawTenant): string | undefined => {
+    // Ids reach brokers and Redis keys verbatim, and a broker or a reader that folds case would merge them.
+    const twin = byFoldedId.get(id.toLowerCase());
+    if (twin !== undefined && twin !== id) return `id: tenant "${id}" differs from tenant "${twin}" only in case (tenant ids are unique regardless of case)`;
     for (const h of raw.hosts) {
       const other = owner.get(canonicalHost(h));
       if (other !== undefined && other !== id) return `hosts: host "${canonicalHost(h)}" is already listed by tenant "${other}"`;
@@ -176,6 +182,7 @@ export function buildSnapshot(file: FileDirectory, records: RedisRecords, previo
   };
   const admit = (id: string, raw: RawTenant): void => {
     inForce.set(id, raw);
+    byFoldedId.set(id.toLowerCase(), id);
     for (const h of raw.hosts) owner.set(canonicalHost(h), id);
     for (const b of new Set(raw.brokers.map(brokerIdentity))) {
       let users = brokerUsers.get(b);

@@ -72,6 +72,20 @@ describe('hosts are unique across tenants', () => {
   });
 });
 
+describe('tenant ids are unique regardless of case', () => {
+  it('a PUT of an id that differs from a tenant in force only in case is 409 naming both, and changes nothing', async () => {
+    const twin = await admin(edge, 'PUT', '/admin/v1/tenants/ACME', { body: tenantBody(['twin.localhost'], [b3.url]) });
+    expect(twin.status).toBe(409);
+    expect(twin.json).toMatchObject({ code: 'conflict' });
+    expect(twin.json.problems).toEqual([
+      expect.stringMatching(/^(would displace tenant "acme": )?id: tenant "(ACME|acme)" differs from tenant "(acme|ACME)" only in case/),
+    ]);
+    expect((await admin(edge, 'GET', '/admin/v1/tenants/ACME')).status).toBe(404);
+    const r = await call(edge, 'GET', '/api/v1/pop/queue/q', { token: await token({ roles: ['read-write'], tenant: 'acme' }), host: 'acme.localhost' });
+    expect(r.status).toBe(204);
+  });
+});
+
 describe('a write never displaces a tenant in force', () => {
   it('a record whose id sorts first cannot take the host of a record in force: 409, and the holder stays', async () => {
     expect((await admin(edge, 'PUT', '/admin/v1/tenants/zz-holder', { body: tenantBody(['held.localhost'], [b1.url]) })).status).toBe(200);
