@@ -13,6 +13,7 @@ import { parseArgs } from 'node:util';
 import { ADMIN_GROUPS, adminUsage } from './admin/cli-commands.js';
 import { describeProblems } from './config/hints.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
+import { redactUserInfo } from './net/redact-url.js';
 import { compileTables } from './tables.js';
 import type { RawConfig } from './config/schema.js';
 
@@ -98,7 +99,7 @@ async function validate(path: string): Promise<number> {
 
 function problemReport(path: string, err: ConfigError): string {
   const n = err.problems.length;
-  return `queen-edge: ${path}: ${n} problem${n === 1 ? '' : 's'}\n${describeProblems(err.problems)}`;
+  return redactUserInfo(`queen-edge: ${path}: ${n} problem${n === 1 ? '' : 's'}\n${describeProblems(err.problems)}`);
 }
 
 /** A listener that could not bind: one line (the port, why, and what to do), not a stack. */
