@@ -152,8 +152,15 @@ async function main(argv: string[]): Promise<number> {
     return EXIT_USAGE;
   }
   const { processLogger } = await import('./observability/log.js');
-  const { runInProcess, runPrimary, workerCount } = await serving();
+  const { replicasWithoutRedis, runInProcess, runPrimary, workerCount } = await serving();
   const log = processLogger(config.log);
+  const replicas = replicasWithoutRedis(config, process.env);
+  if (replicas !== null) {
+    log.error(
+      { replicas },
+      `QUEEN_EDGE_REPLICAS says ${replicas} instances serve side by side, but no Redis is configured: each keeps its own limits, quotas, usage and admin writes, so together they admit ${replicas} times every quota, and a restart resets them. Set redis.url (or redis.cluster), or run one replica (docs/deploying.md)`,
+    );
+  }
   const workers = workerCount(config, availableParallelism());
   if (config.server.workers === 0 && workers > 1) {
     log.info({ workers }, `server.workers is 0 and Redis is configured: starting one worker per CPU (${workers}); set server.workers to choose`);

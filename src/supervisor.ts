@@ -47,8 +47,23 @@ const DRAIN_BACKSTOP_MS = 10_000;
 /** Number of processes that serve traffic: `server.workers`, where 0 means one per CPU with Redis and one without (in-memory limits and tenants are per process). */
 export function workerCount(config: RawConfig, cpus: number): number {
   if (config.server.workers > 0) return config.server.workers;
-  const shared = config.redis.url !== null || config.redis.cluster.length > 0;
-  return shared ? Math.max(1, cpus) : 1;
+  return sharedState(config) ? Math.max(1, cpus) : 1;
+}
+
+/** True when limits, tenants and usage live in Redis (one server or a Cluster), not in each process. */
+function sharedState(config: RawConfig): boolean {
+  return config.redis.url !== null || config.redis.cluster.length > 0;
+}
+
+/**
+ * How many instances the deployment runs side by side (`QUEEN_EDGE_REPLICAS`, set by the Helm
+ * chart) when that is more than one and there is no Redis to share limits, quotas and usage;
+ * null otherwise. The schema refuses several workers without Redis, but only the deployment knows
+ * about other pods.
+ */
+export function replicasWithoutRedis(config: RawConfig, env: NodeJS.ProcessEnv): number | null {
+  const replicas = Number(env.QUEEN_EDGE_REPLICAS);
+  return Number.isInteger(replicas) && replicas > 1 && !sharedState(config) ? replicas : null;
 }
 
 /** How dead workers are replaced. */
