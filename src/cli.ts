@@ -14,7 +14,7 @@ import { ADMIN_GROUPS, adminUsage } from './admin/cli-commands.js';
 import { describeProblems } from './config/hints.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
 import { redactUserInfo } from './net/redact-url.js';
-import { compileTables } from './tables.js';
+import { compileTablesResolved } from './tables.js';
 import type { RawConfig } from './config/schema.js';
 
 /** Exit code for a bad command line or an invalid configuration. */
@@ -83,10 +83,9 @@ function gatewayArgs(argv: string[], env: NodeJS.ProcessEnv): GatewayArgs {
 
 /** `queen-edge validate`: every problem of the file, with its path and a hint; no listener is opened. */
 async function validate(path: string): Promise<number> {
-  const { compileTables } = await import('./tables.js');
   try {
     const config = await loadConfigFile(path);
-    const { tenants } = compileTables(config);
+    const { tenants } = await compileTablesResolved(config);
     const plans = Object.keys(config.plans).length;
     process.stdout.write(`${path}: valid (${tenants.length} tenant${tenants.length === 1 ? '' : 's'}, ${plans} plan${plans === 1 ? '' : 's'})\n`);
     return 0;
@@ -145,7 +144,7 @@ async function main(argv: string[]): Promise<number> {
   try {
     config = await loadConfigFile(args.configPath);
     // The directory's rules (ids, hosts, shared brokers) are configuration problems too: exit 2, no stack.
-    compileTables(config);
+    await compileTablesResolved(config);
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     process.stderr.write(problemReport(args.configPath, err));

@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
 import { startApp, type App } from './app.js';
-import { compileTables } from './tables.js';
+import { compileTablesResolved } from './tables.js';
 import { ConfigError } from './config/load.js';
 import { CertificateSet } from './listen/tls.js';
 import { processLogger, type Logger } from './observability/log.js';
@@ -165,13 +165,7 @@ export async function runInProcess(config: RawConfig, deps: { log: Logger; rerea
     ? onHangup(() => {
         reread().then(
           // app.reload records its own refusals.
-          (next) => {
-            try {
-              app.reload(next);
-            } catch (err) {
-              reloadRefused(deps.log, err);
-            }
-          },
+          (next) => app.reload(next).catch((err: unknown) => void reloadRefused(deps.log, err)),
           (err: unknown) => app.reloads.refused(reloadRefused(deps.log, err)),
         );
       })
@@ -320,7 +314,7 @@ export async function runPrimary(
   /** Validated here, once, so an invalid file is logged once; then every worker swaps. */
   const reload = async (): Promise<void> => {
     const next = await deps.reread!();
-    compileTables(next);
+    await compileTablesResolved(next);
     // The listeners keep the primary's shared certificate paths; server changes need a restart anyway.
     workerConfig = { ...next, server: workerConfig.server };
     for (const w of workers.keys()) send(w, { type: 'queen-edge:reload', config: workerConfig });
@@ -469,11 +463,7 @@ export async function runWorker(): Promise<number> {
   const current = shutdownOf(app, log);
   shutdown = current;
   reloadWorker = (next) => {
-    try {
-      app.reload(next);
-    } catch (err) {
-      reloadRefused(log, err);
-    }
+    app.reload(next).catch((err: unknown) => void reloadRefused(log, err));
   };
   refusedWorker = (problems) => app.reloads.refused(problems);
   // A terminal's hangup reaches the whole group: the primary reloads and forwards; a worker must not die of it.

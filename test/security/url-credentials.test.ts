@@ -53,7 +53,7 @@ describe("a broker URL's user info is redacted wherever it is shown", () => {
 
     // A reload refused because a second tenant lists the same broker: the problem names it.
     const shared: RawConfig = { ...config, tenants: { ...config.tenants, other: { ...config.tenants.acme!, hosts: ['other.localhost'] } } };
-    expect(() => h.app.reload(shared)).toThrow(/both list broker/);
+    await expect(h.app.reload(shared)).rejects.toThrow(/both list broker/);
     const reloads = await admin(h, 'GET', '/admin/v1/reloads');
     expect(reloads.json.last.problems).toEqual([expect.stringContaining(`both list broker "${redacted}"`)]);
 
