@@ -33,6 +33,8 @@ export interface BrokerAddressOptions {
 const CONCURRENCY = 2;
 /** Names kept; the oldest go first. A directory lists far fewer distinct broker names. */
 const MAX_NAMES = 10_000;
+/** URLs whose identities are remembered between lookups (every build asks for each broker twice). */
+const MAX_MEMO = 50_000;
 
 const systemLookup: HostLookup = async (host) => (await lookup(host, { all: true, verbatim: true })).map((a) => a.address);
 
@@ -64,6 +66,8 @@ export class BrokerAddresses {
   /** Names waiting for, or in, a lookup. */
   readonly #pending = new Map<string, Promise<void>>();
   readonly #queue: { name: string; start: () => void }[] = [];
+  /** identitiesOf's answers since the table last changed. */
+  readonly #memo = new Map<string, readonly string[]>();
   #running = 0;
 
   constructor(opts: BrokerAddressOptions = {}) {
@@ -79,12 +83,16 @@ export class BrokerAddresses {
    * looked up. Two URLs name one broker when their identities meet.
    */
   readonly identitiesOf = (url: string): readonly string[] => {
+    let ids = this.#memo.get(url);
+    if (ids !== undefined) return ids;
     const own = brokerIdentity(url);
     const name = hostNameOf(url);
     const known = name === null ? undefined : this.#known.get(name);
-    if (known === undefined) return [own];
-    const port = urlPort(new URL(url));
-    return [own, ...known.hosts.map((h) => `${h}:${port}`).filter((id) => id !== own)];
+    const port = known === undefined ? '' : urlPort(new URL(url));
+    ids = known === undefined ? [own] : [own, ...known.hosts.map((h) => `${h}:${port}`).filter((id) => id !== own)];
+    if (this.#memo.size >= MAX_MEMO) this.#memo.clear();
+    this.#memo.set(url, ids);
+    return ids;
   };
 
   /** Looks up the host names of `urls` not known yet or known for longer than the TTL; settles within the timeout. */
@@ -134,6 +142,7 @@ export class BrokerAddresses {
     const before = this.#known.get(name);
     this.#known.delete(name);
     this.#known.set(name, { hosts: hosts ?? before?.hosts ?? [], at: this.#clock() });
+    this.#memo.clear();
     if (this.#known.size > MAX_NAMES) this.#known.delete(this.#known.keys().next().value!);
     this.#pending.delete(name);
     this.#running--;
