@@ -181,7 +181,7 @@ async function main(argv: string[]): Promise<number> {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (err: unknown) => {
-    process.stderr.write(bindFailure(err) ?? `queen-edge: ${(err as Error)?.stack ?? String(err)}\n`);
+    process.stderr.write(redactUserInfo(bindFailure(err) ?? `queen-edge: ${(err as Error)?.stack ?? String(err)}\n`));
     process.exit(1);
   },
 );
