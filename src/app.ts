@@ -4,7 +4,8 @@
  */
 import type { Registry } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
-import { compileTables } from './tables.js';
+import { compileTables, compileTablesResolved } from './tables.js';
+import { BrokerAddresses, brokerUrlsOf } from './tenants/broker-addresses.js';
 import { ConfigError } from './config/load.js';
 import { createTenantVerifiers } from './auth/verifiers.js';
 import { createMinter } from './auth/mint.js';
@@ -52,10 +53,11 @@ export interface App {
   readonly tenants: TenantStore;
   /**
    * Applies a new configuration's tenants, plans, routes and CORS origins at once (SIGHUP); every
-   * other section needs a restart and is only reported. Throws a ConfigError, changing nothing,
-   * when the tables do not compile (a host listed twice, a bad route override).
+   * other section needs a restart and is only reported. Rejects with a ConfigError, changing
+   * nothing, when the tables do not compile (a host listed twice, a bad route override). Reloads
+   * apply in the order they were asked for.
    */
-  reload(next: RawConfig): void;
+  reload(next: RawConfig): Promise<void>;
   /** The reloads tried so far; a file refused before reaching reload() (unreadable, invalid) is recorded with `refused`. */
   readonly reloads: ReloadHistory;
   /** Stops accepting, lets in-flight requests finish (up to drainMs), flushes usage, then releases everything. */
@@ -68,12 +70,19 @@ const RESTART_SECTIONS = ['server', 'log', 'limits', 'redis', 'auth', 'upstreamI
 export async function startApp(config: RawConfig, opts: AppOptions = {}): Promise<App> {
   const log = opts.log ?? processLogger(config.log);
   const clock = opts.clock ?? Date.now;
-  const tables = compileTables(config);
+  // Broker names resolved for the directory's shared-broker rule, kept for reloads and admin writes.
+  const brokerAddresses = new BrokerAddresses();
+  const tables = await compileTablesResolved(config, brokerAddresses);
   // One Redis connection for the limiter and the tenant store; null = in-memory, one instance.
   const redis = connectRedis(config.redis);
   if (redis) await whenReady(redis, 2000);
   else log.info('no redis configured: limits, tenants and usage are in memory (one instance only)');
-  const tenants = await createTenantStore(config, { log, ...(redis ? { redis } : {}), memoryOverrides: opts.memoryOverrides === true });
+  const tenants = await createTenantStore(config, {
+    log,
+    ...(redis ? { redis } : {}),
+    memoryOverrides: opts.memoryOverrides === true,
+    addresses: brokerAddresses,
+  });
   const verifiers = createTenantVerifiers(config.auth, { log, clock });
   const minter = config.upstreamIdentity.mode === 'mint' ? await createMinter(config.upstreamIdentity.mint, { clock }) : null;
   const lp = config.server.longPoll;
@@ -182,6 +191,33 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   const addresses = await listeners.listen();
   log.info({ https: addresses.https, http: addresses.http, admin: addresses.admin }, 'queen-edge listening');
 
+  /** A reload once its broker names are resolved: synchronous, so it applies whole or not at all. */
+  const applyReload = (next: RawConfig): void => {
+    let nextRoutes: typeof routes;
+    try {
+      nextRoutes = compileRoutes(compileTables(next, brokerAddresses.identitiesOf).routes);
+      // Synchronous from here: no request sees new tenants with old routes, or the reverse.
+      const swapped = tenants.reloadFile(next);
+      if (!swapped.ok) throw new ConfigError([...swapped.problems]);
+    } catch (err) {
+      reloads.refused(err instanceof ConfigError ? err.problems : [String((err as Error)?.message ?? err)]);
+      throw err;
+    }
+    routes = nextRoutes;
+    // The file changed, but these tenants keep what the admin API wrote over it: say so.
+    const shadowed = Object.keys(next.tenants).filter((id) => tenants.sourceOf(id)?.record === 'admin' || tenants.sourceOf(id)?.status === 'admin');
+    if (shadowed.length > 0)
+      log.warn(
+        { tenants: shadowed },
+        'configuration reload: admin API overrides stay on top of the file for these tenants (queen-edge tenants reset ID drops them)',
+      );
+    const restart = RESTART_SECTIONS.filter((k) => JSON.stringify(next[k]) !== JSON.stringify(config[k]));
+    reloads.applied(restart);
+    if (restart.length > 0) log.warn({ sections: restart }, 'configuration reload: these sections changed but apply only after a restart');
+    log.info({ tenants: Object.keys(next.tenants).length, plans: Object.keys(next.plans).length }, 'configuration reloaded: tenants, plans, routes and CORS');
+  };
+  let reloading: Promise<void> = Promise.resolve();
+
   return {
     addresses,
     log,
@@ -189,28 +225,12 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     tenants,
     reloads,
     reload(next) {
-      let nextRoutes: typeof routes;
-      try {
-        nextRoutes = compileRoutes(compileTables(next).routes);
-        // Synchronous from here: no request sees new tenants with old routes, or the reverse.
-        const swapped = tenants.reloadFile(next);
-        if (!swapped.ok) throw new ConfigError([...swapped.problems]);
-      } catch (err) {
-        reloads.refused(err instanceof ConfigError ? err.problems : [String((err as Error)?.message ?? err)]);
-        throw err;
-      }
-      routes = nextRoutes;
-      // The file changed, but these tenants keep what the admin API wrote over it: say so.
-      const shadowed = Object.keys(next.tenants).filter((id) => tenants.sourceOf(id)?.record === 'admin' || tenants.sourceOf(id)?.status === 'admin');
-      if (shadowed.length > 0)
-        log.warn(
-          { tenants: shadowed },
-          'configuration reload: admin API overrides stay on top of the file for these tenants (queen-edge tenants reset ID drops them)',
-        );
-      const restart = RESTART_SECTIONS.filter((k) => JSON.stringify(next[k]) !== JSON.stringify(config[k]));
-      reloads.applied(restart);
-      if (restart.length > 0) log.warn({ sections: restart }, 'configuration reload: these sections changed but apply only after a restart');
-      log.info({ tenants: Object.keys(next.tenants).length, plans: Object.keys(next.plans).length }, 'configuration reloaded: tenants, plans, routes and CORS');
+      const run = reloading.then(async () => {
+        await brokerAddresses.learn(brokerUrlsOf(Object.values(next.tenants)));
+        applyReload(next);
+      });
+      reloading = run.catch(() => {});
+      return run;
     },
     async close(drainMs = config.server.drainTimeoutMs): Promise<void> {
       draining = true;

@@ -13,7 +13,8 @@ import { parseArgs } from 'node:util';
 import { ADMIN_GROUPS, adminUsage } from './admin/cli-commands.js';
 import { describeProblems } from './config/hints.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
-import { compileTables } from './tables.js';
+import { redactUserInfo } from './net/redact-url.js';
+import { compileTablesResolved } from './tables.js';
 import type { RawConfig } from './config/schema.js';
 
 /** Exit code for a bad command line or an invalid configuration. */
@@ -82,10 +83,9 @@ function gatewayArgs(argv: string[], env: NodeJS.ProcessEnv): GatewayArgs {
 
 /** `queen-edge validate`: every problem of the file, with its path and a hint; no listener is opened. */
 async function validate(path: string): Promise<number> {
-  const { compileTables } = await import('./tables.js');
   try {
     const config = await loadConfigFile(path);
-    const { tenants } = compileTables(config);
+    const { tenants } = await compileTablesResolved(config);
     const plans = Object.keys(config.plans).length;
     process.stdout.write(`${path}: valid (${tenants.length} tenant${tenants.length === 1 ? '' : 's'}, ${plans} plan${plans === 1 ? '' : 's'})\n`);
     return 0;
@@ -98,7 +98,7 @@ async function validate(path: string): Promise<number> {
 
 function problemReport(path: string, err: ConfigError): string {
   const n = err.problems.length;
-  return `queen-edge: ${path}: ${n} problem${n === 1 ? '' : 's'}\n${describeProblems(err.problems)}`;
+  return redactUserInfo(`queen-edge: ${path}: ${n} problem${n === 1 ? '' : 's'}\n${describeProblems(err.problems)}`);
 }
 
 /** A listener that could not bind: one line (the port, why, and what to do), not a stack. */
@@ -144,15 +144,22 @@ async function main(argv: string[]): Promise<number> {
   try {
     config = await loadConfigFile(args.configPath);
     // The directory's rules (ids, hosts, shared brokers) are configuration problems too: exit 2, no stack.
-    compileTables(config);
+    await compileTablesResolved(config);
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     process.stderr.write(problemReport(args.configPath, err));
     return EXIT_USAGE;
   }
   const { processLogger } = await import('./observability/log.js');
-  const { runInProcess, runPrimary, workerCount } = await serving();
+  const { replicasWithoutRedis, runInProcess, runPrimary, workerCount } = await serving();
   const log = processLogger(config.log);
+  const replicas = replicasWithoutRedis(config, process.env);
+  if (replicas !== null) {
+    log.error(
+      { replicas },
+      `QUEEN_EDGE_REPLICAS says ${replicas} instances serve side by side, but no Redis is configured: each keeps its own limits, quotas, usage and admin writes, so together they admit ${replicas} times every quota, and a restart resets them. Set redis.url (or redis.cluster), or run one replica (docs/deploying.md)`,
+    );
+  }
   const workers = workerCount(config, availableParallelism());
   if (config.server.workers === 0 && workers > 1) {
     log.info({ workers }, `server.workers is 0 and Redis is configured: starting one worker per CPU (${workers}); set server.workers to choose`);
@@ -174,7 +181,7 @@ async function main(argv: string[]): Promise<number> {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (err: unknown) => {
-    process.stderr.write(bindFailure(err) ?? `queen-edge: ${(err as Error)?.stack ?? String(err)}\n`);
+    process.stderr.write(redactUserInfo(bindFailure(err) ?? `queen-edge: ${(err as Error)?.stack ?? String(err)}\n`));
     process.exit(1);
   },
 );

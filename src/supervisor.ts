@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
 import { startApp, type App } from './app.js';
-import { compileTables } from './tables.js';
+import { compileTablesResolved } from './tables.js';
 import { ConfigError } from './config/load.js';
 import { CertificateSet } from './listen/tls.js';
 import { processLogger, type Logger } from './observability/log.js';
@@ -47,8 +47,23 @@ const DRAIN_BACKSTOP_MS = 10_000;
 /** Number of processes that serve traffic: `server.workers`, where 0 means one per CPU with Redis and one without (in-memory limits and tenants are per process). */
 export function workerCount(config: RawConfig, cpus: number): number {
   if (config.server.workers > 0) return config.server.workers;
-  const shared = config.redis.url !== null || config.redis.cluster.length > 0;
-  return shared ? Math.max(1, cpus) : 1;
+  return sharedState(config) ? Math.max(1, cpus) : 1;
+}
+
+/** True when limits, tenants and usage live in Redis (one server or a Cluster), not in each process. */
+function sharedState(config: RawConfig): boolean {
+  return config.redis.url !== null || config.redis.cluster.length > 0;
+}
+
+/**
+ * How many instances the deployment runs side by side (`QUEEN_EDGE_REPLICAS`, set by the Helm
+ * chart) when that is more than one and there is no Redis to share limits, quotas and usage;
+ * null otherwise. The schema refuses several workers without Redis, but only the deployment knows
+ * about other pods.
+ */
+export function replicasWithoutRedis(config: RawConfig, env: NodeJS.ProcessEnv): number | null {
+  const replicas = Number(env.QUEEN_EDGE_REPLICAS);
+  return Number.isInteger(replicas) && replicas > 1 && !sharedState(config) ? replicas : null;
 }
 
 /** How dead workers are replaced. */
@@ -150,13 +165,7 @@ export async function runInProcess(config: RawConfig, deps: { log: Logger; rerea
     ? onHangup(() => {
         reread().then(
           // app.reload records its own refusals.
-          (next) => {
-            try {
-              app.reload(next);
-            } catch (err) {
-              reloadRefused(deps.log, err);
-            }
-          },
+          (next) => app.reload(next).catch((err: unknown) => void reloadRefused(deps.log, err)),
           (err: unknown) => app.reloads.refused(reloadRefused(deps.log, err)),
         );
       })
@@ -305,7 +314,7 @@ export async function runPrimary(
   /** Validated here, once, so an invalid file is logged once; then every worker swaps. */
   const reload = async (): Promise<void> => {
     const next = await deps.reread!();
-    compileTables(next);
+    await compileTablesResolved(next);
     // The listeners keep the primary's shared certificate paths; server changes need a restart anyway.
     workerConfig = { ...next, server: workerConfig.server };
     for (const w of workers.keys()) send(w, { type: 'queen-edge:reload', config: workerConfig });
@@ -454,11 +463,7 @@ export async function runWorker(): Promise<number> {
   const current = shutdownOf(app, log);
   shutdown = current;
   reloadWorker = (next) => {
-    try {
-      app.reload(next);
-    } catch (err) {
-      reloadRefused(log, err);
-    }
+    app.reload(next).catch((err: unknown) => void reloadRefused(log, err));
   };
   refusedWorker = (problems) => app.reloads.refused(problems);
   // A terminal's hangup reaches the whole group: the primary reloads and forwards; a worker must not die of it.

@@ -7,7 +7,8 @@
 import { ConfigError } from './config/load.js';
 import type { RawConfig } from './config/schema.js';
 import type { Tenant } from './tenants/model.js';
-import { buildSnapshot, NO_RECORDS } from './tenants/snapshot.js';
+import { BrokerAddresses, brokerUrlsOf } from './tenants/broker-addresses.js';
+import { buildSnapshot, NO_RECORDS, type BrokerIdentities } from './tenants/snapshot.js';
 import { queryAllowProblems } from './routes/query-params.js';
 import { applyRouteOverrides, ROUTES, type RouteSpec } from './routes/table.js';
 
@@ -19,12 +20,23 @@ export interface CompiledTables {
 /** What the tables are compiled from: the file's directory and its route settings. */
 export type TableSettings = Pick<RawConfig, 'plans' | 'tenants' | 'auth' | 'routes' | 'queryAllow'>;
 
-export function compileTables(cfg: TableSettings): CompiledTables {
-  const built = buildSnapshot({ plans: cfg.plans, tenants: cfg.tenants, auth: cfg.auth }, NO_RECORDS);
+/** The tables of `cfg`, brokers told apart by `identitiesOf` (their spelling alone by default). */
+export function compileTables(cfg: TableSettings, identitiesOf?: BrokerIdentities): CompiledTables {
+  const built = buildSnapshot({ plans: cfg.plans, tenants: cfg.tenants, auth: cfg.auth }, NO_RECORDS, undefined, identitiesOf);
   const problems = built.rejected.flatMap((r) => r.problems);
   const { routes, problems: routeProblems } = applyRouteOverrides(ROUTES, cfg.routes);
   problems.push(...routeProblems);
   problems.push(...queryAllowProblems(cfg.queryAllow, new Set(routes.map((r) => r.name))));
   if (problems.length > 0) throw new ConfigError(problems);
   return { tenants: [...built.snapshot.byId.values()], routes };
+}
+
+/**
+ * compileTables once the host names of the file's brokers are resolved (within the lookup's time
+ * bound), so two names of one broker are refused like two spellings: what start, `validate` and
+ * every reload use. `addresses` keeps what was learnt for the running directory.
+ */
+export async function compileTablesResolved(cfg: TableSettings, addresses = new BrokerAddresses()): Promise<CompiledTables> {
+  await addresses.learn(brokerUrlsOf(Object.values(cfg.tenants)));
+  return compileTables(cfg, addresses.identitiesOf);
 }

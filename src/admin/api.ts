@@ -34,6 +34,7 @@ import { serveConsole, serveConsoleOff } from './console.js';
 import { adminHostAllowed } from './hosts.js';
 import { duplicatedSingleton } from '../listen/raw-headers.js';
 import { EdgeError, edgeError, isEdgeError, renderError, type AnyErrorCode } from '../errors.js';
+import { redactUserInfo } from '../net/redact-url.js';
 
 /** What the admin handler reads and writes. */
 export interface AdminDeps {
@@ -91,7 +92,8 @@ function send(res: ServerResponse, status: number, body: unknown): void {
     res.end();
     return;
   }
-  const text = JSON.stringify(body);
+  // Records, broker lists and reload problems may name URLs with credentials: none leave.
+  const text = redactUserInfo(JSON.stringify(body));
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)), 'cache-control': 'no-store' });
   res.end(text);
 }

@@ -4,7 +4,8 @@
  * - push: items of the broker's response array whose status is `queued`, `duplicate` or `buffered`
  *   (buffered ones sit in the broker's spool and are written on its replay, so leaving them out
  *   would make every push free while the database is down; only `failed` is lost);
- * - pop: length of `messages` in a 200 response (a 204 delivers nothing);
+ * - pop: length of `messages` in a 200 response (a 204 delivers nothing); with `autoAck=true` the
+ *   broker commits them in the pop, so they are acks too;
  * - ack, ack batch: items of the response array with `success: true` (a rejected ack is a 200 item
  *   with `success: false`);
  * - transaction: the push items and ack operations of the request, when the broker answered 2xx
@@ -70,7 +71,11 @@ export function countExchange(c: UsageCounts, x: Exchange): void {
       c.messagesPushed += x.answerLost ? x.requestMessages : (x.response?.pushed ?? 0);
       break;
     case 'pop':
-      if (x.status === 200) c.messagesDelivered += x.response?.delivered ?? 0;
+      if (x.status === 200) {
+        const delivered = x.response?.delivered ?? 0;
+        c.messagesDelivered += delivered;
+        if (x.autoAck) c.acks += delivered;
+      }
       break;
     case 'ack':
       c.acks += x.answerLost ? x.requestAcks : (x.response?.acked ?? 0);

@@ -21,6 +21,8 @@ export interface Exchange {
   readonly requestAcks: number;
   /** Items the request body pushes (push items, transaction push items); 0 for other routes. */
   readonly requestMessages: number;
+  /** A pop with `autoAck=true`: the broker commits what it delivers, so each delivered message is also an ack. */
+  readonly autoAck: boolean;
   /** What a 200/201 answer of a metered route said; null otherwise (none, cut, or not JSON). */
   readonly response: AnswerFacts | null;
   /**
@@ -58,6 +60,8 @@ export class MeteredExchange<T extends { readonly id: string } = { readonly id: 
   requestMessages = 0;
   /** Acknowledgements of the request body (ack routes; a transaction's are counted from here). */
   requestAcks = 0;
+  /** See Exchange.autoAck. */
+  autoAck = false;
   /** See Exchange.answerLost. */
   answerLost = false;
   #awaitBody = false;
@@ -100,6 +104,7 @@ export class MeteredExchange<T extends { readonly id: string } = { readonly id: 
       bytesOut: this.bytesOut,
       requestMessages: this.requestMessages,
       requestAcks: this.requestAcks,
+      autoAck: this.autoAck,
       response: this.#response,
       answerLost: this.answerLost,
     });

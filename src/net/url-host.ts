@@ -1,8 +1,8 @@
 /**
  * Which host and port a configured URL reaches, so that two URLs are compared by the socket they
  * name rather than by their text: broker URLs (two tenants on one broker) and JWKS endpoints (two
- * trust domains on one key source). DNS aliases of one address are not detected: they resolve
- * only at connect time.
+ * trust domains on one key source). DNS aliases are not seen here: broker names are resolved for
+ * the directory by src/tenants/broker-addresses.ts; JWKS endpoints are compared by name.
  */
 import { BlockList, isIPv4, isIPv6 } from 'node:net';
 

@@ -8,6 +8,7 @@
  * destination meant for people (log.format pretty) the line is one readable sentence instead.
  */
 import { pino, type Logger } from 'pino';
+import { redactUserInfo } from '../net/redact-url.js';
 import { HUMAN_DESTINATION } from './log.js';
 
 /** What one access-log line says. */
@@ -26,7 +27,7 @@ export interface AccessRecord {
   readonly bytesIn: number;
   readonly bytesOut: number;
   readonly ms: number;
-  /** A broker URL from the configuration. */
+  /** A broker URL from the configuration (its user info is redacted when written). */
   readonly broker: string | null;
   readonly proto: string;
   /** The trace id part of a traceparent: client input. */
@@ -75,7 +76,7 @@ export function accessLogWriter(log: Logger): (r: AccessRecord) => void {
     stream.write(
       `{${level}${time()}${bindings},"reqId":"${r.reqId}","client":${text(r.client)},"host":${text(r.host)},"method":${text(r.method)},"path":${text(r.path)},"queryLength":${r.queryLength},` +
         `"tenant":${plain(r.tenant)},"sub":${text(r.sub)},"route":${plain(r.route)},"status":${r.status},"upstreamStatus":${r.upstreamStatus},"code":${plain(r.code)},` +
-        `"bytesIn":${r.bytesIn},"bytesOut":${r.bytesOut},"ms":${r.ms},"broker":${text(r.broker)},"proto":${text(r.proto)},"trace":${text(r.trace)},"msg":"request"}\n`,
+        `"bytesIn":${r.bytesIn},"bytesOut":${r.bytesOut},"ms":${r.ms},"broker":${r.broker === null ? null : text(redactUserInfo(r.broker))},"proto":${text(r.proto)},"trace":${text(r.trace)},"msg":"request"}\n`,
     );
   };
 }

@@ -1,6 +1,7 @@
 /** The process logger: pino to stdout, JSON for machines or pretty for a person, with credentials redacted. */
 import { createRequire } from 'node:module';
 import { pino, type Logger } from 'pino';
+import { redactUserInfo } from '../net/redact-url.js';
 
 export type { Logger };
 
@@ -34,6 +35,8 @@ export function createLogger(level: string, destination?: NodeJS.WritableStream 
     {
       level,
       redact: { paths: REDACT, censor: '[redacted]' },
+      // Whatever a line names (a broker URL, a problem, an error), a URL's credentials stay out of it.
+      hooks: { streamWrite: redactUserInfo },
       base: { pid: process.pid },
       ...(style.time === 'iso' ? { timestamp: pino.stdTimeFunctions.isoTime } : {}),
       ...(style.levelNames ? { formatters: { level: (label: string) => ({ level: label }) } } : {}),

@@ -12,6 +12,7 @@
  */
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ErrorCode } from '../errors.js';
+import { redactUserInfo } from '../net/redact-url.js';
 
 /** What the limiter decided for a request: admitted, its refusal code, or null (not consulted). */
 export type LimitOutcome = 'admitted' | ErrorCode | null;
@@ -252,7 +253,7 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
     aggregator: 'min',
     collect() {
       this.reset();
-      for (const c of sources.brokers()) for (const b of c.brokers) this.set({ broker: b.url }, b.healthy ? 1 : 0);
+      for (const c of sources.brokers()) for (const b of c.brokers) this.set({ broker: redactUserInfo(b.url) }, b.healthy ? 1 : 0);
     },
   });
   new Gauge({
@@ -262,7 +263,7 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
     registers: [registry],
     collect() {
       this.reset();
-      for (const c of sources.brokers()) for (const b of c.brokers) this.set({ broker: b.url }, b.inflight);
+      for (const c of sources.brokers()) for (const b of c.brokers) this.set({ broker: redactUserInfo(b.url) }, b.inflight);
     },
   });
   new Counter({

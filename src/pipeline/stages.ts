@@ -238,6 +238,8 @@ export function query(x: Exchange, p: Parts): StageResult {
   const q = readQuery(x.target.query, { params, longPoll: r.longPoll, maxBatch: x.tenant!.limits.maxBatch, longPollSettings: p.settings.longPoll });
   if (isEdgeError(q)) return q;
   x.query = q;
+  // The broker reads the forwarded value: `true` makes its pop commit (ack) what it delivers.
+  x.autoAck = r.meter === 'pop' && q.values.get('autoAck') === 'true';
   return CONTINUE;
 }
 

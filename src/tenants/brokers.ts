@@ -2,7 +2,8 @@
  * Which configured broker URLs name the same broker process, so the directory can refuse two
  * tenants on one broker that cannot tell them apart (docs/tenancy.md, "Dedicated and shared
  * brokers"). A broker is a listening socket: what identifies it is the host and the port, not the
- * scheme's spelling, a path prefix, user info or the case of the name.
+ * scheme's spelling, a path prefix, user info or the case of the name. The addresses a name
+ * resolves to are added by broker-addresses.ts.
  */
 import { urlHost, urlPort } from '../net/url-host.js';
 

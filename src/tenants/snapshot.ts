@@ -6,6 +6,7 @@
  *
  * - ids match ID_PATTERN (file tenants and plans too: they become Redis keys and URL segments);
  * - a tenant's plan exists (file plans, overridden or extended by plan records);
+ * - no two tenant ids differ only in case;
  * - no host is listed by two tenants, and no tenant's own `auth` trusts the same tokens as another
  *   tenant's or the global settings (sameTrust, src/auth/key-trust.ts). The file wins over records; among
  *   records the lower id wins (two instances could each accept one write before seeing the
@@ -86,11 +87,17 @@ function parseRecord<T>(text: string, schema: z.ZodType<T>): T | string[] {
 
 const badId = (id: string): string => `id "${id}": must match ${ID_PATTERN.source}`;
 
+/** What identifies the broker a URL names: its host and port, and the addresses its name resolved to (broker-addresses.ts). */
+export type BrokerIdentities = (url: string) => readonly string[];
+
+const spelledOnly: BrokerIdentities = (url) => [brokerIdentity(url)];
+
 /**
  * The directory for `file` and `records`. `previous` (the snapshot in force) lends unchanged
- * compiled objects and the storage gate's hysteresis state; the result depends on nothing else.
+ * compiled objects and the storage gate's hysteresis state; `identitiesOf` says which brokers are
+ * one (by default their spelling alone); the result depends on nothing else.
  */
-export function buildSnapshot(file: FileDirectory, records: RedisRecords, previous?: Snapshot): Built {
+export function buildSnapshot(file: FileDirectory, records: RedisRecords, previous?: Snapshot, identitiesOf: BrokerIdentities = spelledOnly): Built {
   const rejected: Rejection[] = [];
   const reject = (what: string, source: 'file' | 'redis', problems: readonly string[], conflict = false): void => {
     const colon = what.indexOf(':');
@@ -153,16 +160,23 @@ export function buildSnapshot(file: FileDirectory, records: RedisRecords, previo
   // Hosts and brokers: file versions first (in file order), then records by id; a later claim loses.
   const owner = new Map<string, string>();
   const inForce = new Map<string, RawTenant>();
-  /** Tenants in force by the brokers (brokerIdentity) they list. */
+  /** Tenants in force by the identities (identitiesOf) of the brokers they list. */
   const brokerUsers = new Map<string, BrokerUsers>();
+  /** Tenants in force by their id lower-cased. */
+  const byFoldedId = new Map<string, string>();
   const takenBy = (id: string, raw: RawTenant): string | undefined => {
+    // Ids reach brokers and Redis keys verbatim, and a broker or a reader that folds case would merge them.
+    const twin = byFoldedId.get(id.toLowerCase());
+    if (twin !== undefined && twin !== id) return `id: tenant "${id}" differs from tenant "${twin}" only in case (tenant ids are unique regardless of case)`;
     for (const h of raw.hosts) {
       const other = owner.get(canonicalHost(h));
       if (other !== undefined && other !== id) return `hosts: host "${canonicalHost(h)}" is already listed by tenant "${other}"`;
     }
     for (const b of raw.brokers) {
-      const shared = sharedBroker(id, raw, b, brokerUsers.get(brokerIdentity(b)), inForce);
-      if (shared) return shared;
+      for (const identity of identitiesOf(b)) {
+        const shared = sharedBroker(id, raw, b, identity, brokerUsers.get(identity), inForce);
+        if (shared) return shared;
+      }
     }
     if (raw.auth) {
       if (file.auth && sameTrust(raw.auth, file.auth))
@@ -176,8 +190,9 @@ export function buildSnapshot(file: FileDirectory, records: RedisRecords, previo
   };
   const admit = (id: string, raw: RawTenant): void => {
     inForce.set(id, raw);
+    byFoldedId.set(id.toLowerCase(), id);
     for (const h of raw.hosts) owner.set(canonicalHost(h), id);
-    for (const b of new Set(raw.brokers.map(brokerIdentity))) {
+    for (const b of new Set(raw.brokers.flatMap(identitiesOf))) {
       let users = brokerUsers.get(b);
       if (users === undefined) {
         users = { all: [], undeclared: [] };
@@ -244,13 +259,20 @@ interface BrokerUsers {
  * pop and delete each other's queues, unless every tenant on it declares the broker tenancy-aware
  * (docs/tenancy.md, "Dedicated and shared brokers").
  */
-function sharedBroker(id: string, raw: RawTenant, url: string, users: BrokerUsers | undefined, inForce: ReadonlyMap<string, RawTenant>): string | undefined {
+function sharedBroker(
+  id: string,
+  raw: RawTenant,
+  url: string,
+  identity: string,
+  users: BrokerUsers | undefined,
+  inForce: ReadonlyMap<string, RawTenant>,
+): string | undefined {
   // Each search ends within a step or two: the rule admits at most one undeclared user per broker.
   const other = (raw.tenancyAwareBrokers ? users?.undeclared : users?.all)?.find((u) => u !== id);
   if (other === undefined) return undefined;
   const undeclared = [id, other].filter((t) => !(t === id ? raw : inForce.get(t)!).tenancyAwareBrokers);
   return (
-    `brokers: tenant "${id}" and tenant "${other}" both list broker "${url}" (host and port ${brokerIdentity(url)}) and would read ` +
+    `brokers: tenant "${id}" and tenant "${other}" both list broker "${url}" (host and port ${brokerIdentity(url)}${identity === brokerIdentity(url) ? '' : `, address ${identity}`}) and would read ` +
     `each other's queues: give each tenant its own brokers, or, for a broker that scopes data by x-queen-tenant, set ` +
     `tenancyAwareBrokers: true on ${undeclared.map((t) => `tenant "${t}"`).join(' and ')} (docs/tenancy.md)`
   );

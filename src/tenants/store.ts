@@ -14,6 +14,7 @@ import { connectRedis, subscriberFor, whenReady, type RedisClient, type RedisTar
 import type { Logger } from '../observability/log.js';
 import { directoryKeys, type DirectoryKeys } from '../redis/keys.js';
 import { ID_PATTERN, type Plan, type Tenant, type TenantDirectory } from './model.js';
+import { BrokerAddresses, brokerUrlsOf } from './broker-addresses.js';
 import { buildSnapshot, NO_RECORDS, problemsOf, snapshotChanged, type Built, type FileDirectory, type RedisRecords, type Snapshot } from './snapshot.js';
 
 /**
@@ -83,6 +84,8 @@ export interface TenantStoreDeps {
    * the demo's console can suspend and resume. One process only: without Redis there is one.
    */
   readonly memoryOverrides?: boolean;
+  /** The broker names resolved for the shared-broker rule (the app's, which learnt the file's); default a table of its own. */
+  readonly addresses?: BrokerAddresses;
 }
 
 /** Delay before a failed reload is tried again. */
@@ -118,8 +121,10 @@ class Directory implements TenantStore {
   #inflight: Promise<void> | null = null;
   #again = false;
   #failing = false;
+  /** Broker names resolved: records' names are learnt before a build judges them (docs/tenancy.md). */
+  readonly #addresses: BrokerAddresses;
 
-  constructor(cfg: TenantStoreSettings, log: Logger, redis: RedisClient | null, owned: boolean, memoryOverrides = false) {
+  constructor(cfg: TenantStoreSettings, log: Logger, redis: RedisClient | null, owned: boolean, memoryOverrides: boolean, addresses: BrokerAddresses) {
     this.#readyMs = Math.max(1000, cfg.redis.timeoutMs * 20);
     this.#seeds = cfg.redis.cluster;
     this.#log = log;
@@ -128,7 +133,8 @@ class Directory implements TenantStore {
     this.backing = redis ? 'redis' : memoryOverrides ? 'memory' : 'static';
     this.#keys = directoryKeys(cfg.redis.keyPrefix);
     this.#file = { plans: cfg.plans, tenants: cfg.tenants, auth: cfg.auth };
-    this.#snap = buildSnapshot(this.#file, NO_RECORDS).snapshot;
+    this.#addresses = addresses;
+    this.#snap = buildSnapshot(this.#file, NO_RECORDS, undefined, addresses.identitiesOf).snapshot;
   }
 
   get generation(): number {
@@ -175,7 +181,7 @@ class Directory implements TenantStore {
   reloadFile(reloaded: FileDirectory): WriteResult {
     // The global auth settings change only with a restart: tenants are checked against the running ones.
     const file = { plans: reloaded.plans, tenants: reloaded.tenants, auth: this.#file.auth };
-    const built = buildSnapshot(file, this.#records, this.#snap);
+    const built = this.#build(file, this.#records);
     const problems = fileProblems(built);
     if (problems.length > 0) return { ok: false, problems };
     this.#file = file;
@@ -261,13 +267,14 @@ class Directory implements TenantStore {
     if (!parsed.success) return { ok: false, problems: problemsOf(parsed.error) };
     // The record is judged by the same build every reload runs, against the records in force.
     const text = JSON.stringify(parsed.data);
+    await this.#addresses.learn(parsed.data.brokers);
     const r = this.#records;
     const deleted = new Set(r.deleted);
     deleted.delete(id);
     const status = { ...r.status };
     delete status[id];
     const next = { ...r, tenants: new Map(r.tenants).set(id, text), deleted, status };
-    const trial = buildSnapshot(this.#file, next, this.#snap);
+    const trial = this.#build(this.#file, next);
     const refused = trial.rejected.find((x) => x.kind === 'tenant' && x.id === id && x.source === 'redis');
     if (refused) return refused.conflict ? { ok: false, problems: refused.problems, conflict: true } : { ok: false, problems: refused.problems };
     // Among records the lower id wins a clash, so a new record could push a tenant in force out of
@@ -342,7 +349,7 @@ class Directory implements TenantStore {
       return;
     }
     this.#records = next;
-    this.#install(buildSnapshot(this.#file, next, this.#snap));
+    this.#install(this.#build(this.#file, next));
   }
 
   /** The refusal when writing is impossible (no Redis) or the id unusable; null to go ahead. */
@@ -399,8 +406,14 @@ class Directory implements TenantStore {
       });
       return m;
     };
-    this.#records = { tenants: zip(tenantIds, 0), plans: zip(planIds, tenantIds.length), deleted: new Set(deleted), status, storage };
-    this.#install(buildSnapshot(this.#file, this.#records, this.#snap));
+    const tenants = zip(tenantIds, 0);
+    await this.#addresses.learn(brokerUrlsOf(tenants.values()));
+    this.#records = { tenants, plans: zip(planIds, tenantIds.length), deleted: new Set(deleted), status, storage };
+    this.#install(this.#build(this.#file, this.#records));
+  }
+
+  #build(file: FileDirectory, records: RedisRecords): Built {
+    return buildSnapshot(file, records, this.#snap, this.#addresses.identitiesOf);
   }
 
   /** Swaps the snapshot in, logs rejected records once, and tells subscribers when something changed. */
@@ -431,7 +444,7 @@ class Directory implements TenantStore {
 /** Builds the store: Redis-backed (started: subscribed, loaded, refreshing) or the file alone. */
 export async function createTenantStore(cfg: TenantStoreSettings, deps: TenantStoreDeps): Promise<TenantStore> {
   const redis = deps.redis ?? connectRedis(cfg.redis);
-  const store = new Directory(cfg, deps.log, redis, !deps.redis && redis !== null, deps.memoryOverrides === true);
+  const store = new Directory(cfg, deps.log, redis, !deps.redis && redis !== null, deps.memoryOverrides === true, deps.addresses ?? new BrokerAddresses());
   await store.start(deps.refreshMs ?? 5000);
   return store;
 }

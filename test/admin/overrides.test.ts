@@ -41,7 +41,7 @@ describe('tenant sources and reset to the file', () => {
     expect((await admin(h, 'GET', '/admin/v1/tenants/acme')).json.source).toEqual({ record: 'file', status: 'file', inFile: true, overridden: false });
     expect((await runCli(h, 'tenants', 'resume', 'acme')).code).toBe(0);
 
-    h.app.reload({ ...base, tenants: { acme: { ...base.tenants.acme!, status: 'suspended' } } });
+    await h.app.reload({ ...base, tenants: { acme: { ...base.tenants.acme!, status: 'suspended' } } });
     expect(await pushStatus(h)).toBe(201);
     const detail = (await admin(h, 'GET', '/admin/v1/tenants/acme')).json;
     expect(detail).toMatchObject({ status: 'active', source: { record: 'file', status: 'admin', inFile: true, overridden: true } });
@@ -57,7 +57,7 @@ describe('tenant sources and reset to the file', () => {
     expect(await pushStatus(h)).toBe(403);
     expect((await admin(h, 'GET', '/admin/v1/tenants/acme')).json.source).toEqual({ record: 'file', status: 'file', inFile: true, overridden: false });
     expect(captured.lines.filter((l) => l.msg === 'admin change' && l.action === 'tenant.reset').map((l) => l.target)).toEqual(['acme']);
-    h.app.reload(base);
+    await h.app.reload(base);
   });
 
   it('a tenant created through the API has nothing to reset to: 400, it stays', async () => {

@@ -3,6 +3,8 @@
  * tenant lists is a 409, brokers removed by a write stop being probed, the view shows only
  * records the directory accepted, and a tenant can be given its own identity provider.
  */
+import { lookup } from 'node:dns/promises';
+import { hostname } from 'node:os';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { directoryKeys } from '../../src/redis/keys.js';
@@ -69,6 +71,20 @@ describe('hosts are unique across tenants', () => {
     // Moving a host: first release it, then claim it.
     expect((await admin(edge, 'PUT', '/admin/v1/tenants/first', { body: tenantBody(['other.localhost'], [b1.url]) })).status).toBe(200);
     expect((await admin(edge, 'PUT', '/admin/v1/tenants/second', { body: tenantBody(['first.localhost'], [b1.url]) })).status).toBe(200);
+  });
+});
+
+describe('tenant ids are unique regardless of case', () => {
+  it('a PUT of an id that differs from a tenant in force only in case is 409 naming both, and changes nothing', async () => {
+    const twin = await admin(edge, 'PUT', '/admin/v1/tenants/ACME', { body: tenantBody(['twin.localhost'], [b3.url]) });
+    expect(twin.status).toBe(409);
+    expect(twin.json).toMatchObject({ code: 'conflict' });
+    expect(twin.json.problems).toEqual([
+      expect.stringMatching(/^(would displace tenant "acme": )?id: tenant "(ACME|acme)" differs from tenant "(acme|ACME)" only in case/),
+    ]);
+    expect((await admin(edge, 'GET', '/admin/v1/tenants/ACME')).status).toBe(404);
+    const r = await call(edge, 'GET', '/api/v1/pop/queue/q', { token: await token({ roles: ['read-write'], tenant: 'acme' }), host: 'acme.localhost' });
+    expect(r.status).toBe(204);
   });
 });
 
@@ -168,6 +184,32 @@ describe('a broker is dedicated to one tenant unless declared tenancy-aware', ()
     const shared = await admin(edge, 'PUT', '/admin/v1/tenants/lodger', { body: tenantBody(['lodger.localhost'], [same], { tenancyAwareBrokers: true }) });
     expect(shared.status).toBe(200);
     expect(shared.json).toMatchObject({ id: 'lodger', brokers: [same.replace(/\/+$/, '')], tenancyAwareBrokers: true });
+  });
+
+  it('a PUT naming by its host name a broker another tenant lists by address is 409: names are resolved before the write is judged', async () => {
+    // The machine's own name: resolved by the system resolver, as the edge's connections are.
+    const name = hostname().toLowerCase();
+    const { address } = (await lookup(name, { all: true }))[0]!;
+    expect(name === 'localhost' || name.endsWith('.localhost'), 'a host name that is not a loopback spelling').toBe(false);
+    const b4 = await startBrokerDouble();
+    try {
+      const port = new URL(b4.url).port;
+      const literal = `http://${address.includes(':') ? `[${address}]` : address}:${port}`;
+      expect((await admin(edge, 'PUT', '/admin/v1/tenants/by-address', { body: tenantBody(['by-address.localhost'], [literal]) })).status).toBe(200);
+      const aliased = await admin(edge, 'PUT', '/admin/v1/tenants/by-name', { body: tenantBody(['by-name.localhost'], [`http://${name}:${port}`]) });
+      expect(aliased.status).toBe(409);
+      expect(aliased.json.problems).toEqual([
+        expect.stringMatching(
+          new RegExp(
+            `^(would displace tenant "by-address": )?brokers: tenant "by-(name|address)" and tenant "by-(address|name)" both list broker .*, address [^)]+:${port}\\)`,
+          ),
+        ),
+      ]);
+      expect((await admin(edge, 'GET', '/admin/v1/tenants/by-name')).status).toBe(404);
+    } finally {
+      await admin(edge, 'DELETE', '/admin/v1/tenants/by-address');
+      await b4.close();
+    }
   });
 
   it("requests of a tenant on declared brokers carry x-queen-tenant with its id, replacing the client's", async () => {

@@ -1,4 +1,6 @@
 /** Reloading the configuration file without a restart: tenants, plans, routes and CORS swap together; an invalid file changes nothing. */
+import { lookup } from 'node:dns/promises';
+import { hostname } from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError } from '../../src/config/load.js';
 import type { RawConfig } from '../../src/config/schema.js';
@@ -40,7 +42,7 @@ describe('App.reload', () => {
       },
       routes: { 'POST /api/v1/ack': ['admin'] },
     };
-    h.app.reload(next);
+    await h.app.reload(next);
 
     expect((await preflight('https://new.example')).status).toBe(204);
     expect((await preflight('https://app.example.com')).status).toBe(403);
@@ -68,7 +70,7 @@ describe('App.reload', () => {
 
     // A host listed twice: refused as a whole, nothing changes.
     const broken: RawConfig = { ...next, tenants: { ...next.tenants, gamma: { ...next.tenants.beta!, hosts: ['acme.localhost'] } }, routes: {} };
-    expect(() => h.app.reload(broken)).toThrow(ConfigError);
+    await expect(h.app.reload(broken)).rejects.toThrow(ConfigError);
     expect((await preflight('https://new.example')).status).toBe(204);
     expect((await push('beta', ['read-write'])).status).toBe(201);
     expect((await call(h, 'POST', '/api/v1/ack', { token: await token({ roles: ['read-write'], tenant: 'acme' }), body: {} })).json).toMatchObject({
@@ -81,8 +83,24 @@ describe('App.reload', () => {
       tenants: { ...next.tenants, gamma: { ...next.tenants.beta!, hosts: ['gamma.localhost'], tenancyAwareBrokers: false } },
       routes: {},
     };
-    expect(() => h.app.reload(shared)).toThrow(/tenants\.gamma\.brokers: tenant "gamma" and tenant "acme" both list broker/);
+    await expect(h.app.reload(shared)).rejects.toThrow(/tenants\.gamma\.brokers: tenant "gamma" and tenant "acme" both list broker/);
     expect((await push('gamma', ['read-write'])).status).toBe(403);
     expect((await push('beta', ['read-write'])).status).toBe(201);
+
+    // Two new tenants on one broker, one naming it by address, the other by the host name that resolves to it: refused too.
+    const name = hostname().toLowerCase();
+    const { address } = (await lookup(name, { all: true }))[0]!;
+    const dedicated = (host: string, broker: string) => ({ ...next.tenants.beta!, hosts: [host], brokers: [broker], tenancyAwareBrokers: false });
+    const aliased: RawConfig = {
+      ...next,
+      tenants: {
+        ...next.tenants,
+        gamma: dedicated('gamma.localhost', `http://${address.includes(':') ? `[${address}]` : address}:4`),
+        delta: dedicated('delta.localhost', `http://${name}:4`),
+      },
+      routes: {},
+    };
+    await expect(h.app.reload(aliased)).rejects.toThrow(/tenants\.delta\.brokers: tenant "delta" and tenant "gamma" both list broker .*, address /);
+    expect((await push('gamma', ['read-write'])).status).toBe(403);
   });
 });

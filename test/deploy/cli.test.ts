@@ -24,6 +24,17 @@ describe('queen-edge command line', { timeout: 60_000 }, () => {
     expect(help.split('\n').filter((l) => l.length > 80)).toEqual([]);
   });
 
+  it('started as one of several replicas (QUEEN_EDGE_REPLICAS, set by the Helm chart) without Redis: an error line says quotas multiply; one replica: none', async () => {
+    const config = testConfig(['http://127.0.0.1:1'], { log: { level: 'info' } });
+    const lonely = await start(config, undefined, { QUEEN_EDGE_REPLICAS: '3' });
+    const warning = await lonely.waitForLog((l) => typeof l.msg === 'string' && l.msg.startsWith('QUEEN_EDGE_REPLICAS says'), 30_000);
+    expect(warning).toMatchObject({ level: 50, replicas: 3 });
+    expect(warning.msg).toContain('together they admit 3 times every quota');
+    const single = await start(config, undefined, { QUEEN_EDGE_REPLICAS: '1' });
+    await single.waitForLog((l) => l.msg === 'queen-edge listening', 30_000);
+    expect(single.lines.filter((l) => String(l.msg).startsWith('QUEEN_EDGE_REPLICAS'))).toEqual([]);
+  });
+
   it('unknown arguments: usage on stderr, exit 2', async () => {
     const edge = await start({}, ['--bogus']);
     expect((await edge.exited).code).toBe(2);

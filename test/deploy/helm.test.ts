@@ -201,6 +201,28 @@ describe("helm/queen-edge: operators' defaults and options", () => {
     expect(read('values.yaml')).toMatch(/a per-IP limit becomes a per-node limit/);
   });
 
+  it('one pod by default; more than one pod (or autoscaling) without Redis is refused, and the pods are told how many run', () => {
+    const validate = new Ajv({ allErrors: true, strict: false, verbose: true }).compile(JSON.parse(read('values.schema.json')) as object);
+    const titles = () => (validate.errors ?? []).map((e) => e.parentSchema?.title).join('\n');
+    expect(values.replicaCount).toBe(1);
+    expect(validate({ ...working, replicaCount: 2 })).toBe(false);
+    expect(titles()).toContain('more than one pod (replicaCount > 1 or autoscaling.enabled) needs Redis');
+    expect(validate({ ...working, autoscaling: { ...(values.autoscaling as object), enabled: true } })).toBe(false);
+    expect(titles()).toContain('needs Redis');
+    expect(validate({ ...working, replicaCount: 2, redis: { url: 'redis://r:6379' } }), JSON.stringify(validate.errors)).toBe(true);
+    expect(validate({ ...working, replicaCount: 3, config: { ...working.config, redis: { ...working.config.redis, cluster: ['r1:6379'] } } })).toBe(true);
+    expect(
+      validate({ ...working, autoscaling: { ...(values.autoscaling as object), enabled: true }, secrets: { ...working.secrets, existingSecret: 'qe' } }),
+    ).toBe(true);
+    // The pods learn how many may run beside them; a lone pod gets no PodDisruptionBudget (minAvailable: 1 would block every drain).
+    expect(template('deployment.yaml')).toMatch(
+      /- name: QUEEN_EDGE_REPLICAS\n {14}value: \{\{ ternary \.Values\.autoscaling\.maxReplicas \.Values\.replicaCount \.Values\.autoscaling\.enabled \| quote \}\}/,
+    );
+    expect(
+      template('pdb.yaml').startsWith('{{- if and .Values.podDisruptionBudget.enabled (or .Values.autoscaling.enabled (gt (int .Values.replicaCount) 1)) }}'),
+    ).toBe(true);
+  });
+
   it('autoscaling is off by default, so replicaCount applies', () => {
     expect(values.autoscaling).toMatchObject({ enabled: false });
     expect(template('hpa.yaml').startsWith('{{- if .Values.autoscaling.enabled }}')).toBe(true);

@@ -1,9 +1,10 @@
 /** `queen-edge validate`: checks a file without serving; every problem with its path and a hint, exit 0 or 2. */
+import { lookup } from 'node:dns/promises';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { testConfig } from '../helpers/edge.js';
+import { TEST_PLAN, testConfig } from '../helpers/edge.js';
 import { connectionRefused, edgeTracker, freePort } from './edge-process.js';
 
 const edges = edgeTracker();
@@ -32,6 +33,38 @@ describe('queen-edge validate', { timeout: 60_000 }, () => {
     expect(err).toContain('server: Unrecognized key: "bogus"\n    hint: remove it or fix its spelling');
     expect(err).toContain('server.https.port: Invalid input: expected number, received string\n    hint: write a number');
     expect(err).toContain('tenants.t.brokers[0]: Invalid URL\n    hint: a full URL with its scheme');
+  });
+
+  it("the directory's rules: ids that differ only in case, a broker two tenants list (by credentials, by address and name); a URL's credentials never printed", async () => {
+    // The machine's own name and the address it resolves to: two spellings of one broker.
+    const name = hostname().toLowerCase();
+    const { address } = (await lookup(name, { all: true }))[0]!;
+    const literal = address.includes(':') ? `[${address}]` : address;
+    const withCredentials = 'http://edge-user:${BROKER_PASSWORD}@127.0.0.1:1';
+    const tenant = (host: string, broker: string) => ({ plan: 'test', hosts: [host], brokers: [broker] });
+    // Written as is (the ${VAR} is the CLI's to substitute).
+    const config = {
+      plans: { test: TEST_PLAN },
+      tenants: {
+        acme: tenant('acme.localhost', 'http://127.0.0.1:2'),
+        ACME: tenant('big.localhost', 'http://127.0.0.1:3'),
+        one: tenant('one.localhost', withCredentials),
+        two: tenant('two.localhost', withCredentials),
+        'by-address': tenant('by-address.localhost', `http://${literal}:4`),
+        'by-name': tenant('by-name.localhost', `http://${name}:4`),
+      },
+    };
+    const edge = await edges.start(config, ['validate', '--config', '{config}'], { BROKER_PASSWORD: 'pw-9d2e71' });
+    expect((await edge.exited).code).toBe(2);
+    const err = edge.stderr();
+    expect(err).toContain('tenants.ACME.id: tenant "ACME" differs from tenant "acme" only in case');
+    expect(err).toContain('tenants.two.brokers: tenant "two" and tenant "one" both list broker "http://***@127.0.0.1:1"');
+    expect(err).toMatch(
+      new RegExp(
+        `tenants\\.by-name\\.brokers: tenant "by-name" and tenant "by-address" both list broker "http://${name.replace(/\./g, '\\.')}:4" \\(host and port [^,]+:4, address [^)]+:4\\)`,
+      ),
+    );
+    expect(err).not.toContain('pw-9d2e71');
   });
 
   it('an unquoted ${VAR} in a flow mapping: the YAML error once, with the hint to quote it', async () => {

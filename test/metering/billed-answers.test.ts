@@ -87,6 +87,18 @@ describe('billing from what the broker answered', () => {
     expect(u).toMatchObject({ requests: 4, messagesPushed: 2 + 1, messagesDelivered: 2, acks: 1 });
   });
 
+  it('a pop with autoAck=true bills the acks the broker made in it; one without bills none', async () => {
+    const before = await usage();
+    expect((await call(edge, 'POST', '/api/v1/push', { token: rw, body: { items: items('auto', 5) } })).status).toBe(201);
+    const auto = await call(edge, 'GET', '/api/v1/pop/queue/auto?batch=3&autoAck=true', { token: rw });
+    expect(auto.status).toBe(200);
+    expect(auto.json).toMatchObject({ leaseId: null, messages: [{}, {}, {}] });
+    const leased = await call(edge, 'GET', '/api/v1/pop/queue/auto?batch=3&autoAck=false', { token: rw });
+    expect((leased.json as { messages: unknown[] }).messages).toHaveLength(2);
+    const u = await settled(before.requests + 3);
+    expect({ delivered: u.messagesDelivered - before.messagesDelivered, acks: u.acks - before.acks }).toEqual({ delivered: 5, acks: 3 });
+  });
+
   it.each(['gzip', 'deflate', 'br'] as const)('an answer compressed with %s is decoded for metering and relayed as sent', async (coding) => {
     const before = await usage();
     broker.setOptions({ answers: { rollbackAs200: true, contentEncoding: coding } });

@@ -16,6 +16,7 @@ const x = (name: string, status: number, response: AnswerFacts | null, extra: Pa
   bytesOut: 20,
   requestMessages: 0,
   requestAcks: 0,
+  autoAck: false,
   response,
   answerLost: false,
   ...extra,
@@ -29,7 +30,8 @@ describe('countExchange', () => {
       { messagesPushed: 3, acks: 0, messagesDelivered: 0 },
     ],
     ['push: an unread answer (cut, not JSON) counts nothing', x('push', 201, null, { requestMessages: 5 }), { messagesPushed: 0 }],
-    ['pop: messages of a 200', x('pop.queue', 200, facts({ delivered: 3 })), { messagesDelivered: 3 }],
+    ['pop: messages of a 200', x('pop.queue', 200, facts({ delivered: 3 })), { messagesDelivered: 3, acks: 0 }],
+    ['pop with autoAck: its messages are acks too', x('pop.queue', 200, facts({ delivered: 3 }), { autoAck: true }), { messagesDelivered: 3, acks: 3 }],
     ['pop: a 204 delivers nothing', x('pop.queue', 204, null), { messagesDelivered: 0 }],
     ['ack: only success true', x('ack.batch', 200, facts({ acked: 2 })), { acks: 2 }],
     [

@@ -55,6 +55,16 @@ describe('buildSnapshot', () => {
     expect([...snapshot.byId.keys()]).toEqual(['a', 'b']);
   });
 
+  it('refuses a tenant whose id differs from another only in case: the file over records, the lower id among records', () => {
+    const file = buildSnapshot({ ...FILE, tenants: { ...FILE.tenants, A: tenant(['big-a.example']) } }, NO_RECORDS);
+    expect(file.rejected.map((r) => [r.id, r.conflict, r.problems])).toEqual([
+      ['A', true, ['tenants.A.id: tenant "A" differs from tenant "a" only in case (tenant ids are unique regardless of case)']],
+    ]);
+    const { snapshot, rejected } = buildSnapshot(FILE, records({ Zed: tenant(['z1.example']), zed: tenant(['z2.example']) }));
+    expect(rejected.map((r) => [r.id, r.source])).toEqual([['zed', 'redis']]);
+    expect([...snapshot.byId.keys()].sort()).toEqual(['Zed', 'a', 'b']);
+  });
+
   it('a record taking a host the file gives another tenant is rejected; the file version stays', () => {
     const { snapshot, rejected } = buildSnapshot(FILE, records({ b: tenant(['a.example']) }));
     expect(rejected).toEqual([
