@@ -22,6 +22,8 @@ import { compileRoutes } from './routes/match.js';
 import { createPipeline, pipelineSettings } from './pipeline.js';
 import { connectRedis, whenReady } from './redis/connection.js';
 import { createTenantStore, type TenantStore } from './tenants/store.js';
+import { createApiKeyStore, fileKeyRecords } from './keys/store.js';
+import { ApiKeyVerifier } from './keys/verifier.js';
 import { createClusters } from './upstream/clusters.js';
 import { createBrokerPools } from './upstream/pools.js';
 import { createUpstreamProxy } from './upstream/proxy.js';
@@ -75,6 +77,9 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   else log.info('no redis configured: limits, tenants and usage are in memory (one instance only)');
   const tenants = await createTenantStore(config, { log, ...(redis ? { redis } : {}), memoryOverrides: opts.memoryOverrides === true });
   const verifiers = createTenantVerifiers(config.auth, { log, clock });
+  const apiKeys = createApiKeyStore(redis, config.redis, log);
+  const keyVerifier = new ApiKeyVerifier(apiKeys, { clock, log });
+  keyVerifier.setFileKeys(fileKeyRecords(config.apiKeys));
   const minter = config.upstreamIdentity.mode === 'mint' ? await createMinter(config.upstreamIdentity.mint, { clock }) : null;
   const lp = config.server.longPoll;
   // Leasing needs the shared state; without Redis the memory limiter is already local.
@@ -125,6 +130,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     tenants,
     storageBlocked: (id) => tenants.storageBlocked(id),
     verifiers,
+    apiKeys: keyVerifier,
     limiter,
     clientLimits: createClientLimits({ failedAuth: config.auth.failedAuth, publicRoutes: config.server.publicRateLimit }),
     proxy,
@@ -140,6 +146,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     hostNames: adminHostNames(config.server.admin.host, config.server.admin.allowedHosts),
     tenants,
     tenantRecord: async (id) => tenants.recordOf(id) ?? null,
+    keys: { store: apiKeys, verifier: keyVerifier, tenant: (id) => tenants.byId(id), clock },
     usage: (id, from, to) => meter.usage(id, from, to),
     brokers: () => clusters.snapshot(tenants.all()),
     maintenance: createBrokerMaintenance({ minter, timeoutMs: config.upstream.requestTimeoutMs }),
@@ -200,6 +207,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
         throw err;
       }
       routes = nextRoutes;
+      keyVerifier.setFileKeys(fileKeyRecords(next.apiKeys));
       // The file changed, but these tenants keep what the admin API wrote over it: say so.
       const shadowed = Object.keys(next.tenants).filter((id) => tenants.sourceOf(id)?.record === 'admin' || tenants.sourceOf(id)?.status === 'admin');
       if (shadowed.length > 0)
@@ -220,7 +228,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
       await meter.close();
       verifiers.close();
       await clusters.close();
-      await Promise.all([limiter.close(), pools.close(), tenants.close()]);
+      await Promise.all([limiter.close(), pools.close(), tenants.close(), apiKeys.close()]);
       if (redis) await redis.quit().catch(() => redis.disconnect());
       // The log is written asynchronously: the last lines must not be lost on exit.
       await new Promise<void>((resolve) => log.flush(() => resolve()));
