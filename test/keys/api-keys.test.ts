@@ -10,7 +10,7 @@ import { call, forwarded, startEdge, testConfig, type EdgeHarness } from '../hel
 import { capturingLogger } from '../helpers/logs.js';
 import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix } from '../helpers/redis.js';
 import { waitFor } from '../helpers/wait.js';
-import { admin, ADMIN_TOKEN } from '../admin/admin-call.js';
+import { admin, ADMIN_TOKEN, runCli } from '../admin/admin-call.js';
 
 const prefix = uniquePrefix();
 const logA = capturingLogger('info');
@@ -147,6 +147,25 @@ describe('tenant API keys on two instances', () => {
     }
     expect((await admin(a, 'POST', '/admin/v1/tenants/nobody/keys', { body: { name: 'x', roles: ['admin'] } })).status).toBe(404);
     expect((await admin(a, 'GET', '/admin/v1/tenants/acme/keys', { token: 'wrong' })).status).toBe(401);
+  });
+});
+
+describe('the CLI', () => {
+  it('creates a key (shown once), lists it without the secret, revokes it', async () => {
+    const created = await runCli(a, 'keys', 'create', 'acme', '--name', 'cli key', '--role', 'read-write', '--json');
+    expect(created.code).toBe(0);
+    const { id, key } = JSON.parse(created.out);
+    expect((await call(b, 'POST', '/api/v1/push', { token: key, body: PUSH })).status).toBe(200);
+    const listed = await runCli(a, 'keys', 'list', 'acme');
+    expect([listed.code, listed.out.includes(id), listed.out.includes(key.slice(16))]).toEqual([0, true, false]);
+    expect((await runCli(a, 'keys', 'revoke', 'acme', id)).code).toBe(0);
+    expect((await runCli(a, 'keys', 'revoke', 'acme', id)).code).toBe(1);
+  });
+
+  it('keys new prints a key and the file entry that holds only its hash', async () => {
+    const made = await runCli(a, 'keys', 'new', 'acme', '--role', 'read-only', '--json');
+    const { key, entry } = JSON.parse(made.out);
+    expect(entry).toEqual({ id: keyId(key), tenant: 'acme', roles: ['read-only'], sha256: expect.stringMatching(/^[0-9a-f]{64}$/) });
   });
 });
 
