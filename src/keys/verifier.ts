@@ -4,11 +4,12 @@
  * identity a token would: its tenant, its roles, a subject naming the key. So role sets, limits,
  * quotas, metering and the access log work unchanged.
  *
- * Each instance caches what it read, keyed by key id (never the key): a found key for
- * FOUND_TTL_MS, an unknown id for MISSING_TTL_MS. A revocation reaches every instance's cache
+ * Each instance caches what it read by key id: a found key for FOUND_TTL_MS, an unknown id for
+ * MISSING_TTL_MS; a key whose hash matched is remembered by the key itself, in memory only (as the
+ * token cache holds tokens), so a repeat costs a map lookup rather than a SHA-256. A revocation reaches every instance's cache
  * through the store's pub/sub; a reconnect of that subscriber drops the whole cache (revocations
  * may have been missed), and the TTL bounds what a lost message can keep alive. A lookup that
- * started before a revocation arrived is answered but not cached (the epoch check), so a revoked
+ * started before a revocation arrived is refused and not cached (the epoch check), so a revoked
  * key cannot be re-cached by a read that raced it.
  *
  * It is a TokenVerifier: a cache hit is synchronous; a miss passes the per-client signature gate
@@ -27,12 +28,15 @@ const MISSING_TTL_MS = 5_000;
 const TOUCH_EVERY_MS = 60_000;
 const CACHE_ENTRIES = 100_000;
 
+/** What this instance knows of a key id; `revoked` is set when a revocation arrives, so every copy of the entry sees it. */
 interface Entry {
   readonly record: ApiKeyRecord | null;
   readonly identity: Identity | null;
+  revoked: boolean;
+  /** When this instance last recorded a use of the key (ms). */
+  touchedAt: number;
 }
 
-const MISSING: Entry = { record: null, identity: null };
 const INVALID = 'invalid API key';
 
 function identityOf(r: ApiKeyRecord): Identity {
@@ -48,12 +52,23 @@ function identityOf(r: ApiKeyRecord): Identity {
   };
 }
 
+function entryOf(record: ApiKeyRecord | null): Entry {
+  return { record, identity: record === null ? null : identityOf(record), revoked: false, touchedAt: 0 };
+}
+
 export class ApiKeyVerifier implements TokenVerifier {
   readonly #store: ApiKeyStore;
   readonly #clock: () => number;
   readonly #log: Logger;
-  readonly #cache = new ExpiringMap<string, Entry>(CACHE_ENTRIES);
-  readonly #touched = new ExpiringMap<string, true>(CACHE_ENTRIES);
+  /** Records read from the store, by key id. */
+  readonly #byId = new ExpiringMap<string, Entry>(CACHE_ENTRIES);
+  /**
+   * Keys whose hash matched, by the presented key itself (as the token cache holds tokens: in
+   * memory only), so a repeat costs one map lookup, not a SHA-256. Each points at its id's entry.
+   */
+  readonly #matched = new ExpiringMap<string, Entry>(CACHE_ENTRIES);
+  /** Ids whose use was recorded lately, across reloads of their entry. */
+  readonly #touched = new ExpiringMap<string, number>(CACHE_ENTRIES);
   readonly #loading = new Map<string, Promise<Entry>>();
   /** Keys declared in the configuration file, by id: they need no store. */
   #file: ReadonlyMap<string, Entry> = new Map();
@@ -66,14 +81,21 @@ export class ApiKeyVerifier implements TokenVerifier {
     this.#log = deps.log;
     store.onRevoked((id) => {
       this.#epoch++;
-      if (id === null) this.#cache.clear();
-      else this.#cache.delete(id);
+      if (id === null) {
+        this.#byId.clear();
+        this.#matched.clear();
+        return;
+      }
+      const e = this.#byId.get(id, this.#clock());
+      if (e !== undefined) e.revoked = true;
+      this.#byId.delete(id);
     });
   }
 
   /** Replaces the keys declared in the configuration file (at start and on a reload). */
   setFileKeys(records: readonly ApiKeyRecord[]): void {
-    this.#file = new Map(records.map((r) => [r.id, { record: r, identity: identityOf(r) }]));
+    for (const e of this.#file.values()) e.revoked = true;
+    this.#file = new Map(records.map((r) => [r.id, entryOf(r)]));
   }
 
   /** The keys declared in the configuration file for a tenant. */
@@ -84,10 +106,12 @@ export class ApiKeyVerifier implements TokenVerifier {
   }
 
   cached(token: string): Identity | undefined {
+    const now = this.#clock();
+    const hit = this.#matched.get(token, now);
+    if (hit !== undefined) return this.#usable(hit, now) ? this.#used(hit, now) : undefined;
     const id = keyId(token);
     if (id === null) return undefined;
-    const now = this.#clock();
-    const e = this.#file.get(id) ?? this.#cache.get(id, now);
+    const e = this.#file.get(id) ?? this.#byId.get(id, now);
     return e === undefined ? undefined : (this.#accept(e, token, now) ?? undefined);
   }
 
@@ -105,21 +129,36 @@ export class ApiKeyVerifier implements TokenVerifier {
     return identity ?? edgeError('unauthorized', INVALID);
   }
 
-  /** The identity of an entry for this key: null unless found, unexpired and matching. */
-  #accept(e: Entry, token: string, now: number): Identity | null {
+  #usable(e: Entry, now: number): boolean {
     const r = e.record;
-    if (r === null || (r.expiresAt !== null && now >= r.expiresAt) || !keyMatches(token, r.hash)) return null;
-    if (this.#touched.get(r.id, now) === undefined) {
-      this.#touched.set(r.id, true, now + TOUCH_EVERY_MS, now);
-      this.#store.touch(r.id, now).catch((err: unknown) => this.#log.debug({ err, key: r.id }, 'API key: last use not recorded'));
+    return r !== null && !e.revoked && (r.expiresAt === null || now < r.expiresAt);
+  }
+
+  /** The identity of an entry for this key: null unless found, unrevoked, unexpired and matching. */
+  #accept(e: Entry, token: string, now: number): Identity | null {
+    if (!this.#usable(e, now) || !keyMatches(token, e.record!.hash)) return null;
+    this.#matched.set(token, e, now + FOUND_TTL_MS, now);
+    return this.#used(e, now);
+  }
+
+  /** Records a use at most once a minute per key (a Redis write, not awaited). */
+  #used(e: Entry, now: number): Identity {
+    if (now - e.touchedAt >= TOUCH_EVERY_MS) {
+      const id = e.record!.id;
+      const last = this.#touched.get(id, now);
+      if (last === undefined) {
+        this.#touched.set(id, now, now + TOUCH_EVERY_MS, now);
+        this.#store.touch(id, now).catch((err: unknown) => this.#log.debug({ err, key: id }, 'API key: last use not recorded'));
+      }
+      e.touchedAt = last ?? now;
     }
-    return e.identity;
+    return e.identity!;
   }
 
   /** The cached entry, else one load per id at a time; undefined when the store cannot answer. */
   async #entry(id: string): Promise<Entry | undefined> {
     const now = this.#clock();
-    const hit = this.#cache.get(id, now);
+    const hit = this.#byId.get(id, now);
     if (hit !== undefined) return hit;
     let loading = this.#loading.get(id);
     if (loading === undefined) {
@@ -134,10 +173,11 @@ export class ApiKeyVerifier implements TokenVerifier {
 
   async #load(id: string): Promise<Entry> {
     const epoch = this.#epoch;
-    const record = await this.#store.get(id);
-    const e = record === null ? MISSING : { record, identity: identityOf(record) };
+    const e = entryOf(await this.#store.get(id));
     const now = this.#clock();
-    if (epoch === this.#epoch) this.#cache.set(id, e, now + (record === null ? MISSING_TTL_MS : FOUND_TTL_MS), now);
+    // A revocation arrived while this read was out: its answer may predate it.
+    if (epoch === this.#epoch) this.#byId.set(id, e, now + (e.record === null ? MISSING_TTL_MS : FOUND_TTL_MS), now);
+    else e.revoked = true;
     return e;
   }
 

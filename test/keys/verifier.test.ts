@@ -78,7 +78,7 @@ describe('the key cache', () => {
     expect(v.cached(k.key)?.tenant).toBe('acme');
   });
 
-  it('a revocation drops the cached key; a read that raced the revocation is not cached', async () => {
+  it('a revocation drops the cached key; a read that raced the revocation is refused and not cached', async () => {
     const k = mintKey();
     const records = new Map([[k.id, record(k)]]);
     const f = fakeStore(records);
@@ -89,8 +89,8 @@ describe('the key cache', () => {
     records.delete(k.id);
     f.revoke(k.id);
     f.release();
-    expect(isEdgeError(await raced)).toBe(false);
-    // ...but it left nothing behind: the next request reads again and is refused.
+    // The revocation arrived before the read answered: the request is refused, and nothing is left behind.
+    expect(await raced).toMatchObject({ code: 'unauthorized' });
     expect(v.cached(k.key)).toBeUndefined();
     const next = v.verify(k.key);
     await Promise.resolve();
@@ -109,6 +109,13 @@ describe('the key cache', () => {
     expect(isEdgeError(await first)).toBe(false);
     expect(v.cached(k.key)).toBeDefined();
     f.revoke(null);
+    expect(v.cached(k.key)).toBeUndefined();
+    // A revocation of one id reaches every copy: the key matched before is refused at once.
+    const again0 = v.verify(k.key);
+    await Promise.resolve();
+    f.release();
+    expect(isEdgeError(await again0)).toBe(false);
+    f.revoke(k.id);
     expect(v.cached(k.key)).toBeUndefined();
     const again = v.verify(k.key);
     await Promise.resolve();
