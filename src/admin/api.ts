@@ -30,7 +30,7 @@ import type { TenantStore, WriteResult } from '../tenants/store.js';
 import type { ClusterSnapshot } from '../upstream/clusters.js';
 import type { BrokerMaintenance, BrokerMaintenanceState, MaintenanceSwitch } from '../upstream/maintenance.js';
 import { answerProbe, type Readiness } from './probes.js';
-import { createKey, listKeys, revokeKey, type KeyAdminDeps } from './keys.js';
+import { createKey, listKeys, revokeKey, revokeTenantKeys, type KeyAdminDeps } from './keys.js';
 import { serveConsole, serveConsoleOff } from './console.js';
 import { adminHostAllowed } from './hosts.js';
 import { duplicatedSingleton } from '../listen/raw-headers.js';
@@ -220,7 +220,8 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
     const refused = writable(id);
     if (refused) return refused;
     if (!(await d.tenants.deleteTenant(id))) return edgeError('not_found', `no tenant "${id}"`);
-    logChange(c, 'tenant.delete', id);
+    const keys = await revokeTenantKeys(d.keys, id);
+    logChange(c, 'tenant.delete', id, keys.length > 0 ? { keysRevoked: keys } : undefined);
     return { status: 204 };
   });
 

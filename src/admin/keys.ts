@@ -23,8 +23,15 @@ export type KeyReply = { readonly status: number; readonly body?: unknown };
 /** Keys a tenant may hold at once: enough to rotate every service's key, a bound on the list. */
 export const MAX_KEYS_PER_TENANT = 100;
 
+/** A key's name as shown in lists and terminals: printable text only (no control or format characters). */
+export const KEY_NAME = z
+  .string()
+  .min(1)
+  .max(200)
+  .regex(/^[^\p{Cc}\p{Cf}]+$/u, 'printable characters only');
+
 const createRequest = z.strictObject({
-  name: z.string().min(1).max(200),
+  name: KEY_NAME,
   roles: z
     .array(z.enum(ROLE_NAMES))
     .min(1)
@@ -56,12 +63,11 @@ export async function createKey(d: KeyAdminDeps, tenantId: string, body: unknown
   const now = d.clock();
   const expiresAt = parsed.data.expiresAt ? Date.parse(parsed.data.expiresAt) : null;
   if (expiresAt !== null && expiresAt <= now) return edgeError('invalid_request', 'expiresAt: must be in the future');
-  if ((await d.store.list(t.id)).length >= MAX_KEYS_PER_TENANT) {
-    return edgeError('conflict', `tenant "${t.id}" already has ${MAX_KEYS_PER_TENANT} keys: revoke one first`);
-  }
   const { id, key, hash } = mintKey();
   const record: ApiKeyRecord = { id, tenant: t.id, name: parsed.data.name, roles: parsed.data.roles, createdAt: now, expiresAt, hash };
-  await d.store.put(record);
+  if (!(await d.store.add(record, MAX_KEYS_PER_TENANT))) {
+    return edgeError('conflict', `tenant "${t.id}" already has ${MAX_KEYS_PER_TENANT} keys: revoke one first`);
+  }
   return { status: 201, body: { id, key, name: record.name, roles: record.roles, createdAt: iso(now), expiresAt: iso(expiresAt) } };
 }
 
@@ -74,9 +80,19 @@ export async function listKeys(d: KeyAdminDeps, tenantId: string): Promise<KeyRe
   return { status: 200, body: { keys: [...file, ...stored] } };
 }
 
+/** A deleted tenant's keys are revoked with it: a tenant created later under its id starts with none. */
+export async function revokeTenantKeys(d: KeyAdminDeps, tenantId: string): Promise<string[]> {
+  return d.store.revokeAll(tenantId);
+}
+
 /** `DELETE /admin/v1/tenants/:id/keys/:keyId`: 204; every instance refuses the key within a second. */
 export async function revokeKey(d: KeyAdminDeps, tenantId: string, keyId: string): Promise<KeyReply | EdgeError<AnyErrorCode>> {
-  if (!isKeyId(keyId)) return edgeError('not_found', `no key "${keyId.slice(0, 32)}"`);
+  // Never echoed: what was given may be a whole key pasted in place of its id.
+  if (!isKeyId(keyId))
+    return edgeError(
+      'not_found',
+      keyId.startsWith('qe_') ? 'that is a key, not a key id: revoke it by its id (the 12 characters after "qe_")' : 'no such key id',
+    );
   if (d.verifier.fileKeys(tenantId).some((r) => r.id === keyId)) {
     return edgeError('conflict', `key "${keyId}" is declared in the configuration file: remove it there and reload`);
   }

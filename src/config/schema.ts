@@ -113,7 +113,11 @@ export const tenantSchema = z.strictObject({
 const apiKeyEntry = z.strictObject({
   id: z.string().regex(/^[a-z2-7]{12}$/, 'the 12 characters after "qe_" in the key'),
   tenant: z.string().min(1),
-  name: z.string().max(200).default(''),
+  name: z
+    .string()
+    .max(200)
+    .regex(/^[^\p{Cc}\p{Cf}]*$/u, 'printable characters only')
+    .default(''),
   roles: z.array(z.enum(ROLE_NAMES)).min(1),
   sha256: z.string().regex(/^[0-9a-f]{64}$/, "the key's SHA-256, 64 lower-case hex digits"),
   expiresAt: z.iso.datetime({ offset: true }).nullable().default(null),

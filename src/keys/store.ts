@@ -31,11 +31,14 @@ export interface ListedKey extends ApiKeyRecord {
 export interface ApiKeyStore {
   /** 'redis': shared by every instance; 'memory': this process only. */
   readonly backing: 'redis' | 'memory';
-  put(record: ApiKeyRecord): Promise<void>;
+  /** Stores a new key unless its tenant already has `max` (false then). */
+  add(record: ApiKeyRecord, max: number): Promise<boolean>;
   get(id: string): Promise<ApiKeyRecord | null>;
   list(tenant: string): Promise<ListedKey[]>;
   /** Removes a key of `tenant` and tells every instance; false when the tenant has no such key. */
   revoke(tenant: string, id: string): Promise<boolean>;
+  /** Revokes every key of a tenant (it was deleted: a tenant made later with its id must not inherit them); their ids. */
+  revokeAll(tenant: string): Promise<string[]>;
   /** Records a use (callers write at most once a minute per key). */
   touch(id: string, at: number): Promise<void>;
   /** `listener(id)` on every revocation, `listener(null)` when some may have been missed (a reconnect). */
@@ -67,14 +70,25 @@ function byCreation(a: ListedKey, b: ListedKey): number {
   return (a.createdAt ?? 0) - (b.createdAt ?? 0) || (a.id < b.id ? -1 : 1);
 }
 
+/** KEYS: the tenant's id set, the key's record; ARGV: id, record, the most keys a tenant may hold. 1 when added. */
+const ADD_KEY = `
+if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
+redis.call('SET', KEYS[2], ARGV[2])
+redis.call('SADD', KEYS[1], ARGV[1])
+return 1`;
+
 class MemoryKeyStore implements ApiKeyStore {
   readonly backing = 'memory' as const;
   readonly #records = new Map<string, ApiKeyRecord>();
   readonly #used = new Map<string, number>();
   readonly #listeners: Array<(id: string | null) => void> = [];
 
-  async put(record: ApiKeyRecord): Promise<void> {
+  async add(record: ApiKeyRecord, max: number): Promise<boolean> {
+    let held = 0;
+    for (const r of this.#records.values()) if (r.tenant === record.tenant) held++;
+    if (held >= max) return false;
     this.#records.set(record.id, record);
+    return true;
   }
 
   async get(id: string): Promise<ApiKeyRecord | null> {
@@ -95,6 +109,12 @@ class MemoryKeyStore implements ApiKeyStore {
     return true;
   }
 
+  async revokeAll(tenant: string): Promise<string[]> {
+    const ids = [...this.#records.values()].filter((r) => r.tenant === tenant).map((r) => r.id);
+    for (const id of ids) await this.revoke(tenant, id);
+    return ids;
+  }
+
   async touch(id: string, at: number): Promise<void> {
     if (this.#records.has(id)) this.#used.set(id, at);
   }
@@ -112,9 +132,11 @@ class RedisKeyStore implements ApiKeyStore {
   readonly #keys: ApiKeyKeys;
   readonly #sub: Redis;
   readonly #listeners: Array<(id: string | null) => void> = [];
+  readonly #log: Logger;
 
   constructor(redis: RedisClient, prefix: string, seeds: readonly string[], log: Logger) {
     this.#redis = redis;
+    this.#log = log;
     this.#keys = apiKeyKeys(prefix);
     this.#sub = subscriberFor(redis, seeds);
     this.#sub.on('error', () => {});
@@ -134,8 +156,10 @@ class RedisKeyStore implements ApiKeyStore {
     for (const l of this.#listeners) l(id);
   }
 
-  async put(record: ApiKeyRecord): Promise<void> {
-    await this.#redis.multi().set(this.#keys.key(record.id), JSON.stringify(record)).sadd(this.#keys.tenant(record.tenant), record.id).exec();
+  async add(record: ApiKeyRecord, max: number): Promise<boolean> {
+    // The count and the write in one script, so concurrent creates cannot pass the bound together.
+    const added = await this.#redis.eval(ADD_KEY, 2, this.#keys.tenant(record.tenant), this.#keys.key(record.id), record.id, JSON.stringify(record), max);
+    return added === 1;
   }
 
   async get(id: string): Promise<ApiKeyRecord | null> {
@@ -160,10 +184,31 @@ class RedisKeyStore implements ApiKeyStore {
     const r = await this.get(id);
     if (r?.tenant !== tenant) return false;
     await this.#redis.multi().del(this.#keys.key(id)).srem(this.#keys.tenant(tenant), id).hdel(this.#keys.used, id).exec();
-    await this.#redis.publish(this.#keys.revoked, id);
-    // This instance forgets it now, before its own subscriber hears the message.
-    this.#tell(id);
+    await this.#announce(id);
     return true;
+  }
+
+  async revokeAll(tenant: string): Promise<string[]> {
+    const ids = await this.#redis.smembers(this.#keys.tenant(tenant));
+    if (ids.length === 0) return [];
+    const m = this.#redis.multi();
+    for (const id of ids) m.del(this.#keys.key(id));
+    await m
+      .del(this.#keys.tenant(tenant))
+      .hdel(this.#keys.used, ...ids)
+      .exec();
+    for (const id of ids) await this.#announce(id);
+    return ids;
+  }
+
+  /** This instance forgets a revoked key at once; the others hear it published. A failed publish leaves them the cache's expiry. */
+  async #announce(id: string): Promise<void> {
+    this.#tell(id);
+    await this.#redis
+      .publish(this.#keys.revoked, id)
+      .catch((err: unknown) =>
+        this.#log.warn({ err, key: id }, 'API key revoked, but not announced: other instances drop it when their cache entry expires (30 s)'),
+      );
   }
 
   async touch(id: string, at: number): Promise<void> {

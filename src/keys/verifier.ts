@@ -9,8 +9,9 @@
  * token cache holds tokens), so a repeat costs a map lookup rather than a SHA-256. A revocation reaches every instance's cache
  * through the store's pub/sub; a reconnect of that subscriber drops the whole cache (revocations
  * may have been missed), and the TTL bounds what a lost message can keep alive. A lookup that
- * started before a revocation arrived is refused and not cached (the epoch check), so a revoked
- * key cannot be re-cached by a read that raced it.
+ * started before its key's revocation arrived is refused and not cached (the revocation's epoch),
+ * so a revoked key cannot be re-cached by a read that raced it; one that started before a
+ * reconnect is answered but not cached.
  *
  * It is a TokenVerifier: a cache hit is synchronous; a miss passes the per-client signature gate
  * first, so failed keys count toward the failed-authentication throttle as bad tokens do.
@@ -30,6 +31,7 @@ const CACHE_ENTRIES = 100_000;
 
 /** What this instance knows of a key id; `revoked` is set when a revocation arrives, so every copy of the entry sees it. */
 interface Entry {
+  readonly id: string;
   readonly record: ApiKeyRecord | null;
   readonly identity: Identity | null;
   revoked: boolean;
@@ -52,19 +54,22 @@ function identityOf(r: ApiKeyRecord): Identity {
   };
 }
 
-function entryOf(record: ApiKeyRecord | null): Entry {
-  return { record, identity: record === null ? null : identityOf(record), revoked: false, touchedAt: 0 };
+function entryOf(id: string, record: ApiKeyRecord | null): Entry {
+  return { id, record, identity: record === null ? null : identityOf(record), revoked: false, touchedAt: 0 };
 }
 
 export class ApiKeyVerifier implements TokenVerifier {
   readonly #store: ApiKeyStore;
   readonly #clock: () => number;
   readonly #log: Logger;
-  /** Records read from the store, by key id. */
+  /** Keys read from the store, by key id. */
   readonly #byId = new ExpiringMap<string, Entry>(CACHE_ENTRIES);
+  /** Ids the store does not have, apart: junk ids must not push real keys out of #byId. */
+  readonly #unknown = new ExpiringMap<string, true>(CACHE_ENTRIES);
   /**
    * Keys whose hash matched, by the presented key itself (as the token cache holds tokens: in
-   * memory only), so a repeat costs one map lookup, not a SHA-256. Each points at its id's entry.
+   * memory only), so a repeat costs map lookups, not a SHA-256. A hit counts only while it is
+   * still its id's current entry, so it never outlives a revocation or its entry's expiry.
    */
   readonly #matched = new ExpiringMap<string, Entry>(CACHE_ENTRIES);
   /** Ids whose use was recorded lately, across reloads of their entry. */
@@ -72,21 +77,29 @@ export class ApiKeyVerifier implements TokenVerifier {
   readonly #loading = new Map<string, Promise<Entry>>();
   /** Keys declared in the configuration file, by id: they need no store. */
   #file: ReadonlyMap<string, Entry> = new Map();
-  /** Bumped by every revocation: a load that started in an older epoch is not cached. */
+  /** Counts revocations; a read compares it with what it saw when it started. */
   #epoch = 0;
+  /** The epoch at which each id was revoked lately. */
+  readonly #revoked = new ExpiringMap<string, number>(CACHE_ENTRIES);
+  /** The epoch of the last "revocations may have been missed" (a reconnect of the feed). */
+  #cleared = 0;
 
   constructor(store: ApiKeyStore, deps: { clock: () => number; log: Logger }) {
     this.#store = store;
     this.#clock = deps.clock;
     this.#log = deps.log;
     store.onRevoked((id) => {
-      this.#epoch++;
+      const epoch = ++this.#epoch;
+      const now = this.#clock();
       if (id === null) {
+        this.#cleared = epoch;
         this.#byId.clear();
+        this.#unknown.clear();
         this.#matched.clear();
         return;
       }
-      const e = this.#byId.get(id, this.#clock());
+      this.#revoked.set(id, epoch, now + 2 * FOUND_TTL_MS, now);
+      const e = this.#byId.get(id, now);
       if (e !== undefined) e.revoked = true;
       this.#byId.delete(id);
     });
@@ -95,7 +108,7 @@ export class ApiKeyVerifier implements TokenVerifier {
   /** Replaces the keys declared in the configuration file (at start and on a reload). */
   setFileKeys(records: readonly ApiKeyRecord[]): void {
     for (const e of this.#file.values()) e.revoked = true;
-    this.#file = new Map(records.map((r) => [r.id, entryOf(r)]));
+    this.#file = new Map(records.map((r) => [r.id, entryOf(r.id, r)]));
   }
 
   /** The keys declared in the configuration file for a tenant. */
@@ -108,11 +121,16 @@ export class ApiKeyVerifier implements TokenVerifier {
   cached(token: string): Identity | undefined {
     const now = this.#clock();
     const hit = this.#matched.get(token, now);
-    if (hit !== undefined) return this.#usable(hit, now) ? this.#used(hit, now) : undefined;
+    if (hit !== undefined && this.#current(hit.id, now) === hit && this.#usable(hit, now)) return this.#used(hit, now);
     const id = keyId(token);
     if (id === null) return undefined;
-    const e = this.#file.get(id) ?? this.#byId.get(id, now);
+    const e = this.#current(id, now);
     return e === undefined ? undefined : (this.#accept(e, token, now) ?? undefined);
+  }
+
+  /** The entry in force for an id: the file's, else the one read from the store. */
+  #current(id: string, now: number): Entry | undefined {
+    return this.#file.get(id) ?? this.#byId.get(id, now);
   }
 
   async verify(token: string, gate?: SignatureGate): Promise<Identity | EdgeError> {
@@ -160,6 +178,7 @@ export class ApiKeyVerifier implements TokenVerifier {
     const now = this.#clock();
     const hit = this.#byId.get(id, now);
     if (hit !== undefined) return hit;
+    if (this.#unknown.get(id, now)) return entryOf(id, null);
     let loading = this.#loading.get(id);
     if (loading === undefined) {
       loading = this.#load(id).finally(() => this.#loading.delete(id));
@@ -172,12 +191,16 @@ export class ApiKeyVerifier implements TokenVerifier {
   }
 
   async #load(id: string): Promise<Entry> {
-    const epoch = this.#epoch;
-    const e = entryOf(await this.#store.get(id));
+    const started = this.#epoch;
+    const e = entryOf(id, await this.#store.get(id));
     const now = this.#clock();
-    // A revocation arrived while this read was out: its answer may predate it.
-    if (epoch === this.#epoch) this.#byId.set(id, e, now + (e.record === null ? MISSING_TTL_MS : FOUND_TTL_MS), now);
-    else e.revoked = true;
+    // This id revoked while the read was out: its answer may predate the revocation.
+    if ((this.#revoked.get(id, now) ?? 0) > started) e.revoked = true;
+    // Revocations may have been missed meanwhile: answer, but keep nothing.
+    else if (this.#cleared <= started) {
+      if (e.record === null) this.#unknown.set(id, true, now + MISSING_TTL_MS, now);
+      else this.#byId.set(id, e, now + FOUND_TTL_MS, now);
+    }
     return e;
   }
 

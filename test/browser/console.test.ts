@@ -281,7 +281,9 @@ describe('the operator console', { timeout: 60_000 }, () => {
     const id = key.slice(3, 15);
     expect((await call(edge, 'POST', '/api/v1/push', { token: key, body: { items: [{ queue: 'orders', payload: {} }] } })).status).toBe(201);
     await page.click('#copy-key');
-    await page.waitForFunction(() => (globalThis as unknown as PageGlobals).document.querySelector('#copy-status')!.textContent !== '', undefined, { timeout: UI_TIMEOUT });
+    await page.waitForFunction(() => (globalThis as unknown as PageGlobals).document.querySelector('#copy-status')!.textContent !== '', undefined, {
+      timeout: UI_TIMEOUT,
+    });
     await page.waitForSelector(`#keys tr[data-key="${id}"]`, { timeout: UI_TIMEOUT });
     await shot('keys');
     // Shown once: the page drawn again lists the key, never its secret.

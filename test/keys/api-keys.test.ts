@@ -150,6 +150,46 @@ describe('tenant API keys on two instances', () => {
   });
 });
 
+describe('keys and their tenant', () => {
+  it("a deleted tenant's keys are revoked with it: a tenant created later under its id does not inherit them", async () => {
+    const body = { plan: 'test', hosts: ['cust.localhost'], brokers: [broker.url], tenancyAwareBrokers: true };
+    expect((await admin(a, 'PUT', '/admin/v1/tenants/cust', { body })).status).toBe(200);
+    const created = await admin(a, 'POST', '/admin/v1/tenants/cust/keys', { body: { name: 'old customer', roles: ['read-write'] } });
+    const { key } = created.json;
+    await waitFor(
+      async () => (await call(b, 'POST', '/api/v1/push', { token: key, body: PUSH, host: 'cust.localhost' })).status === 200,
+      5000,
+      'the key served on b',
+    );
+    expect((await admin(a, 'DELETE', '/admin/v1/tenants/cust')).status).toBe(204);
+    expect((await admin(a, 'PUT', '/admin/v1/tenants/cust', { body })).status).toBe(200);
+    expect((await admin(a, 'GET', '/admin/v1/tenants/cust/keys')).json.keys).toEqual([]);
+    for (const h of [a, b]) {
+      await waitFor(
+        async () => (await call(h, 'POST', '/api/v1/push', { token: key, body: PUSH, host: 'cust.localhost' })).status === 401,
+        5000,
+        "the old customer's key refused",
+      );
+    }
+  });
+
+  it("creates beyond a tenant's 100 keys are refused however many arrive at once; names are printable text; a key pasted as an id is not echoed", async () => {
+    const body = { plan: 'test', hosts: ['many.localhost'], brokers: [broker.url], tenancyAwareBrokers: true };
+    expect((await admin(a, 'PUT', '/admin/v1/tenants/many', { body })).status).toBe(200);
+    const statuses = await Promise.all(
+      Array.from({ length: 120 }, (_, i) =>
+        admin(i % 2 ? a : b, 'POST', '/admin/v1/tenants/many/keys', { body: { name: `k${i}`, roles: ['read-only'] } }).then((r) => r.status),
+      ),
+    );
+    expect([statuses.filter((s) => s === 201).length, statuses.filter((s) => s === 409).length]).toEqual([100, 20]);
+    const bad = await admin(a, 'POST', '/admin/v1/tenants/acme/keys', { body: { name: 'evil\u001b[31mred', roles: ['read-only'] } });
+    expect([bad.status, bad.json.code]).toEqual([400, 'invalid_request']);
+    const { key } = await createKey('acme', ['read-only']);
+    const pasted = await admin(a, 'DELETE', `/admin/v1/tenants/acme/keys/${key}`);
+    expect([pasted.status, pasted.text.includes(key.slice(16, 30))]).toEqual([404, false]);
+  });
+});
+
 describe('the CLI', () => {
   it('creates a key (shown once), lists it without the secret, revokes it', async () => {
     const created = await runCli(a, 'keys', 'create', 'acme', '--name', 'cli key', '--role', 'read-write', '--json');

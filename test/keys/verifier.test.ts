@@ -34,7 +34,8 @@ function fakeStore(records: Map<string, ApiKeyRecord>) {
   let reads = 0;
   const store: ApiKeyStore = {
     backing: 'redis',
-    put: async () => {},
+    add: async () => true,
+    revokeAll: async () => [],
     get: async (id) => {
       reads++;
       const value = records.get(id) ?? null;
@@ -123,5 +124,43 @@ describe('the key cache', () => {
     await again;
     now = 2_000;
     expect(v.cached(k.key)).toBeUndefined();
+  });
+
+  it('a key matched before is refused once its entry is gone, even when the revocation found no entry to mark', async () => {
+    const k = mintKey();
+    let now = 0;
+    const f = fakeStore(new Map([[k.id, record(k)]]));
+    const v = new ApiKeyVerifier(f.store, { clock: () => now, log: silentLogger() });
+    // A wrong secret with the key's (public) id loads the id's entry at t=0...
+    const wrong = v.verify(`qe_${k.id}_${'A'.repeat(43)}`);
+    await Promise.resolve();
+    f.release();
+    expect(await wrong).toMatchObject({ code: 'unauthorized' });
+    // ...the real key matches it just before it expires, and the revocation arrives just after.
+    now = 29_900;
+    expect(v.cached(k.key)).toBeDefined();
+    now = 30_100;
+    f.revoke(k.id);
+    expect(v.cached(k.key)).toBeUndefined();
+  });
+
+  it("another key's revocation does not refuse a read in flight; a reconnect answers it but keeps nothing", async () => {
+    const [k, other] = [mintKey(), mintKey()];
+    const f = fakeStore(new Map([[k.id, record(k)]]));
+    const v = new ApiKeyVerifier(f.store, { clock: Date.now, log: silentLogger() });
+    const reading = v.verify(k.key);
+    await Promise.resolve();
+    f.revoke(other.id);
+    f.release();
+    expect(isEdgeError(await reading)).toBe(false);
+    expect(v.cached(k.key)).toBeDefined();
+    f.revoke(null);
+    const again = v.verify(k.key);
+    await Promise.resolve();
+    f.revoke(null);
+    f.release();
+    expect(isEdgeError(await again)).toBe(false);
+    expect(v.cached(k.key)).toBeUndefined();
+    expect(f.reads()).toBe(2);
   });
 });
