@@ -19,6 +19,9 @@ export const REPO_ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
 
 /** The HS256 secret of every benchmark config. */
 export const BENCH_SECRET = 'queen-edge-bench-secret-0123456789abcdef';
+/** The Redis key prefix of every bench edge. */
+export const BENCH_REDIS_PREFIX = 'qe-bench:';
+
 /** The tenant every benchmark token names. */
 export const BENCH_TENANT = 'bench';
 
@@ -146,7 +149,7 @@ export function edgeConfig(c: EdgeConfigInput): Record<string, unknown> {
       drainTimeoutMs: 1000,
     },
     log: { level: c.accessLog ? 'info' : 'warn', accessLog: c.accessLog },
-    redis: { url: c.redisUrl, keyPrefix: 'qe-bench:', failMode: 'local' },
+    redis: { url: c.redisUrl, keyPrefix: BENCH_REDIS_PREFIX, failMode: 'local' },
     auth: { secret: BENCH_SECRET, jwksUrl: c.jwksUrl, defaultTenant: null },
     upstream: { connections: c.upstreamConnections },
     plans: { unreached: UNREACHED_PLAN, throttled: THROTTLED_PLAN },

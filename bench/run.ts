@@ -19,10 +19,13 @@ import { parseArgs as parseCli } from 'node:util';
 import { SignJWT } from 'jose';
 import type { Redis } from 'ioredis';
 import { configSchema } from '../src/config/schema.js';
+import { mintKey } from '../src/keys/format.js';
+import { apiKeyKeys } from '../src/redis/keys.js';
 import { commandCalls, connectTest, PrivateRedis } from '../test/helpers/redis.js';
 import { startJwksServer, type JwksServer } from '../test/helpers/jwks-server.js';
 import { keyPair, signWith } from '../test/helpers/tokens.js';
 import {
+  BENCH_REDIS_PREFIX,
   BENCH_SECRET,
   BENCH_TENANT,
   edgeConfig,
@@ -53,6 +56,7 @@ export const SCENARIOS = [
   'edge',
   'full',
   'full-rs256',
+  'full-key',
   'leased',
   'workers',
   'h2-floor',
@@ -66,7 +70,7 @@ export const SCENARIOS = [
 export type ScenarioId = (typeof SCENARIOS)[number];
 
 /** Scenarios whose proxy talks to the private Redis (the others get no Redis column). */
-const USES_REDIS: ReadonlySet<ScenarioId> = new Set(['full', 'full-rs256', 'leased', 'workers', 'h2-full', 'throttled', 'h2-throttled']);
+const USES_REDIS: ReadonlySet<ScenarioId> = new Set(['full', 'full-rs256', 'full-key', 'leased', 'workers', 'h2-full', 'throttled', 'h2-throttled']);
 
 /** Scenarios loaded over HTTP/2 by h2load (the others over HTTP/1.1 by autocannon). */
 export const H2_SCENARIOS: ReadonlySet<ScenarioId> = new Set(['h2-floor', 'h2-edge', 'h2-full', 'h2-throttled']);
@@ -83,6 +87,7 @@ export const SCENARIO_LABELS: Record<ScenarioId, string> = {
   edge: '3. queen-edge plain forwarding',
   full: '4. queen-edge full pipeline (HS256)',
   'full-rs256': '4b. full pipeline, RS256 via JWKS',
+  'full-key': '4d. full pipeline, a tenant API key among 100,000',
   leased: '4c. full pipeline, limits.mode: leased',
   workers: '5. full pipeline, server.workers: 2',
   'h2-floor': '7a. h2 floor (node:http2 + undici)',
@@ -238,6 +243,28 @@ async function startReporting(argv: readonly string[], name: string): Promise<{ 
 
 const startDouble = () => startReporting([process.execPath, '--import', 'tsx', 'bench/double.ts'], 'broker double');
 
+/** API keys in the directory for the key row: the request's lookup must cost the same as with a handful. */
+const BENCH_KEYS = 100_000;
+
+/**
+ * Writes `n` tenant API key records into the bench Redis (the layout of src/redis/keys.ts, the
+ * prefix of bench/edge.ts), one of them a real key of the bench tenant; returns that key.
+ */
+async function seedApiKeys(redis: Redis, n: number): Promise<string> {
+  const keys = apiKeyKeys(BENCH_REDIS_PREFIX);
+  const used = mintKey();
+  const record = (id: string, hash: string) => JSON.stringify({ id, tenant: BENCH_TENANT, name: 'bench', roles: ['read-write'], createdAt: Date.now(), expiresAt: null, hash });
+  for (let i = 0; i < n; i += 5000) {
+    const batch = redis.pipeline();
+    for (let j = i; j < Math.min(n, i + 5000); j++) {
+      const k = j === 0 ? used : mintKey();
+      batch.set(keys.key(k.id), record(k.id, k.hash)).sadd(keys.tenant(BENCH_TENANT), k.id);
+    }
+    await batch.exec();
+  }
+  return used.key;
+}
+
 function token(claims: Record<string, unknown>): Promise<string> {
   return new SignJWT(claims)
     .setProtectedHeader({ alg: 'HS256' })
@@ -255,7 +282,7 @@ export function meteringExtra(): { extra: Record<string, unknown>; on: boolean }
 
 /** Runs the scenarios; returns the report (and writes it unless `write` is false). */
 export async function runBench(opts: BenchOptions): Promise<BenchReport> {
-  const wanted = (s: ScenarioId) => (opts.only ? opts.only.has(s) : !(opts.quick && (s === 'longpoll' || s === 'h2-longpoll' || s === 'full-rs256')));
+  const wanted = (s: ScenarioId) => (opts.only ? opts.only.has(s) : !(opts.quick && (s === 'longpoll' || s === 'h2-longpoll' || s === 'full-rs256' || s === 'full-key')));
   const all = workloads();
   const loads = opts.quick ? all.slice(0, 1) : all;
   const dir = await mkdtemp(join(tmpdir(), 'queen-edge-bench-'));
@@ -295,7 +322,7 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
 
     let redis: PrivateRedis | null = null;
     let stats: Redis | null = null;
-    const needsRedis = (['full', 'full-rs256', 'leased', 'workers', 'h2-full', 'throttled', 'h2-throttled', 'longpoll', 'h2-longpoll'] as const).some(wanted);
+    const needsRedis = (['full', 'full-rs256', 'full-key', 'leased', 'workers', 'h2-full', 'throttled', 'h2-throttled', 'longpoll', 'h2-longpoll'] as const).some(wanted);
     if (needsRedis) {
       redis = await PrivateRedis.start();
       cleanups.push(() => redis!.kill());
@@ -448,6 +475,11 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
         await withEdge('edge-full-rs256', fullInput({ jwksUrl: jwks!.url }), (edge) =>
           measure('full-rs256', edge.base, { authorization: `Bearer ${rsToken}` }, edge.pid),
         );
+      }
+      if (wanted('full-key')) {
+        log(SCENARIO_LABELS['full-key']);
+        const key = await seedApiKeys(stats!, BENCH_KEYS);
+        await withEdge('edge-full-key', fullInput(), (edge) => measure('full-key', edge.base, { authorization: `Bearer ${key}` }, edge.pid));
       }
       if (wanted('leased')) {
         log(SCENARIO_LABELS.leased);

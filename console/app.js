@@ -86,18 +86,16 @@ async function api(method, path) {
   return doc;
 }
 
-async function apiPut(path, body) {
+/** A write with a JSON body (PUT, POST) or none (DELETE); the answer's JSON, or null for a 204. */
+async function apiSend(method, path, body) {
   const token = sessionStorage.getItem(TOKEN_KEY);
-  const res = await fetch(path, {
-    method: 'PUT',
-    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-    body,
-    cache: 'no-store',
-    credentials: 'omit',
-  });
+  const headers = { authorization: `Bearer ${token}` };
+  if (body !== undefined) headers['content-type'] = 'application/json';
+  const res = await fetch(path, { method, headers, body, cache: 'no-store', credentials: 'omit' });
   if (res.status === 401) throw new Unauthorized('token refused');
-  const doc = await res.json();
-  if (!res.ok) throw new Error(`${res.status} ${doc.code}: ${(doc.problems ?? [doc.error]).join('; ')}`);
+  const text = await res.text();
+  const doc = text ? JSON.parse(text) : null;
+  if (!res.ok) throw new Error(`${res.status} ${doc?.code ?? ''}: ${(doc?.problems ?? [doc?.error ?? text]).join('; ')}`);
   return doc;
 }
 
@@ -572,7 +570,9 @@ async function renderTenant(id, current) {
       card('Egress', bytes(total.egressBytes), ''),
     ),
     charts,
+    h('div', { class: 'panel', id: 'keys' }),
   );
+  renderKeys(t.id, current);
   chart('requests', 'Requests', 'req', ['Requests'], xs, [col('requests')], charts);
   chart('messages', 'Messages', 'msg', ['Pushed', 'Delivered', 'Acked'], xs, [col('messagesPushed'), col('messagesDelivered'), col('acks')], charts);
   chart('bytes', 'Bytes', 'B', ['Ingress (request bodies)', 'Egress (response bodies)'], xs, [col('ingressBytes'), col('egressBytes')], charts);
@@ -590,6 +590,125 @@ async function renderTenant(id, current) {
     charts.append(
       h('div', { class: 'panel chart', 'data-chart': 'refusals' }, h('h2', {}, 'Refusals by code'), h('p', { class: 'empty' }, 'No refusals in this range.')),
     );
+}
+
+// ---------- A tenant's API keys ----------
+
+const KEY_ROLES = ['read-only', 'write-only', 'read-write', 'admin'];
+
+/** Copies text to the clipboard; where the page may not (no secure context), selects it for the person to copy. */
+async function copyText(input, status) {
+  try {
+    await navigator.clipboard.writeText(input.value);
+    status.textContent = 'Copied.';
+  } catch {
+    input.select();
+    status.textContent = 'Selected: press Ctrl+C (or Cmd+C) to copy.';
+  }
+}
+
+/** The keys panel of a tenant's page: list (never a secret), create (the key shown once, with a copy button), revoke (confirmed). */
+async function renderKeys(tenantId, current, shown = null) {
+  const panel = document.getElementById('keys');
+  const base = `/admin/v1/tenants/${encodeURIComponent(tenantId)}/keys`;
+  let keys;
+  try {
+    ({ keys } = await api('GET', base));
+  } catch (err) {
+    if (current()) panel.replaceChildren(h('h2', {}, 'API keys'), h('p', { class: 'error', role: 'alert' }, `Could not list keys: ${err.message}`));
+    return;
+  }
+  if (!current()) return;
+  const error = h('p', { class: 'error', role: 'alert', id: 'keys-error' });
+  const revoke = async (k) => {
+    if (!(await confirmDialog(`Revoke key ${k.id}?`, `Every request with the key "${k.name}" is refused with 401 on every instance within a second. This cannot be undone.`, 'Revoke'))) return;
+    try {
+      await apiSend('DELETE', `${base}/${encodeURIComponent(k.id)}`);
+      await renderKeys(tenantId, current);
+    } catch (err) {
+      error.textContent = `Could not revoke ${k.id}: ${err.message}`;
+    }
+  };
+  const name = h('input', { id: 'key-name', type: 'text', required: true, maxlength: 200, placeholder: 'e.g. billing producer', 'aria-label': 'Key name' });
+  const role = h('select', { id: 'key-role', 'aria-label': 'Role' }, KEY_ROLES.map((r) => h('option', { value: r, selected: r === 'read-write' ? true : null }, r)));
+  const form = h(
+    'form',
+    {
+      class: 'toolbar',
+      onsubmit: async (e) => {
+        e.preventDefault();
+        try {
+          const made = await apiSend('POST', base, JSON.stringify({ name: name.value.trim(), roles: [role.value] }));
+          await renderKeys(tenantId, current, made);
+        } catch (err) {
+          error.textContent = `Could not create the key: ${err.message}`;
+        }
+      },
+    },
+    name,
+    role,
+    h('button', { type: 'submit', class: 'primary' }, 'Create key'),
+  );
+  const once = [];
+  if (shown) {
+    const value = h('input', { id: 'new-key', type: 'text', readonly: true, value: shown.key, size: 64, 'aria-label': 'The new key' });
+    const status = h('span', { class: 'muted', role: 'status', id: 'copy-status' });
+    once.push(
+      h(
+        'div',
+        { class: 'notice', id: 'new-key-box' },
+        h('p', {}, `Key ${shown.id} (${shown.roles.join(', ')}) — shown this once: copy it now.`),
+        value,
+        ' ',
+        h('button', { type: 'button', id: 'copy-key', onclick: () => copyText(value, status) }, 'Copy'),
+        ' ',
+        status,
+      ),
+    );
+  }
+  panel.replaceChildren(
+    h('h2', {}, 'API keys'),
+    h('p', { class: 'muted' }, 'Give a key to a client as its bearer token. The secret is shown once, when the key is created; lists never hold it.'),
+    ...once,
+    form,
+    error,
+    h(
+      'table',
+      {},
+      h(
+        'thead',
+        {},
+        h('tr', {}, ['Id', 'Name', 'Roles', 'Created', 'Last used', 'Expires', 'Source', ''].map((c) => h('th', {}, c))),
+      ),
+      h(
+        'tbody',
+        {},
+        keys.length === 0
+          ? h('tr', {}, h('td', { colspan: 8, class: 'empty' }, 'No keys.'))
+          : keys.map((k) =>
+              h(
+                'tr',
+                { 'data-key': k.id },
+                h('td', {}, h('code', {}, k.id)),
+                h('td', {}, k.name || '—'),
+                h('td', {}, k.roles.join(', ')),
+                h('td', {}, k.createdAt ? utc(k.createdAt) : '—'),
+                h('td', {}, k.lastUsedAt ? utc(k.lastUsedAt) : 'never'),
+                h('td', {}, k.expiresAt ? utc(k.expiresAt) : 'never'),
+                h('td', {}, k.source === 'file' ? 'config file' : 'admin API'),
+                h(
+                  'td',
+                  {},
+                  k.source === 'file'
+                    ? h('span', { class: 'muted' }, 'remove from the file')
+                    : h('button', { type: 'button', class: 'caution', onclick: () => revoke(k) }, 'Revoke'),
+                ),
+              ),
+            ),
+      ),
+    ),
+  );
+  if (shown) document.getElementById('new-key').select();
 }
 
 // ---------- Brokers ----------
@@ -756,7 +875,7 @@ async function editPlan(p) {
   dlg.remove();
   if (dlg.returnValue !== 'ok' || area.value === current) return;
   try {
-    await apiPut(`/admin/v1/plans/${encodeURIComponent(p.id)}`, area.value);
+    await apiSend('PUT', `/admin/v1/plans/${encodeURIComponent(p.id)}`, area.value);
     await route();
   } catch (err) {
     if (err instanceof Unauthorized) return failed(err);

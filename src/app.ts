@@ -23,6 +23,8 @@ import { compileRoutes } from './routes/match.js';
 import { createPipeline, pipelineSettings } from './pipeline.js';
 import { connectRedis, whenReady } from './redis/connection.js';
 import { createTenantStore, type TenantStore } from './tenants/store.js';
+import { createApiKeyStore, fileKeyRecords } from './keys/store.js';
+import { ApiKeyVerifier } from './keys/verifier.js';
 import { createClusters } from './upstream/clusters.js';
 import { createBrokerPools } from './upstream/pools.js';
 import { createUpstreamProxy } from './upstream/proxy.js';
@@ -84,6 +86,9 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     addresses: brokerAddresses,
   });
   const verifiers = createTenantVerifiers(config.auth, { log, clock });
+  const apiKeys = createApiKeyStore(redis, config.redis, log);
+  const keyVerifier = new ApiKeyVerifier(apiKeys, { clock, log });
+  keyVerifier.setFileKeys(fileKeyRecords(config.apiKeys));
   const minter = config.upstreamIdentity.mode === 'mint' ? await createMinter(config.upstreamIdentity.mint, { clock }) : null;
   const lp = config.server.longPoll;
   // Leasing needs the shared state; without Redis the memory limiter is already local.
@@ -134,6 +139,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     tenants,
     storageBlocked: (id) => tenants.storageBlocked(id),
     verifiers,
+    apiKeys: keyVerifier,
     limiter,
     clientLimits: createClientLimits({ failedAuth: config.auth.failedAuth, publicRoutes: config.server.publicRateLimit }),
     proxy,
@@ -149,6 +155,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     hostNames: adminHostNames(config.server.admin.host, config.server.admin.allowedHosts),
     tenants,
     tenantRecord: async (id) => tenants.recordOf(id) ?? null,
+    keys: { store: apiKeys, verifier: keyVerifier, tenant: (id) => tenants.byId(id), clock },
     usage: (id, from, to) => meter.usage(id, from, to),
     brokers: () => clusters.snapshot(tenants.all()),
     maintenance: createBrokerMaintenance({ minter, timeoutMs: config.upstream.requestTimeoutMs }),
@@ -204,6 +211,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
       throw err;
     }
     routes = nextRoutes;
+    keyVerifier.setFileKeys(fileKeyRecords(next.apiKeys));
     // The file changed, but these tenants keep what the admin API wrote over it: say so.
     const shadowed = Object.keys(next.tenants).filter((id) => tenants.sourceOf(id)?.record === 'admin' || tenants.sourceOf(id)?.status === 'admin');
     if (shadowed.length > 0)
@@ -240,7 +248,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
       await meter.close();
       verifiers.close();
       await clusters.close();
-      await Promise.all([limiter.close(), pools.close(), tenants.close()]);
+      await Promise.all([limiter.close(), pools.close(), tenants.close(), apiKeys.close()]);
       if (redis) await redis.quit().catch(() => redis.disconnect());
       // The log is written asynchronously: the last lines must not be lost on exit.
       await new Promise<void>((resolve) => log.flush(() => resolve()));

@@ -2,7 +2,7 @@
 /**
  * Command line entry: `queen-edge [--config PATH] [--port N] [--admin-port N]` runs the gateway, in
  * one process or as a cluster (src/supervisor.ts); `queen-edge validate` checks a configuration
- * without serving; `queen-edge tenants|usage ...` calls the admin API (src/admin/cli-commands.ts);
+ * without serving; `queen-edge tenants|keys|usage ...` calls the admin API (src/admin/cli-commands.ts);
  * `--help` prints the usage, `--version` the version. The only place that exits the process.
  */
 import cluster from 'node:cluster';

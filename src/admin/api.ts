@@ -30,6 +30,7 @@ import type { TenantStore, WriteResult } from '../tenants/store.js';
 import type { ClusterSnapshot } from '../upstream/clusters.js';
 import type { BrokerMaintenance, BrokerMaintenanceState, MaintenanceSwitch } from '../upstream/maintenance.js';
 import { answerProbe, type Readiness } from './probes.js';
+import { createKey, listKeys, revokeKey, revokeTenantKeys, type KeyAdminDeps } from './keys.js';
 import { serveConsole, serveConsoleOff } from './console.js';
 import { adminHostAllowed } from './hosts.js';
 import { duplicatedSingleton } from '../listen/raw-headers.js';
@@ -45,6 +46,8 @@ export interface AdminDeps {
   readonly tenants: TenantStore;
   /** The raw record in force for a tenant (Redis record or config file entry), for GET. */
   readonly tenantRecord: (id: string) => Promise<RawTenant | null>;
+  /** Tenant API keys: create, list, revoke (keys.ts). */
+  readonly keys: KeyAdminDeps;
   readonly usage: (tenantId: string, fromMs: number, toMs: number) => Promise<Map<number, UsageCounts>>;
   /** The billing export's side of the usage store: flush this instance's counts, then read without flushing. */
   readonly usageExport: { readonly flush: () => Promise<unknown>; readonly read: HourlyReader };
@@ -219,7 +222,8 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
     const refused = writable(id);
     if (refused) return refused;
     if (!(await d.tenants.deleteTenant(id))) return edgeError('not_found', `no tenant "${id}"`);
-    logChange(c, 'tenant.delete', id);
+    const keys = await revokeTenantKeys(d.keys, id);
+    logChange(c, 'tenant.delete', id, keys.length > 0 ? { keysRevoked: keys } : undefined);
     return { status: 204 };
   });
 
@@ -247,6 +251,23 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
     if (refused) return refused;
     logChange(c, 'tenant.reset', id);
     return { status: 200, body: await tenantDetail(d.tenants.byId(id)!) };
+  });
+
+  on('POST', '/admin/v1/tenants/:id/keys', async (c) => {
+    const body = await jsonBody(c.req);
+    const out = body instanceof EdgeError ? body : await createKey(d.keys, c.params.id!, body);
+    // The key id names it in the log; the key itself is in the answer only.
+    if (!(out instanceof EdgeError))
+      logChange(c, 'key.create', c.params.id!, { id: (out.body as { id: string }).id, roles: (body as { roles: unknown }).roles });
+    return out;
+  });
+
+  on('GET', '/admin/v1/tenants/:id/keys', async (c) => listKeys(d.keys, c.params.id!));
+
+  on('DELETE', '/admin/v1/tenants/:id/keys/:keyId', async (c) => {
+    const out = await revokeKey(d.keys, c.params.id!, c.params.keyId!);
+    if (!(out instanceof EdgeError)) logChange(c, 'key.revoke', c.params.id!, { id: c.params.keyId });
+    return out;
   });
 
   on('PUT', '/admin/v1/tenants/:id/storage', async (c) => {

@@ -1,5 +1,5 @@
 /**
- * `queen-edge tenants ...` and `queen-edge usage ...`: admin API calls over HTTP, a table for
+ * `queen-edge tenants ...`, `queen-edge keys ...` and `queen-edge usage ...`: admin API calls over HTTP, a table for
  * people and `--json` for scripts. Each command is one row of COMMANDS (its words, arguments,
  * options and action), from which the parser and the help are derived: a new command is a new row.
  * Exit codes: 0 done (or help shown), 1 the call failed (refused, unreachable), 2 the command line was wrong.
@@ -8,6 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { request } from 'undici';
+import { mintKey } from '../keys/format.js';
 
 /** Where the commands read their streams and environment. */
 export interface CliIo {
@@ -181,6 +182,65 @@ export const COMMANDS: readonly AdminCommand[] = [
     async run({ api, args: [id] }) {
       const doc = await api('DELETE', `/admin/v1/tenants/${id}/overrides`);
       return { doc, human: () => `tenant ${doc.id} reset to the config file (${doc.status}, plan ${doc.plan})\n` };
+    },
+  },
+  {
+    words: ['keys', 'list'],
+    args: ['TENANT'],
+    summary: "a tenant's API keys (never their secrets)",
+    async run({ api, args: [tenant] }) {
+      const doc = await api('GET', `/admin/v1/tenants/${tenant}/keys`);
+      return {
+        doc,
+        human: () =>
+          table(
+            ['ID', 'NAME', 'ROLES', 'CREATED', 'LAST_USED', 'EXPIRES', 'SOURCE'],
+            doc.keys.map((k: Json) => [k.id, k.name || '-', k.roles.join(','), k.createdAt ?? '-', k.lastUsedAt ?? '-', k.expiresAt ?? '-', k.source]),
+          ),
+      };
+    },
+  },
+  {
+    words: ['keys', 'create'],
+    args: ['TENANT'],
+    options: { name: { type: 'string' }, role: { type: 'string', multiple: true }, expires: { type: 'string' } },
+    optionsHelp: '--name NAME --role ROLE [--role ROLE]... [--expires ISO]',
+    summary: 'a new API key for a tenant, shown this once (docs/api-keys.md)',
+    async run({ api, args: [tenant], values }) {
+      const roles = (values.role as string[] | undefined) ?? [];
+      if (typeof values.name !== 'string' || roles.length === 0) throw new UsageError('keys create needs --name NAME and at least one --role ROLE');
+      const body = { name: values.name, roles, ...(typeof values.expires === 'string' ? { expiresAt: values.expires } : {}) };
+      const doc = await api('POST', `/admin/v1/tenants/${tenant}/keys`, JSON.stringify(body));
+      return {
+        doc,
+        human: () => `${doc.key}\n\nkey ${doc.id} (${doc.roles.join(',')}) for tenant ${tenant}: shown this once, store it now\n`,
+      };
+    },
+  },
+  {
+    words: ['keys', 'revoke'],
+    args: ['TENANT', 'KEY_ID'],
+    summary: 'revoke an API key: every instance refuses it within a second',
+    async run({ api, args: [tenant, id] }) {
+      const doc = await api('DELETE', `/admin/v1/tenants/${tenant}/keys/${id}`);
+      return { doc, human: () => `key ${decodeURIComponent(id!)} revoked\n` };
+    },
+  },
+  {
+    words: ['keys', 'new'],
+    args: ['TENANT'],
+    options: { role: { type: 'string', multiple: true } },
+    optionsHelp: '--role ROLE [--role ROLE]...',
+    summary: "a key for the config file's apiKeys (no admin API call): the key, and the entry that holds only its hash",
+    async run({ args: [tenant], values }) {
+      const roles = (values.role as string[] | undefined) ?? [];
+      if (roles.length === 0) throw new UsageError('keys new needs at least one --role ROLE');
+      const { id, key, hash } = mintKey();
+      const entry = { id, tenant: decodeURIComponent(tenant!), roles, sha256: hash };
+      return {
+        doc: { key, entry },
+        human: () => `${key}\n\nadd under apiKeys: in the config file (it holds the hash, never the key):\n  - ${JSON.stringify(entry)}\n`,
+      };
     },
   },
   {

@@ -65,6 +65,18 @@ export class ExpiringMap<K, V> {
     this.#bytes += bytes;
   }
 
+  /** Drops the entry under `key`, if any. */
+  delete(key: K): void {
+    const e = this.#entries.get(key);
+    if (e !== undefined) this.#remove(key, e);
+  }
+
+  /** Drops every entry. */
+  clear(): void {
+    this.#entries.clear();
+    this.#bytes = 0;
+  }
+
   /** Entries held, expired ones not yet dropped included. */
   get size(): number {
     return this.#entries.size;

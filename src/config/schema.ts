@@ -109,6 +109,20 @@ export const tenantSchema = z.strictObject({
   auth: tenantAuthSchema.nullable().default(null),
 });
 
+/** A tenant API key of the file: the id and SHA-256 of a key made with `queen-edge keys new` (docs/api-keys.md). */
+const apiKeyEntry = z.strictObject({
+  id: z.string().regex(/^[a-z2-7]{12}$/, 'the 12 characters after "qe_" in the key'),
+  tenant: z.string().min(1),
+  name: z
+    .string()
+    .max(200)
+    .regex(/^[^\p{Cc}\p{Cf}]*$/u, 'printable characters only')
+    .default(''),
+  roles: z.array(z.enum(ROLE_NAMES)).min(1),
+  sha256: z.string().regex(/^[0-9a-f]{64}$/, "the key's SHA-256, 64 lower-case hex digits"),
+  expiresAt: z.iso.datetime({ offset: true }).nullable().default(null),
+});
+
 export const configSchema = z
   .strictObject({
     server: z
@@ -331,10 +345,18 @@ export const configSchema = z
     queryAllow: z.record(z.string(), z.array(z.string().regex(/^[A-Za-z][A-Za-z0-9_]{0,63}$/))).default({}),
     plans: z.record(z.string(), planSchema),
     tenants: z.record(z.string(), tenantSchema),
+    /** added: tenant API keys declared by their SHA-256, for an edge without Redis (docs/api-keys.md). */
+    apiKeys: z.array(apiKeyEntry).default([]),
   })
   .superRefine((cfg, ctx) => {
     for (const [id, t] of Object.entries(cfg.tenants)) {
       if (!cfg.plans[t.plan]) ctx.addIssue({ code: 'custom', path: ['tenants', id, 'plan'], message: `unknown plan "${t.plan}"` });
+    }
+    const keyIds = new Set<string>();
+    for (const [i, k] of cfg.apiKeys.entries()) {
+      if (!cfg.tenants[k.tenant]) ctx.addIssue({ code: 'custom', path: ['apiKeys', i, 'tenant'], message: `unknown tenant "${k.tenant}"` });
+      if (keyIds.has(k.id)) ctx.addIssue({ code: 'custom', path: ['apiKeys', i, 'id'], message: `key id "${k.id}" listed twice` });
+      keyIds.add(k.id);
     }
     if (cfg.auth.defaultTenant && !cfg.tenants[cfg.auth.defaultTenant]) {
       ctx.addIssue({ code: 'custom', path: ['auth', 'defaultTenant'], message: `unknown tenant "${cfg.auth.defaultTenant}"` });

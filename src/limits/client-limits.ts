@@ -22,6 +22,7 @@ import { decodeJwt } from 'jose';
 import type { RawConfig } from '../config/schema.js';
 import type { SignatureGate } from '../auth/jwt.js';
 import { ExpiringMap } from '../cache/expiring-map.js';
+import { isApiKey, keyId } from '../keys/format.js';
 import { edgeError, type EdgeError } from '../errors.js';
 
 export interface ClientLimits {
@@ -96,6 +97,8 @@ function limited(res: RateLimiterRes, message: string): EdgeError {
  * counted against. Absent or unreadable claims are one identity of their own.
  */
 function identityOf(token: string): string {
+  // An API key's identity is its id (the secret stays out of the limiter's keys).
+  if (isApiKey(token)) return `key:${keyId(token) ?? ''}`;
   let iss: unknown;
   let sub: unknown;
   try {

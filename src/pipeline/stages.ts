@@ -6,7 +6,7 @@
  * route runs, in which order.
  */
 import { isAllowed, roleRefusal } from '../auth/access.js';
-import { extractToken, type Identity } from '../auth/jwt.js';
+import { extractToken, type Identity, type TokenVerifier } from '../auth/jwt.js';
 import type { TenantVerifiers } from '../auth/verifiers.js';
 import type { UpstreamMinter } from '../auth/mint.js';
 import type { BodyBudget } from '../body/budget.js';
@@ -25,6 +25,7 @@ import type { UsageRecorder } from '../metering/recorder.js';
 import type { ClientAddresses } from '../net/client-address.js';
 import type { Logger } from '../observability/log.js';
 import type { RequestMetrics } from '../observability/metrics.js';
+import { isApiKey } from '../keys/format.js';
 import { normalizeTarget, type RouteMatcher } from '../routes/match.js';
 import { declaredParams, readQuery, type Params, type QueryFacts } from '../routes/query-params.js';
 import type { RouteSpec } from '../routes/table.js';
@@ -78,6 +79,8 @@ export interface PipelineDeps {
   readonly storageBlocked: (tenantId: string) => boolean;
   /** The global verifier and each tenant's own (tenants with their own identity provider). */
   readonly verifiers: TenantVerifiers;
+  /** Tenant API keys (`qe_…` bearer credentials), verified instead of a token's signature. */
+  readonly apiKeys: TokenVerifier;
   readonly limiter: Limiter;
   /** Per-client-IP limits on failed authentication and anonymous routes. */
   readonly clientLimits: ClientLimits;
@@ -194,7 +197,10 @@ export function authenticate(x: Exchange, p: Parts): StageResult | Promise<Stage
   const token = extractToken(x.req.headers.authorization);
   if (token === undefined) return edgeError('unauthorized', 'missing bearer token');
   if (isEdgeError(token)) return token;
-  const { tenant, verifier } = p.tenancy.candidate(x.hostTenant, token);
+  const candidate = p.tenancy.candidate(x.hostTenant, token);
+  const { tenant } = candidate;
+  // A key names its tenant in its record; whether it fits the host is judged as a token's claim is.
+  const verifier = isApiKey(token) ? p.apiKeys : candidate.verifier;
   // A cached token stays synchronous: no promise for the common case.
   const cached = verifier.cached(token);
   if (cached !== undefined) return authenticated(x, cached, tenant);
@@ -427,7 +433,8 @@ function upstreamRequest(x: Exchange, p: Parts, authorization: string | null): P
 function upstreamAuthorization(identity: Identity | null, tenant: Tenant, p: Parts): string | null | Promise<string> {
   if (identity === null) return null;
   const mode = p.settings.identityMode;
-  if (mode === 'passthrough') return `Bearer ${identity.token}`;
+  // An API key's identity carries no token: the key itself never leaves the edge.
+  if (mode === 'passthrough') return identity.token === '' ? null : `Bearer ${identity.token}`;
   if (mode === 'mint' && p.minter) return p.minter.authorizationFor(identity, tenant.id);
   return null;
 }

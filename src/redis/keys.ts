@@ -25,6 +25,12 @@
  *   <p>{dir}:status           HASH id → active | suspended (overrides any record's status)
  *   <p>{dir}:storage          HASH id → storage bytes used, from the control plane
  *   <p>changes                pub/sub channel; a message means "reload the directory"
+ *
+ * Tenant API keys (one hash tag: a create or a revoke is one MULTI on Redis Cluster too):
+ *   <p>{keys}:key:<id>        the key's record (JSON: tenant, name, roles, times, SHA-256), never the key
+ *   <p>{keys}:tenant:<id>     SET of the key ids of a tenant
+ *   <p>{keys}:used            HASH key id → last use (ms), written at most once a minute per key and instance
+ *   <p>keys-revoked           pub/sub channel; a message names a revoked key id
  */
 
 /** Keys of one tenant's limiter state for the month `monthId` (yyyymm). */
@@ -109,4 +115,21 @@ export function usageDayKey(prefix: string, tenantId: string, day: string): stri
 /** The last flush sequence number of an instance applied to a tenant's usage. */
 export function usageSeqKey(prefix: string, tenantId: string, instanceId: string): string {
   return `${prefix}{t:${tenantId}}:us:${instanceId}`;
+}
+
+/** Where tenant API keys live (src/keys/store.ts). */
+export interface ApiKeyKeys {
+  key(id: string): string;
+  tenant(tenantId: string): string;
+  readonly used: string;
+  readonly revoked: string;
+}
+
+export function apiKeyKeys(prefix: string): ApiKeyKeys {
+  return {
+    key: (id) => `${prefix}{keys}:key:${id}`,
+    tenant: (tenantId) => `${prefix}{keys}:tenant:${tenantId}`,
+    used: `${prefix}{keys}:used`,
+    revoked: `${prefix}keys-revoked`,
+  };
 }

@@ -268,6 +268,7 @@ describe('a usage store failing in the middle of an export', () => {
       hostNames: new Set(),
       tenants: { backing: 'static', all: () => ids.map((id) => ({ id })) } as unknown as TenantStore,
       tenantRecord: async () => null,
+      keys: {} as never,
       usage: async () => new Map(),
       usageExport: {
         flush: async () => true,

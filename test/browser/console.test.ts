@@ -272,6 +272,32 @@ describe('the operator console', { timeout: 60_000 }, () => {
     }
   });
 
+  it("creates a tenant's API key shown once with a copy button, lists it without the secret, revokes it after a confirmation", async () => {
+    await page.waitForSelector('#keys #key-name', { timeout: UI_TIMEOUT });
+    await page.fill('#key-name', 'console producer');
+    await page.click('#keys button[type="submit"]');
+    await page.waitForSelector('#new-key', { timeout: UI_TIMEOUT });
+    const key = await page.inputValue('#new-key');
+    const id = key.slice(3, 15);
+    expect((await call(edge, 'POST', '/api/v1/push', { token: key, body: { items: [{ queue: 'orders', payload: {} }] } })).status).toBe(201);
+    await page.click('#copy-key');
+    await page.waitForFunction(() => (globalThis as unknown as PageGlobals).document.querySelector('#copy-status')!.textContent !== '', undefined, {
+      timeout: UI_TIMEOUT,
+    });
+    await page.waitForSelector(`#keys tr[data-key="${id}"]`, { timeout: UI_TIMEOUT });
+    await shot('keys');
+    // Shown once: the page drawn again lists the key, never its secret.
+    await page.click('#nav a[data-page="tenants"]');
+    await page.click('#tenants a[href="#/tenants/acme"]');
+    await page.waitForSelector(`#keys tr[data-key="${id}"]`, { timeout: UI_TIMEOUT });
+    expect(await page.$('#new-key')).toBeNull();
+    expect(await page.content()).not.toContain(key);
+    await page.click(`#keys tr[data-key="${id}"] button`);
+    await confirm();
+    await page.waitForSelector(`#keys tr[data-key="${id}"]`, { state: 'detached', timeout: UI_TIMEOUT });
+    expect((await call(edge, 'POST', '/api/v1/push', { token: key, body: { items: [{ queue: 'orders', payload: {} }] } })).status).toBe(401);
+  });
+
   it('shows each ring with its brokers, and the plans', async () => {
     await page.click('#nav a[data-page="brokers"]');
     await page.waitForSelector('[data-ring="acme"] tbody tr', { timeout: UI_TIMEOUT });

@@ -70,6 +70,7 @@ function parts(f: Fakes = {}): Parts {
     tenancy: new Tenancy(tenants, verifiers, { defaultTenant: null, tenantClaim: 'tenant' }),
     storageBlocked: () => f.storageBlocked ?? false,
     verifiers,
+    apiKeys: { cached: () => undefined, verify: async () => edgeError('unauthorized', 'bad key') } as never,
     limiter,
     clientLimits: { signatureGate: () => null, publicRequest: async () => null } as never,
     clientAddresses: createClientAddresses([]),

@@ -1,0 +1,100 @@
+/**
+ * The admin API's tenant API keys (docs/api-keys.md): create (the key is in that answer only),
+ * list (never the secret), revoke. Keys declared in the configuration file are listed with
+ * `source: "file"` and are revoked by removing them there.
+ */
+import { z } from 'zod';
+import { ROLE_NAMES } from '../config/schema.js';
+import { EdgeError, edgeError, type AnyErrorCode } from '../errors.js';
+import { isKeyId, mintKey } from '../keys/format.js';
+import type { ApiKeyRecord, ApiKeyStore, ListedKey } from '../keys/store.js';
+import type { ApiKeyVerifier } from '../keys/verifier.js';
+import type { Tenant } from '../tenants/model.js';
+
+export interface KeyAdminDeps {
+  readonly store: ApiKeyStore;
+  readonly verifier: ApiKeyVerifier;
+  readonly tenant: (id: string) => Tenant | undefined;
+  readonly clock: () => number;
+}
+
+export type KeyReply = { readonly status: number; readonly body?: unknown };
+
+/** Keys a tenant may hold at once: enough to rotate every service's key, a bound on the list. */
+export const MAX_KEYS_PER_TENANT = 100;
+
+/** A key's name as shown in lists and terminals: printable text only (no control or format characters). */
+export const KEY_NAME = z
+  .string()
+  .min(1)
+  .max(200)
+  .regex(/^[^\p{Cc}\p{Cf}]+$/u, 'printable characters only');
+
+const createRequest = z.strictObject({
+  name: KEY_NAME,
+  roles: z
+    .array(z.enum(ROLE_NAMES))
+    .min(1)
+    .refine((r) => new Set(r).size === r.length, 'roles: each at most once'),
+  expiresAt: z.iso.datetime({ offset: true }).nullable().optional(),
+});
+
+function iso(ms: number | null): string | null {
+  return ms === null ? null : new Date(ms).toISOString();
+}
+
+function view(k: ListedKey, source: 'file' | 'admin'): Record<string, unknown> {
+  return { id: k.id, name: k.name, roles: k.roles, createdAt: iso(k.createdAt), lastUsedAt: iso(k.lastUsedAt), expiresAt: iso(k.expiresAt), source };
+}
+
+function tenantOf(d: KeyAdminDeps, id: string): Tenant | EdgeError<AnyErrorCode> {
+  return d.tenant(id) ?? edgeError('not_found', `no tenant "${id}"`);
+}
+
+/** `POST /admin/v1/tenants/:id/keys`: 201 with the key, shown this once. */
+export async function createKey(d: KeyAdminDeps, tenantId: string, body: unknown): Promise<KeyReply | EdgeError<AnyErrorCode>> {
+  const t = tenantOf(d, tenantId);
+  if (t instanceof EdgeError) return t;
+  const parsed = createRequest.safeParse(body);
+  if (!parsed.success) {
+    const problems = parsed.error.issues.map((i) => `${i.path.join('.') || '(body)'}: ${i.message}`);
+    return edgeError('invalid_request', `invalid key request: ${problems.join('; ')}`, { problems });
+  }
+  const now = d.clock();
+  const expiresAt = parsed.data.expiresAt ? Date.parse(parsed.data.expiresAt) : null;
+  if (expiresAt !== null && expiresAt <= now) return edgeError('invalid_request', 'expiresAt: must be in the future');
+  const { id, key, hash } = mintKey();
+  const record: ApiKeyRecord = { id, tenant: t.id, name: parsed.data.name, roles: parsed.data.roles, createdAt: now, expiresAt, hash };
+  if (!(await d.store.add(record, MAX_KEYS_PER_TENANT))) {
+    return edgeError('conflict', `tenant "${t.id}" already has ${MAX_KEYS_PER_TENANT} keys: revoke one first`);
+  }
+  return { status: 201, body: { id, key, name: record.name, roles: record.roles, createdAt: iso(now), expiresAt: iso(expiresAt) } };
+}
+
+/** `GET /admin/v1/tenants/:id/keys`: the file's keys, then the admin API's by creation; never a secret or a hash. */
+export async function listKeys(d: KeyAdminDeps, tenantId: string): Promise<KeyReply | EdgeError<AnyErrorCode>> {
+  const t = tenantOf(d, tenantId);
+  if (t instanceof EdgeError) return t;
+  const file = d.verifier.fileKeys(t.id).map((r) => view({ ...r, lastUsedAt: null }, 'file'));
+  const stored = (await d.store.list(t.id)).map((k) => view(k, 'admin'));
+  return { status: 200, body: { keys: [...file, ...stored] } };
+}
+
+/** A deleted tenant's keys are revoked with it: a tenant created later under its id starts with none. */
+export async function revokeTenantKeys(d: KeyAdminDeps, tenantId: string): Promise<string[]> {
+  return d.store.revokeAll(tenantId);
+}
+
+/** `DELETE /admin/v1/tenants/:id/keys/:keyId`: 204; every instance refuses the key within a second. */
+export async function revokeKey(d: KeyAdminDeps, tenantId: string, keyId: string): Promise<KeyReply | EdgeError<AnyErrorCode>> {
+  // Never echoed: what was given may be a whole key pasted in place of its id.
+  if (!isKeyId(keyId))
+    return edgeError(
+      'not_found',
+      keyId.startsWith('qe_') ? 'that is a key, not a key id: revoke it by its id (the 12 characters after "qe_")' : 'no such key id',
+    );
+  if (d.verifier.fileKeys(tenantId).some((r) => r.id === keyId)) {
+    return edgeError('conflict', `key "${keyId}" is declared in the configuration file: remove it there and reload`);
+  }
+  return (await d.store.revoke(tenantId, keyId)) ? { status: 204 } : edgeError('not_found', `no key "${keyId}" for tenant "${tenantId}"`);
+}
