@@ -351,6 +351,7 @@ function h2Streams(
     if (expect !== undefined && expect.toLowerCase() !== '100-continue') return answer(res, 417, 'expectation failed');
     if (!stream.endAfterHeaders) {
       const deadline = setTimeout(() => {
+        log.debug('HTTP/2 request body not received in time: stream cancelled');
         if (!res.headersSent) answer(res, 408, 'request body not received in time');
         stream.close(http2.constants.NGHTTP2_CANCEL);
       }, t.requestTimeoutMs);
