@@ -69,13 +69,20 @@ describe('queen-edge tenants / usage', () => {
     expect(bad.err).toContain('brokers');
   });
 
-  it('tenants delete: the tenant is gone from the directory; deleting it again is a 404, exit 1', async () => {
+  it('tenants delete: the tenant is gone from the directory and its traffic refused; deleting it again is a 404, exit 1', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'qe-cli-'));
     const file = join(dir, 'delta.json');
     await writeFile(file, JSON.stringify({ plan: 'test', brokers: ['http://127.0.0.1:2'], hosts: ['delta.localhost'] }));
     const put = await cli('tenants', 'put', 'delta', '--file', file);
     expect(put.code, put.err).toBe(0);
+    const deltaToken = await token({ roles: ['read-write'], tenant: 'delta' });
+    const deltaCode = async () => ((await call(h, 'GET', '/api/v1/pop/queue/q', { token: deltaToken, host: 'delta.localhost' })).json as { code: string }).code;
+    // Its broker never answers: a tenant the edge knows, refused only at the broker choice.
+    expect(await deltaCode()).toBe('no_upstream');
     expect(await cli('tenants', 'delete', 'delta')).toMatchObject({ code: 0, out: 'tenant delta deleted\n' });
+    await waitFor(async () => (await deltaCode()) !== 'no_upstream', 5000, 'delta refused');
+    const refusedNow = await call(h, 'GET', '/api/v1/pop/queue/q', { token: deltaToken, host: 'delta.localhost' });
+    expect([refusedNow.status, (refusedNow.json as { code: string }).code]).toEqual([403, 'forbidden']);
     expect(JSON.parse((await cli('tenants', 'list', '--json')).out).tenants.map((t: { id: string }) => t.id)).not.toContain('delta');
     const gone = await cli('tenants', 'delete', 'delta');
     expect(gone.code).toBe(1);
@@ -210,5 +217,22 @@ describe('queen-edge tenants / usage', () => {
     } finally {
       await off.close();
     }
+  });
+
+  // Last: it deletes and restores acme, the file's tenant the other tests use.
+  it('a file tenant deleted through the API: reset does not see it; put ends the deletion, then reset hands it back to the file', async () => {
+    expect((await cli('tenants', 'delete', 'acme')).code).toBe(0);
+    const reset = await cli('tenants', 'reset', 'acme');
+    expect(reset.code).toBe(1);
+    expect(reset.err).toContain('404 not_found');
+    const dir = await mkdtemp(join(tmpdir(), 'qe-cli-'));
+    const file = join(dir, 'acme.json');
+    await writeFile(file, JSON.stringify({ plan: 'test', brokers: [broker.url], hosts: ['acme.localhost'] }));
+    expect((await cli('tenants', 'put', 'acme', '--file', file)).code).toBe(0);
+    expect((await cli('tenants', 'list')).out).toMatch(/^acme\s+active\s+test\s+acme\.localhost\s+1\s+file \+ override$/m);
+    expect((await cli('tenants', 'reset', 'acme')).code).toBe(0);
+    expect((await cli('tenants', 'list')).out).toMatch(/^acme\s+active\s+test\s+acme\.localhost\s+1\s+file$/m);
+    const tok = await token({ roles: ['read-write'], tenant: 'acme' });
+    expect([200, 204]).toContain((await call(h, 'GET', '/api/v1/pop/queue/q', { token: tok })).status);
   });
 });
