@@ -90,16 +90,16 @@ describe.each(['redis', 'cluster'] as const)('three edges on one %s', (kind) => 
     // The admits counted here were decided between the first one's arrival and the last one's end.
     const decidedSpanS = (Math.max(...admitted.map((l) => l.time + l.ms)) - admitted[0]!.time) / 1000;
     const most = BURST + RATE * decidedSpanS;
-    // And at least RATE per second while requests kept coming: the bucket loses time only while it
-    // is full, which takes BURST/RATE s without a request (a stalled load generator). Requests that
-    // arrived before the window may be decided inside it, until `lateMs` into it; from there to the
-    // window's last refusal (the bucket empty again), every admit decided arrived in the window and
-    // is counted, one every 1/RATE s, less one at each end.
+    // And at least one admit every 1/RATE s from when the bucket is known empty: between a moment
+    // x after which every admit decided arrived in the window (requests that arrived before it
+    // were decided by `lateMs` into it) and the last refusal decided inside the window (the
+    // bucket empty again there), less one. The bucket loses time only while full, BURST/RATE s
+    // without a request: offer() catches up after a stall, so only longer gaps (idle) count.
     const gaps = inWindow.slice(1).map((l, i) => l.time - inWindow[i]!.time);
     const idleMs = gaps.reduce((sum, g) => sum + Math.max(0, g - (1000 * BURST) / RATE), 0);
     const lateMs = Math.max(0, ...lines.filter((l) => l.time < from).map((l) => l.time + l.ms - from));
-    const lastRefusal = Math.max(...inWindow.filter((l) => l.status === 429).map((l) => l.time));
-    const least = (RATE * (lastRefusal - from - idleMs - lateMs)) / 1000 - 2;
+    const lastRefusal = Math.max(...inWindow.filter((l) => l.status === 429 && l.time + l.ms < from + WINDOW_MS).map((l) => l.time));
+    const least = (RATE * (lastRefusal - from - idleMs - lateMs)) / 1000 - 1;
     // How the admits split over the edges is not part of the promise: with requests sent in turn at a
     // fixed multiple of the refill rate, one edge may keep arriving first after every refill. The
     // shared total is the promise.
