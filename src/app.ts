@@ -115,6 +115,9 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     brokers: () => clusters.snapshot(tenants.all()),
     usage: () => meter.lifetime(),
     flush: () => meter.stats(),
+    jwksFailures: () => verifiers.jwksFailures(),
+    // Scraped only once the listeners below exist (the admin listener is one of them).
+    certificates: () => listeners.certificates(),
   });
   redis?.on('error', () => metrics.redisError('main'));
   verifiers.registerMetrics(metrics.registry);

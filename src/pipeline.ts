@@ -74,7 +74,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     const traceparent = singleValue(req.headers.traceparent);
     const target = targetParts(req.url ?? '');
     writeAccess({
-      client: parts.clientAddresses.of(req.socket?.remoteAddress, req.headers['x-forwarded-for']),
+      client: parts.clientAddresses.of(ctx.peer, req.headers['x-forwarded-for']),
       host: hostName(ctx.transport.authority(req)),
       path: target.path,
       queryLength: target.queryLength,
@@ -88,7 +88,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
       status: ctx.status,
       code: ctx.code,
       bytesIn: ctx.bytesIn,
-      bytesOut: ctx.bytesOut,
+      bytesOut: ctx.bytesOut + ctx.answeredBytes,
       ms: durationMs,
       broker: ctx.broker,
       proto: req.httpVersion,
@@ -102,4 +102,5 @@ function send(res: EdgeResponse, ctx: Exchange | null, err: EdgeError): void {
   const r = renderError(err);
   res.writeHead(r.status, ctx ? { ...ctx.headers, ...r.headers } : r.headers);
   res.end(r.body);
+  if (ctx) ctx.answeredBytes = Buffer.byteLength(r.body);
 }

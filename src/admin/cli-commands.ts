@@ -1,5 +1,5 @@
 /**
- * `queen-edge tenants ...`, `queen-edge keys ...` and `queen-edge usage ...`: admin API calls over HTTP, a table for
+ * `queen-edge tenants|keys|plans|brokers|stats|reloads|usage|maintenance ...`: admin API calls over HTTP, a table for
  * people and `--json` for scripts. Each command is one row of COMMANDS (its words, arguments,
  * options and action), from which the parser and the help are derived: a new command is a new row.
  * Exit codes: 0 done (or help shown), 1 the call failed (refused, unreachable), 2 the command line was wrong.
@@ -176,12 +176,130 @@ export const COMMANDS: readonly AdminCommand[] = [
     }),
   ),
   {
+    words: ['tenants', 'delete'],
+    args: ['ID'],
+    summary: 'remove a tenant: its traffic is refused at once, its usage stays readable (undoing it: docs/managing-tenants.md)',
+    async run({ api, args: [id] }) {
+      await api('DELETE', `/admin/v1/tenants/${id}`);
+      const shownId = decodeURIComponent(id!);
+      return { doc: { id: shownId, deleted: true }, human: () => `tenant ${shownId} deleted\n` };
+    },
+  },
+  {
     words: ['tenants', 'reset'],
     args: ['ID'],
     summary: "drop the admin API's overrides (suspend, resume, put) of a tenant of the config file: the file's entry applies again",
     async run({ api, args: [id] }) {
       const doc = await api('DELETE', `/admin/v1/tenants/${id}/overrides`);
       return { doc, human: () => `tenant ${doc.id} reset to the config file (${doc.status}, plan ${doc.plan})\n` };
+    },
+  },
+  {
+    words: ['plans'],
+    args: [],
+    summary: 'every plan: limits, quotas, features',
+    async run({ api }) {
+      const doc = await api('GET', '/admin/v1/plans');
+      return {
+        doc,
+        human: () =>
+          table(
+            ['ID', 'REQ/S', 'BURST', 'MSG/S', 'MSG_BURST', 'PARKED', 'MAX_PAYLOAD_B', 'MSG/MONTH', 'FEATURES'],
+            doc.plans.map((p: Json) => [
+              p.id,
+              String(p.limits.requestsPerSec),
+              String(p.limits.requestBurst),
+              String(p.limits.messagesPerSec),
+              String(p.limits.messageBurst),
+              String(p.limits.parkedPolls),
+              String(p.limits.maxPayloadBytes),
+              p.quotas.messagesPerMonth === 0 ? 'unlimited' : String(p.quotas.messagesPerMonth),
+              p.features.join(',') || '-',
+            ]),
+          ) + (doc.writable ? '' : 'read-only: plans come from the config file (no Redis configured)\n'),
+      };
+    },
+  },
+  {
+    words: ['brokers'],
+    args: [],
+    summary: "each tenant's brokers: health, requests in flight, picks, ring share, last health change",
+    async run({ api }) {
+      const doc = await api('GET', '/admin/v1/brokers');
+      const change = (c: Json): string => (c ? `${c.healthy ? 'up' : 'down'} ${new Date(c.at).toISOString()}${c.reason ? ` (${c.reason})` : ''}` : '-');
+      return {
+        doc,
+        human: () =>
+          table(
+            ['TENANT', 'BROKER', 'HEALTH', 'IN_FLIGHT', 'PICKS', 'SHARE', 'LAST_CHANGE'],
+            doc.clusters.flatMap((c: Json) =>
+              c.brokers.map((b: Json) => [
+                c.tenant,
+                b.url,
+                b.healthy ? 'up' : 'DOWN',
+                String(b.inflight),
+                String(b.picks),
+                `${(b.keyShare * 100).toFixed(1)}%`,
+                change(b.lastChange),
+              ]),
+            ),
+          ),
+      };
+    },
+  },
+  {
+    words: ['stats'],
+    args: [],
+    summary: 'live figures of the whole instance (every worker): rates, refusals, added latency, Redis, metering',
+    async run({ api }) {
+      const doc = await api('GET', '/admin/v1/stats');
+      // Rates need two reads a second apart: the first call after a start has none.
+      const rate = (n: number | null): string => (n === null ? '' : ` (${n.toFixed(1)}/s)`);
+      const ms = (n: number | null): string => (n === null ? 'n/a' : `${n} ms`);
+      const refusals = Object.entries(doc.refusals.total as Record<string, number>);
+      const down = (doc.brokers as Json[]).filter((b) => !b.up).map((b) => b.url);
+      return {
+        doc,
+        human: () =>
+          table(
+            ['FIGURE', 'VALUE'],
+            [
+              ['workers', String(doc.workers)],
+              ['requests', `${doc.requests.total}${rate(doc.requests.perSecond)}`],
+              ['refusals', refusals.length ? refusals.map(([code, n]) => `${code}=${n}`).join(', ') : '-'],
+              ['added latency p50 / p99', `${ms(doc.addedLatencyMs.p50)} / ${ms(doc.addedLatencyMs.p99)}`],
+              ['parked polls', String(doc.parkedPolls)],
+              [
+                'redis',
+                doc.redis.configured
+                  ? `limiter ${Object.keys(doc.redis.limiterModes).join(',') || '-'}, failMode ${doc.redis.failMode}, ${doc.redis.errorsTotal} errors`
+                  : 'not configured (in memory)',
+              ],
+              ['metering flush lag', `${doc.metering.flushLagSeconds} s`],
+              ['brokers', `${doc.brokers.length} (${down.length ? `down: ${down.join(', ')}` : 'all up'})`],
+            ],
+          ),
+      };
+    },
+  },
+  {
+    words: ['reloads'],
+    args: [],
+    summary: 'the last configuration reload (SIGHUP): applied or refused, its problems, what needs a restart; exit 1 when it was refused',
+    async run({ api }) {
+      const doc = await api('GET', '/admin/v1/reloads');
+      const last = doc.last;
+      const lines = (items: string[]): string => items.map((p) => `  ${p}\n`).join('');
+      return {
+        doc,
+        human: () =>
+          last === null
+            ? `no reload since the start (applied ${doc.applied}, refused ${doc.refused})\n`
+            : `last reload ${last.at}: ${last.result}\n${lines(last.problems)}` +
+              (last.restartNeeded.length ? `changed, applied only after a restart:\n${lines(last.restartNeeded)}` : '') +
+              `since the start: applied ${doc.applied}, refused ${doc.refused}\n`,
+        ...(last?.result === 'refused' ? { failed: 'the last reload was refused: the running configuration is the one before it' } : {}),
+      };
     },
   },
   {
@@ -381,8 +499,8 @@ function findCommand(positionals: readonly string[]): AdminCommand | undefined {
   return [...COMMANDS].sort((a, b) => b.words.length - a.words.length).find((c) => c.words.every((w, i) => positionals[i] === w));
 }
 
-/** The call's failure as a person should read it. */
-function callError(status: number, doc: Json, text: string, base: string): ApiError {
+/** The call's failure as a person should read it; `tokenFrom` says where the token sent came from (null: none sent). */
+function callError(status: number, doc: Json, text: string, base: string, tokenFrom: string | null): ApiError {
   if (doc?.code === 'admin_disabled') {
     return new ApiError(
       `the admin API at ${base} is off: set server.admin.token in the configuration (config/default.yaml reads $QUEEN_EDGE_ADMIN_TOKEN), restart the proxy, and pass the same token with --token or $QUEEN_EDGE_ADMIN_TOKEN`,
@@ -390,7 +508,30 @@ function callError(status: number, doc: Json, text: string, base: string): ApiEr
     );
   }
   const problems = Array.isArray(doc?.problems) ? doc.problems.map((p: string) => `\n  ${p}`).join('') : '';
-  return new ApiError(`${status} ${doc?.code ?? ''}: ${doc?.error ?? text}${problems}`, doc);
+  return new ApiError(`${status} ${doc?.code ?? ''}: ${doc?.error ?? text}${problems}${status === 401 ? unauthorizedHint(base, tokenFrom) : ''}`, doc);
+}
+
+/** After a 401: which token the admin API wants, and where the CLI looked for it. */
+function unauthorizedHint(base: string, tokenFrom: string | null): string {
+  const wanted = `the admin API at ${base} expects its server.admin.token (config/default.yaml reads $QUEEN_EDGE_ADMIN_TOKEN)`;
+  return tokenFrom === null
+    ? `\n  no token was sent: ${wanted}; pass it with --token TOKEN or set QUEEN_EDGE_ADMIN_TOKEN`
+    : `\n  the token from ${tokenFrom} is not the one ${wanted}; after a rotation, use the new value`;
+}
+
+/** The connection to the admin listener was refused: nothing listens there. */
+function refusedConnection(err: unknown): boolean {
+  const e = err as { code?: unknown; cause?: unknown; errors?: unknown[] } | null;
+  if (e === null || typeof e !== 'object') return false;
+  return e.code === 'ECONNREFUSED' || refusedConnection(e.cause) || (Array.isArray(e.errors) && e.errors.some(refusedConnection));
+}
+
+function unreachableHint(base: string): string {
+  return (
+    `cannot reach the admin API at ${base}: connection refused. Is queen-edge running on this host? ` +
+    'Its admin listener is server.admin.port (9090 unless the configuration or --admin-port says otherwise) on server.admin.host; ' +
+    'point the CLI at it with --url URL or QUEEN_EDGE_ADMIN_URL'
+  );
 }
 
 /** Runs one admin command; resolves to the process exit code. */
@@ -417,11 +558,14 @@ export async function runAdminCli(argv: string[], io: CliIo): Promise<number> {
 
     const base = String(values.url ?? io.env.QUEEN_EDGE_ADMIN_URL ?? 'http://127.0.0.1:9090').replace(/\/+$/, '');
     const token = typeof values.token === 'string' ? values.token : io.env.QUEEN_EDGE_ADMIN_TOKEN;
+    const tokenFrom = typeof values.token === 'string' ? '--token' : token ? '$QUEEN_EDGE_ADMIN_TOKEN' : null;
     const call = (method: 'GET' | 'PUT' | 'POST' | 'DELETE', path: string, body?: string) => {
       const headers: Record<string, string> = {};
       if (token) headers.authorization = `Bearer ${token}`;
       if (body !== undefined) headers['content-type'] = 'application/json';
-      return request(`${base}${path}`, { method, headers, body });
+      return request(`${base}${path}`, { method, headers, body }).catch((err: unknown) => {
+        throw refusedConnection(err) ? new Error(unreachableHint(base), { cause: err }) : err;
+      });
     };
     const reply = async (res: Awaited<ReturnType<typeof call>>): Promise<Json> => {
       const text = await res.body.text();
@@ -431,7 +575,7 @@ export async function runAdminCli(argv: string[], io: CliIo): Promise<number> {
       } catch {
         doc = null;
       }
-      if (res.statusCode >= 300) throw callError(res.statusCode, doc, text, base);
+      if (res.statusCode >= 300) throw callError(res.statusCode, doc, text, base, tokenFrom);
       return doc;
     };
     const api: CommandContext['api'] = async (method, path, body) => reply(await call(method, path, body));

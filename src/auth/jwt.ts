@@ -457,6 +457,7 @@ export class JwksKeys {
   #loadedAt = 0;
   #nextFetchAt = 0;
   #inflight: Promise<boolean> | null = null;
+  #failures = 0;
 
   /** `onLoad` sees every newly loaded set before any token is verified with it. */
   constructor(url: string, log: Logger, clock: () => number, onLoad?: (members: readonly JwksMember[]) => void) {
@@ -469,6 +470,11 @@ export class JwksKeys {
   /** The signing keys last loaded. */
   get members(): readonly JwksMember[] {
     return this.#members;
+  }
+
+  /** Fetches that failed since this set was created (for the JWKS failure counter). */
+  get failures(): number {
+    return this.#failures;
   }
 
   /** Fetches now unless a fetch is in flight (joined) or backoff/cooldown holds; true when keys were loaded. */
@@ -567,6 +573,7 @@ export class JwksKeys {
   #failed(reason: string): false {
     this.#nextFetchAt = this.#clock() + JWKS_FAILURE_BACKOFF_MS;
     if (!this.#abort.signal.aborted) {
+      this.#failures++;
       this.#log.warn({ jwksUrl: this.#url, reason, staleKeys: this.#lookup !== null }, 'JWKS fetch failed; keeping the keys already loaded');
     }
     return false;

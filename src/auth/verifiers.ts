@@ -41,6 +41,8 @@ export interface TenantVerifiers {
    * "" for the global settings), read at scrape time.
    */
   registerMetrics(registry: Registry): void;
+  /** Failed fetches of each JWKS URL in use (the global one and tenants' own). */
+  jwksFailures(): ReadonlyMap<string, number>;
   close(): void;
 }
 
@@ -193,6 +195,10 @@ class Verifiers implements TenantVerifiers {
         for (const [tenant, v] of shares()) this.set({ tenant }, v.cacheBytes);
       },
     });
+  }
+
+  jwksFailures(): ReadonlyMap<string, number> {
+    return new Map([...this.#jwks].map(([url, keys]) => [url, keys.failures]));
   }
 
   #jwksFor(url: string): JwksKeys {

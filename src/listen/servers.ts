@@ -12,7 +12,7 @@ import type { Duplex } from 'node:stream';
 import type { RawConfig } from '../config/schema.js';
 import type { Logger } from '../observability/log.js';
 import { H2Request, H2Response } from './h2-exchange.js';
-import { CertificateSet } from './tls.js';
+import { CertificateSet, type CertificateExpiry } from './tls.js';
 
 /** A request as either protocol delivers it (h2 on the stream API: h2-exchange.ts). */
 export type EdgeRequest = IncomingMessage | H2Request;
@@ -40,6 +40,8 @@ export interface Listeners {
   close(forceAfterMs?: number): Promise<void>;
   /** Number of open client connections (for drain/metrics). */
   connections(): number;
+  /** The HTTPS listener's certificates and their expiry; empty without one. */
+  certificates(): CertificateExpiry[];
 }
 
 /** Largest request head accepted on h1 (and header list on h2); bigger gets 431. Node's default, made explicit. */
@@ -169,6 +171,10 @@ class EdgeListeners implements Listeners {
     let n = 0;
     for (const e of this.#entries) if (e.name !== 'admin') n += e.sockets.size;
     return n;
+  }
+
+  certificates(): CertificateExpiry[] {
+    return this.#certs?.expiries() ?? [];
   }
 
   async #drain(forceAfterMs: number): Promise<void> {
@@ -345,6 +351,7 @@ function h2Streams(
     if (expect !== undefined && expect.toLowerCase() !== '100-continue') return answer(res, 417, 'expectation failed');
     if (!stream.endAfterHeaders) {
       const deadline = setTimeout(() => {
+        log.debug('HTTP/2 request body not received in time: stream cancelled');
         if (!res.headersSent) answer(res, 408, 'request body not received in time');
         stream.close(http2.constants.NGHTTP2_CANCEL);
       }, t.requestTimeoutMs);

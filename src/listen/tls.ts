@@ -51,6 +51,16 @@ export function lookupServername<T>(table: SniTable<T>, servername: string): T |
   return dot > 0 ? table.wildcard.get(name.slice(dot + 1)) : undefined;
 }
 
+/** A certificate the listener serves or trusts, for the expiry gauge (docs/operating.md). */
+export interface CertificateExpiry {
+  /** Its config path: `server.https`, `server.https.sni[0]`, `server.https.clientCa`. */
+  readonly certificate: string;
+  /** The names it covers (subjectAltName entries, else the subject's CN), comma-separated. */
+  readonly names: string;
+  /** Its notAfter, epoch milliseconds. */
+  readonly notAfterMs: number;
+}
+
 /** Tunables of the certificate watcher. */
 export interface CertificateOptions {
   log: Logger;
@@ -155,6 +165,24 @@ export class CertificateSet {
   contextOptions(): SecureContextOptions {
     const pair = this.#defaultSlot === null ? this.#generated! : { cert: this.#defaultSlot.current[0]!, key: this.#defaultSlot.current[1]! };
     return { cert: pair.cert, key: pair.key, ca: this.#caSlot?.current[0], minVersion: MIN_TLS_VERSION };
+  }
+
+  /**
+   * The certificates in force (after any reload), read at scrape time: the default pair (generated
+   * or from files), each SNI pair, and the earliest-expiring certificate of the client CA bundle.
+   */
+  expiries(): CertificateExpiry[] {
+    const served = this.#defaultSlot === null ? [{ label: 'server.https', cert: this.#generated!.cert }] : [];
+    for (const slot of this.#slots()) {
+      if (slot !== this.#caSlot) served.push({ label: slot.label, cert: slot.current[0]! });
+    }
+    const out = served.map((c) => expiryOf(c.label, new X509Certificate(c.cert)));
+    if (this.#caSlot !== null) {
+      const bundle = (this.#caSlot.current[0]!.toString('latin1').match(PEM_CERT) ?? []).map((b) => new X509Certificate(b));
+      const earliest = bundle.reduce((a, b) => (Date.parse(b.validTo) < Date.parse(a.validTo) ? b : a));
+      out.push(expiryOf(this.#caSlot.label, earliest));
+    }
+    return out;
   }
 
   /** Node's SNICallback over the live SNI table, or undefined when no SNI entry is configured. */
@@ -311,6 +339,13 @@ function sameContent(a: Buffer[], b: Buffer[]): boolean {
 function describe(slot: Slot): Record<string, string> {
   const x = new X509Certificate(slot.current[0]!);
   return { slot: slot.label, subject: x.subject, validTo: x.validTo, fingerprint256: x.fingerprint256 };
+}
+
+function expiryOf(certificate: string, x: X509Certificate): CertificateExpiry {
+  // `DNS:a.example, IP Address:127.0.0.1`: the names without their kind.
+  const alt = x.subjectAltName?.split(', ').map((n) => n.slice(n.indexOf(':') + 1)) ?? [];
+  const names = alt.length > 0 ? alt : (/^CN=(.*)$/m.exec(x.subject)?.slice(1) ?? []);
+  return { certificate, names: names.join(','), notAfterMs: Date.parse(x.validTo) };
 }
 
 function warnIfExpired(log: Logger, label: string, cert: Buffer): void {

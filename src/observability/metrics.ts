@@ -46,6 +46,10 @@ export interface MetricSources {
   brokers(): readonly { readonly brokers: readonly { readonly url: string; readonly healthy: boolean; readonly inflight: number }[] }[];
   usage(): ReadonlyMap<string, UsageTotals>;
   flush(): { readonly flushes: number; readonly failures: number; readonly lagMs: number };
+  /** The HTTPS listener's certificates (listen/tls.ts); absent: the expiry family stays empty. */
+  certificates?(): readonly { readonly certificate: string; readonly names: string; readonly notAfterMs: number }[];
+  /** Failed JWKS fetches by JWKS URL, since the start (auth/jwt.ts); absent: the family stays empty. */
+  jwksFailures?(): ReadonlyMap<string, number>;
   /** Configuration reloads (reloads.ts); absent: the reload families stay empty. */
   reloads?(): {
     readonly lastAtMs: number;
@@ -362,6 +366,28 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
       const counts = sources.reloads?.().counts ?? { applied: 0, refused: 0 };
       this.inc({ result: 'applied' }, counts.applied);
       this.inc({ result: 'refused' }, counts.refused);
+    },
+  });
+  // Every worker serves the same files: a cluster's figure is the earliest expiry.
+  new Gauge({
+    name: 'queen_edge_certificate_expiry_timestamp_seconds',
+    help: 'When each certificate the HTTPS listener serves or trusts expires (notAfter), by config path and the names it covers.',
+    labelNames: ['certificate', 'names'] as const,
+    registers: [registry],
+    aggregator: 'min',
+    collect() {
+      this.reset();
+      for (const c of sources.certificates?.() ?? []) this.set({ certificate: c.certificate, names: c.names }, c.notAfterMs / 1000);
+    },
+  });
+  new Counter({
+    name: 'queen_edge_jwks_fetch_failures_total',
+    help: 'JWKS fetches that failed (unreachable, not 200, not a key set; the keys already loaded are kept), by JWKS URL.',
+    labelNames: ['url'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const [url, n] of sources.jwksFailures?.() ?? []) this.inc({ url }, n);
     },
   });
   collectDefaultMetrics({ register: registry });

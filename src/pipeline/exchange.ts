@@ -27,6 +27,13 @@ export class Exchange extends MeteredExchange<Tenant> implements ProxyExchange {
   readonly startedAt = performance.now();
   /** Headers the edge adds to whatever answer goes out (X-Request-Id, CORS, RateLimit): stages add, the answer reads. */
   readonly headers: Record<string, string>;
+  /**
+   * The socket peer's address, read when the request arrives: an h2 stream loses its session (and
+   * so its socket) once closed, before the access line is written.
+   */
+  readonly peer: string | undefined;
+  /** The body of the edge's own answer (a refusal, /health), in bytes: with a relayed body's bytesOut, what the client received. */
+  answeredBytes = 0;
   /** hostTenant: the host named, without port, and the tenant listing it. */
   host = '';
   hostTenant: Tenant | undefined = undefined;
@@ -70,6 +77,7 @@ export class Exchange extends MeteredExchange<Tenant> implements ProxyExchange {
     super(recorder);
     this.id = acceptableRequestId(req.headers['x-request-id']) ?? randomUUID();
     this.headers = { 'x-request-id': this.id };
+    this.peer = req.socket?.remoteAddress;
     const t = transportOf(req);
     this.transport = t;
     this.closeOnRefusal = t.bodyFollows(req) && !cheapToDrain(t, req);

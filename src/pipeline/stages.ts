@@ -185,6 +185,7 @@ export function health(x: Exchange, p: Parts): StageResult {
   x.status = 200;
   x.res.writeHead(200, { ...x.headers, 'content-type': 'application/json', 'content-length': String(HEALTHY.length), 'cache-control': 'no-store' });
   x.res.end(HEALTHY);
+  x.answeredBytes = HEALTHY.length;
   return ANSWERED;
 }
 
@@ -410,11 +411,11 @@ function upstreamRequest(x: Exchange, p: Parts, authorization: string | null): P
     method: req.method as 'GET',
     path: q.forward === '' ? x.target.path : `${x.target.path}?${q.forward}`,
     headers: upstreamHeaders(req.headers, {
-      clientIp: req.socket?.remoteAddress ?? '',
+      clientIp: x.peer ?? '',
       proto: x.transport.isTls(req) ? 'https' : 'http',
       host: x.hostTenant ? x.host : null,
       requestId: x.id,
-      trustProxy: p.clientAddresses.trusts(req.socket?.remoteAddress),
+      trustProxy: p.clientAddresses.trusts(x.peer),
       authorization,
       tenantHeader: s.tenantHeader || tenant.tenancyAwareBrokers ? tenant.id : null,
       contentLength: x.body || x.streamed ? x.bodyLength : null,
@@ -441,5 +442,5 @@ function upstreamAuthorization(identity: Identity | null, tenant: Tenant, p: Par
 
 /** The client address the per-client limits count (behind trusted proxies, their X-Forwarded-For). */
 function clientOf(x: Exchange, p: Parts): string {
-  return clientKey(p.clientAddresses.of(x.req.socket?.remoteAddress, x.req.headers['x-forwarded-for']));
+  return clientKey(p.clientAddresses.of(x.peer, x.req.headers['x-forwarded-for']));
 }

@@ -8,6 +8,7 @@ import { runAdminCli } from '../../src/admin/cli-commands.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix } from '../helpers/redis.js';
+import { freePort } from '../helpers/ports.js';
 import { waitFor } from '../helpers/wait.js';
 import { ADMIN_TOKEN, runCli } from './admin-call.js';
 
@@ -31,6 +32,15 @@ afterAll(async () => {
 });
 
 const cli = (...argv: string[]) => runCli(h, ...argv);
+
+let collected = '';
+/** A stderr whose text accumulates in `collected`. */
+function collect(): PassThrough {
+  collected = '';
+  const s = new PassThrough();
+  s.on('data', (c: Buffer) => (collected += c.toString()));
+  return s;
+}
 
 describe('queen-edge tenants / usage', () => {
   it('tenants list as a table and as JSON; get shows the record', async () => {
@@ -57,6 +67,64 @@ describe('queen-edge tenants / usage', () => {
     const bad = await cli('tenants', 'put', 'gamma', '--file', file);
     expect(bad.code).toBe(1);
     expect(bad.err).toContain('brokers');
+  });
+
+  it('tenants delete: the tenant is gone from the directory and its traffic refused; deleting it again is a 404, exit 1', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'qe-cli-'));
+    const file = join(dir, 'delta.json');
+    await writeFile(file, JSON.stringify({ plan: 'test', brokers: ['http://127.0.0.1:2'], hosts: ['delta.localhost'] }));
+    const put = await cli('tenants', 'put', 'delta', '--file', file);
+    expect(put.code, put.err).toBe(0);
+    const deltaToken = await token({ roles: ['read-write'], tenant: 'delta' });
+    const deltaCode = async () => ((await call(h, 'GET', '/api/v1/pop/queue/q', { token: deltaToken, host: 'delta.localhost' })).json as { code: string }).code;
+    // Its broker never answers: a tenant the edge knows, refused only at the broker choice.
+    expect(await deltaCode()).toBe('no_upstream');
+    expect(await cli('tenants', 'delete', 'delta')).toMatchObject({ code: 0, out: 'tenant delta deleted\n' });
+    await waitFor(async () => (await deltaCode()) !== 'no_upstream', 5000, 'delta refused');
+    const refusedNow = await call(h, 'GET', '/api/v1/pop/queue/q', { token: deltaToken, host: 'delta.localhost' });
+    expect([refusedNow.status, (refusedNow.json as { code: string }).code]).toEqual([403, 'forbidden']);
+    expect(JSON.parse((await cli('tenants', 'list', '--json')).out).tenants.map((t: { id: string }) => t.id)).not.toContain('delta');
+    const gone = await cli('tenants', 'delete', 'delta');
+    expect(gone.code).toBe(1);
+    expect(gone.err).toContain('404 not_found');
+  });
+
+  it('plans, brokers and stats: tables of what the admin API answers, and its JSON', async () => {
+    const plans = await cli('plans');
+    expect(plans.code).toBe(0);
+    expect(plans.out.split('\n')[0]).toMatch(/^ID\s+REQ\/S\s+BURST\s+MSG\/S\s+MSG_BURST\s+PARKED\s+MAX_PAYLOAD_B\s+MSG\/MONTH\s+FEATURES$/);
+    expect(plans.out).toMatch(/^test\s+100000\s+100000\s+1000000\s+1000000\s+1000\s+1048576\s+unlimited\s+-$/m);
+    expect(JSON.parse((await cli('plans', '--json')).out).plans[0]).toMatchObject({ id: 'test' });
+
+    await waitFor(async () => (await cli('brokers')).out.includes(' up '), 5000, 'the broker healthy');
+    const brokers = await cli('brokers');
+    expect(brokers.out.split('\n')[0]).toMatch(/^TENANT\s+BROKER\s+HEALTH\s+IN_FLIGHT\s+PICKS\s+SHARE\s+LAST_CHANGE$/);
+    expect(brokers.out).toMatch(new RegExp(`^acme\\s+${broker.url.replace(/[.]/g, '\\.')}\\s+up\\s+0\\s+\\d+\\s+100\\.0%\\s+-$`, 'm'));
+
+    // A request of no tenant: acme's metered usage stays what the usage test counts.
+    expect((await call(h, 'GET', '/cli-stats', { host: 'nobody.localhost' })).status).toBe(404);
+    const stats = await cli('stats');
+    expect(stats.code).toBe(0);
+    expect(stats.out).toMatch(/^workers\s+1$/m);
+    expect(stats.out).toMatch(/^requests\s+[1-9]\d*( \(\d+\.\d\/s\))?$/m);
+    expect(stats.out).toMatch(/^refusals\s+.*route_not_found=[1-9]/m);
+    expect(stats.out).toMatch(/^redis\s+limiter redis, failMode local, 0 errors$/m);
+    expect(JSON.parse((await cli('stats', '--json')).out)).toMatchObject({ workers: 1, redis: { configured: true } });
+  });
+
+  it('reloads: none yet, then an applied one, then a refused one with its problems (exit 1)', async () => {
+    expect(await cli('reloads')).toMatchObject({ code: 0, out: 'no reload since the start (applied 0, refused 0)\n' });
+    h.app.reload({ ...h.config, server: { ...h.config.server, drainTimeoutMs: h.config.server.drainTimeoutMs + 1 } });
+    const applied = await cli('reloads');
+    expect(applied.code).toBe(0);
+    expect(applied.out).toMatch(/^last reload \S+: applied\nchanged, applied only after a restart:\n {2}server\nsince the start: applied 1, refused 0\n$/);
+    const acme = h.config.tenants.acme!;
+    expect(() => h.app.reload({ ...h.config, tenants: { ...h.config.tenants, acme: { ...acme, plan: 'nope' } } })).toThrow();
+    const refused = await cli('reloads');
+    expect(refused.code).toBe(1);
+    expect(refused.out).toMatch(/^last reload \S+: refused\n {2}tenants\.acme\.plan: .*nope/);
+    expect(refused.err).toContain('the last reload was refused');
+    expect(JSON.parse((await cli('reloads', '--json')).out)).toMatchObject({ applied: 1, refused: 1, last: { result: 'refused' } });
   });
 
   it('usage TENANT --month: a day table with a total row, and JSON', async () => {
@@ -89,6 +157,28 @@ describe('queen-edge tenants / usage', () => {
     expect(refused.err).toContain('401 unauthorized');
     expect((await cli('tenants', 'get', 'nope')).code).toBe(1);
     expect((await cli('tenants', 'list', '--url', 'http://127.0.0.1:1')).code).toBe(1);
+  });
+
+  it('a 401 says which token the admin API expects and where the CLI took the one it sent', async () => {
+    const wrong = await cli('plans', '--token', 'wrong');
+    expect(wrong.code).toBe(1);
+    expect(wrong.err).toContain(`the token from --token is not the one the admin API at ${h.adminUrl} expects its server.admin.token`);
+    const none = await runAdminCli(['stats'], { stdout: new PassThrough(), stderr: collect(), env: { QUEEN_EDGE_ADMIN_URL: h.adminUrl } });
+    expect(none).toBe(1);
+    expect(collected).toContain('no token was sent');
+    expect(collected).toContain('pass it with --token TOKEN or set QUEEN_EDGE_ADMIN_TOKEN');
+  });
+
+  it('a refused connection asks whether the edge runs and names the admin port and how to point the CLI at it', async () => {
+    const port = await freePort();
+    const r = await cli('tenants', 'list', '--url', `http://127.0.0.1:${port}`);
+    expect(r.code).toBe(1);
+    expect(r.err).toContain(`cannot reach the admin API at http://127.0.0.1:${port}: connection refused. Is queen-edge running on this host?`);
+    expect(r.err).toContain('server.admin.port (9090 unless the configuration or --admin-port says otherwise)');
+    expect(r.err).toContain('--url URL or QUEEN_EDGE_ADMIN_URL');
+  });
+
+  it('exit 2 for a wrong command line', async () => {
     for (const argv of [
       ['tenants', 'get'],
       ['tenants', 'get', 'a', 'b'],
@@ -127,5 +217,22 @@ describe('queen-edge tenants / usage', () => {
     } finally {
       await off.close();
     }
+  });
+
+  // Last: it deletes and restores acme, the file's tenant the other tests use.
+  it('a file tenant deleted through the API: reset does not see it; put ends the deletion, then reset hands it back to the file', async () => {
+    expect((await cli('tenants', 'delete', 'acme')).code).toBe(0);
+    const reset = await cli('tenants', 'reset', 'acme');
+    expect(reset.code).toBe(1);
+    expect(reset.err).toContain('404 not_found');
+    const dir = await mkdtemp(join(tmpdir(), 'qe-cli-'));
+    const file = join(dir, 'acme.json');
+    await writeFile(file, JSON.stringify({ plan: 'test', brokers: [broker.url], hosts: ['acme.localhost'] }));
+    expect((await cli('tenants', 'put', 'acme', '--file', file)).code).toBe(0);
+    expect((await cli('tenants', 'list')).out).toMatch(/^acme\s+active\s+test\s+acme\.localhost\s+1\s+file \+ override$/m);
+    expect((await cli('tenants', 'reset', 'acme')).code).toBe(0);
+    expect((await cli('tenants', 'list')).out).toMatch(/^acme\s+active\s+test\s+acme\.localhost\s+1\s+file$/m);
+    const tok = await token({ roles: ['read-write'], tenant: 'acme' });
+    expect([200, 204]).toContain((await call(h, 'GET', '/api/v1/pop/queue/q', { token: tok })).status);
   });
 });

@@ -104,6 +104,9 @@ describe('queen-edge command line', { timeout: 60_000 }, () => {
     // The admin command's own exit code for an unreachable admin API; the gateway would have read a config.
     expect((await list.exited).code).toBe(1);
     expect(list.lines).toEqual([]);
+    // Nothing listens there: the hint says what to check, not a stack.
+    expect(list.stderr()).toContain(`cannot reach the admin API at http://127.0.0.1:${closed}: connection refused. Is queen-edge running`);
+    expect(list.stderr()).not.toContain('    at ');
     const usage = await start({}, ['usage']);
     expect((await usage.exited).code).toBe(2);
     expect(usage.stderr()).toContain('queen-edge usage TENANT');

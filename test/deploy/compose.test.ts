@@ -83,6 +83,18 @@ describe('docker-compose.yml', { timeout: 20_000 }, () => {
     for (const [name, s] of Object.entries(services)) if (name !== 'edge') expect(s.ports, name).toBeUndefined();
   });
 
+  it("sizes Queen's PostgreSQL pools to fit the server's max_connections, superuser slots aside", () => {
+    const env = services.queen!.environment!;
+    // Queen's own defaults when unset (server/include/queen/config.hpp in queen-mq/queen).
+    const pools = Number(env.DB_POOL_SIZE ?? 150) + Number(env.SIDECAR_POOL_SIZE ?? 50);
+    expect(pools).toBeGreaterThan(0);
+    // PostgreSQL's default, unless the service's command sets it.
+    const command = ((services.postgres as Service & { command?: string[] }).command ?? []).join(' ');
+    const maxConnections = Number(/max_connections=(\d+)/.exec(command)?.[1] ?? 100);
+    const SUPERUSER_RESERVED = 3;
+    expect(pools).toBeLessThanOrEqual(maxConnections - SUPERUSER_RESERVED);
+  });
+
   describe('the `dev` stack without Docker', () => {
     let broker: RelayedDevBroker;
     let edge: EdgeHarness;

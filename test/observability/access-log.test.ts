@@ -6,7 +6,7 @@ import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
-import { call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { call, h2Session, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 import { accessLine, capturingLogger } from '../helpers/logs.js';
 import { accessLogWriter, PATH_CHARS, targetParts, type AccessRecord } from '../../src/observability/access-log.js';
 import { createLogger, processLogger } from '../../src/observability/log.js';
@@ -150,6 +150,72 @@ describe('access log line of a request through the edge', () => {
       route: 'pop.queue',
     });
     expect(JSON.stringify(logged)).not.toContain('secret-group');
+  });
+
+  /** One h2 request on its own session: the answer's status, request id and body length as received. */
+  async function h2Call(
+    path: string,
+    opts: { method?: string; token?: string; body?: string } = {},
+  ): Promise<{ status: number; reqId: unknown; received: number }> {
+    const session = await h2Session(h.url);
+    try {
+      const headers: Record<string, string> = { ':method': opts.method ?? 'GET', ':path': path, ':authority': 'acme.localhost' };
+      if (opts.token) headers.authorization = `Bearer ${opts.token}`;
+      if (opts.body !== undefined) headers['content-type'] = 'application/json';
+      const stream = session.request(headers, { endStream: opts.body === undefined });
+      if (opts.body !== undefined) stream.end(opts.body);
+      return await new Promise((resolve, reject) => {
+        let status = 0;
+        let reqId: unknown;
+        let received = 0;
+        stream.on('response', (hd) => {
+          status = hd[':status'] as number;
+          reqId = hd['x-request-id'];
+        });
+        stream.on('data', (c: Buffer) => {
+          received += c.length;
+        });
+        stream.on('error', reject);
+        stream.on('close', () => resolve({ status, reqId, received }));
+      });
+    } finally {
+      session.close();
+    }
+  }
+
+  it('names the client on every line: h1 and h2, with and without a body, admitted or refused', async () => {
+    const tok = await token({ roles: ['read-write'], tenant: 'acme' });
+    const push = JSON.stringify({ items: [{ queue: 'client-logged', payload: 1 }] });
+    const h2Push = await h2Call('/api/v1/push', { method: 'POST', token: tok, body: push });
+    expect(h2Push.status).toBe(201);
+    const h2Pop = await h2Call('/api/v1/pop/queue/client-logged?batch=1', { token: tok });
+    expect(h2Pop.status).toBe(200);
+    const h2Refused = await h2Call('/api/v1/push', { method: 'POST', body: push });
+    expect(h2Refused.status).toBe(401);
+    const h1Push = await call(h, 'POST', '/api/v1/push', { token: tok, body: push });
+    const h1Refused = await call(h, 'GET', '/api/v1/pop/queue/client-logged');
+    for (const [proto, reqId] of [
+      ['2.0', h2Push.reqId],
+      ['2.0', h2Pop.reqId],
+      ['2.0', h2Refused.reqId],
+      ['1.1', h1Push.headers['x-request-id']],
+      ['1.1', h1Refused.headers['x-request-id']],
+    ] as const) {
+      expect(await line(reqId)).toMatchObject({ client: '127.0.0.1', proto });
+    }
+  });
+
+  it("bytesOut is the body the client received: a relayed answer and the edge's own refusal, h1 and h2", async () => {
+    const tok = await token({ roles: ['read-write'], tenant: 'acme' });
+    const h2Refused = await h2Call('/api/v1/pop/queue/bytes-out');
+    expect(h2Refused.status).toBe(401);
+    expect(h2Refused.received).toBeGreaterThan(0);
+    const h1Refused = await call(h, 'POST', '/api/v1/push', { body: { items: [] } });
+    const h1Pushed = await call(h, 'POST', '/api/v1/push', { token: tok, body: { items: [{ queue: 'bytes-out', payload: 1 }] } });
+    expect(h1Pushed.status).toBe(201);
+    expect((await line(h2Refused.reqId)).bytesOut).toBe(h2Refused.received);
+    expect((await line(h1Refused.headers['x-request-id'])).bytesOut).toBe(Buffer.byteLength(h1Refused.text));
+    expect((await line(h1Pushed.headers['x-request-id'])).bytesOut).toBe(Buffer.byteLength(h1Pushed.text));
   });
 
   it('an edge refusal has no upstream status', async () => {

@@ -6,7 +6,7 @@
  */
 import { Pool, request } from 'undici';
 import { TEST_PLAN, TEST_SECRET } from '../helpers/edge.js';
-import { freePort, spawnEdge, type EdgeProcess } from '../deploy/edge-process.js';
+import { spawnEdge, type EdgeProcess, type LogLine } from '../deploy/edge-process.js';
 import { ADMIN_TOKEN } from '../admin/admin-call.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -39,12 +39,12 @@ export async function startTrio(opts: {
   // outlives the Redis it was given.
   const started = await Promise.allSettled(
     [0, 1, 2].map(async () => {
-      const httpsPort = await freePort();
-      const adminPort = await freePort();
+      // Port 0, read back from the edge's own log: a port picked free beforehand may be taken by
+      // another process on a busy machine before the edge binds it.
       const proc = await spawnEdge({
         server: {
-          https: { host: '127.0.0.1', port: httpsPort },
-          admin: { host: '127.0.0.1', port: adminPort, token: ADMIN_TOKEN },
+          https: { host: '127.0.0.1', port: 0 },
+          admin: { host: '127.0.0.1', port: 0, token: ADMIN_TOKEN },
           workers: 1,
           drainTimeoutMs: 1000,
         },
@@ -52,10 +52,27 @@ export async function startTrio(opts: {
         log: { level: 'info' },
         redis: { url: null, cluster: [], ...opts.redis, keyPrefix: opts.keyPrefix, failMode: opts.failMode ?? 'local', timeoutMs: opts.timeoutMs ?? 200 },
         auth: { secret: TEST_SECRET },
-        upstream: { healthIntervalMs: 1000, healthTimeoutMs: 2000 },
+        // The broker double shares the test's process with the load generator: on a busy machine
+        // its health answers come late, and a broker marked down would answer 503 for reasons
+        // these suites are not about.
+        upstream: { healthIntervalMs: 1000, healthTimeoutMs: 5000, downAfter: 5 },
         plans: { test: TEST_PLAN, ...opts.plans },
         tenants,
       });
+      let listening: LogLine;
+      try {
+        // A start under tsx takes seconds on an idle machine and far more on a loaded one; an edge
+        // that exits instead fails at once, with its stderr.
+        listening = await Promise.race([
+          proc.waitForLog((l) => l.msg === 'queen-edge listening', 45_000),
+          proc.exited.then((e) => Promise.reject(new Error(`edge exited (${e.code ?? e.signal}) before listening: ${proc.stderr()}`))),
+        ]);
+      } catch (err) {
+        await proc.kill();
+        throw err;
+      }
+      const httpsPort = (listening.https as { port: number }).port;
+      const adminPort = (listening.admin as { port: number }).port;
       const edge: TrioEdge = {
         proc,
         httpsPort,

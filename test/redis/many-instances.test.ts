@@ -1,6 +1,7 @@
 /**
  * Many instances, one limit: three edge processes share one Redis (single, then Cluster). A tenant
- * offered three times its request rate, spread over them, is admitted its rate ± 5 % in total; the
+ * offered three times its request rate, spread over them, is admitted its rate in total, within
+ * the bounds the limiter guarantees on the edges' own clocks (a burst above, idle time below); the
  * parked-poll cap holds across them; a suspension reaches all three within a second.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -19,11 +20,13 @@ import { accessLines, adminCall, offer, send, startTrio, stopTrio, type TrioEdge
  * The property is the same at 200 of 600 (RELIABILITY.md has that run).
  */
 const RATE = 30;
+/** The bucket's depth: requests admitted at once after a full refill (BURST/RATE s of none). */
+const BURST = RATE;
 const OFFERED = 90;
 const WINDOW_MS = 10_000;
 /** At three times the rate offered, the one-second burst is spent within the first second. */
 const WARMUP_MS = 1500;
-const limited = (parkedPolls: number) => ({ ...TEST_PLAN, limits: { ...TEST_PLAN.limits, requestsPerSec: RATE, requestBurst: RATE, parkedPolls } });
+const limited = (parkedPolls: number) => ({ ...TEST_PLAN, limits: { ...TEST_PLAN.limits, requestsPerSec: RATE, requestBurst: BURST, parkedPolls } });
 
 describe.each(['redis', 'cluster'] as const)('three edges on one %s', (kind) => {
   const prefix = uniquePrefix();
@@ -64,7 +67,7 @@ describe.each(['redis', 'cluster'] as const)('three edges on one %s', (kind) => 
     }
   }, 30_000);
 
-  it(`admits ${RATE} ± 5 % per second of ${OFFERED} offered over ${WINDOW_MS / 1000} s, whichever instance a request reaches`, async () => {
+  it(`admits ${RATE} per second of ${OFFERED} offered over ${WINDOW_MS / 1000} s, a burst at most above, whichever instance a request reaches`, async () => {
     const stopAt = Date.now() + WARMUP_MS + WINDOW_MS + 1000;
     const samples = await offer(
       edges,
@@ -73,23 +76,42 @@ describe.each(['redis', 'cluster'] as const)('three edges on one %s', (kind) => 
       (i) => send(edges, i, 'busy', jwt.get('busy')!, '/api/v1/pop/queue/q'),
     );
     expect(samples.filter((s) => s.status !== 204 && s.status !== 429).map((s) => `${s.status} ${s.code}`)).toEqual([]);
-    // Counted by the edges' own access lines, in their time: on a loaded machine a reply may be
-    // read late, but the line is written when the request was decided. The window starts after
-    // the first burst has been spent.
+    // Counted by the edges' own access lines, by each request's arrival at its edge (the limiter
+    // decided between arrival and the line's end: `ms` later at most); on a loaded machine a reply
+    // may be read late, but these times are the edges'. The window starts after the first burst.
     const lines = accessLines(edges, 'busy');
     const from = lines[0]!.time + WARMUP_MS;
     const inWindow = lines.filter((l) => l.time >= from && l.time < from + WINDOW_MS);
     // The offer must really exceed the limit all along, or the count says nothing about it.
     expect(inWindow.length).toBeGreaterThan((1.5 * RATE * WINDOW_MS) / 1000);
     const admitted = inWindow.filter((l) => l.status === 204);
-    const perSec = admitted.length / (WINDOW_MS / 1000);
+    // What the shared limiter (GCRA: one request every 1/RATE s, BURST ahead) guarantees, whatever
+    // the machine's load: n admits decided within a span of S seconds number at most BURST + RATE·S.
+    // The admits counted here were decided between the first one's arrival and the last one's end.
+    const decidedSpanS = (Math.max(...admitted.map((l) => l.time + l.ms)) - admitted[0]!.time) / 1000;
+    const most = BURST + RATE * decidedSpanS;
+    // And at least one admit every 1/RATE s from when the bucket is known empty: between a moment
+    // x after which every admit decided arrived in the window (requests that arrived before it
+    // were decided by `lateMs` into it) and the last refusal decided inside the window (the
+    // bucket empty again there), less one. The bucket loses time only while full, BURST/RATE s
+    // without a request: offer() catches up after a stall, so only longer gaps (idle) count.
+    const gaps = inWindow.slice(1).map((l, i) => l.time - inWindow[i]!.time);
+    const idleMs = gaps.reduce((sum, g) => sum + Math.max(0, g - (1000 * BURST) / RATE), 0);
+    const lateMs = Math.max(0, ...lines.filter((l) => l.time < from).map((l) => l.time + l.ms - from));
+    const lastRefusal = Math.max(...inWindow.filter((l) => l.status === 429 && l.time + l.ms < from + WINDOW_MS).map((l) => l.time));
+    const least = (RATE * (lastRefusal - from - idleMs - lateMs)) / 1000 - 1;
     // How the admits split over the edges is not part of the promise: with requests sent in turn at a
     // fixed multiple of the refill rate, one edge may keep arriving first after every refill. The
     // shared total is the promise.
     const perEdge = [0, 1, 2].map((i) => admitted.filter((l) => l.edge === i).length);
-    console.info(`[${kind}] served ${inWindow.length / (WINDOW_MS / 1000)}/s, admitted ${perSec}/s over ${WINDOW_MS / 1000} s; per edge ${perEdge.join('/')}`);
-    expect(perSec).toBeGreaterThanOrEqual(RATE * 0.95);
-    expect(perSec).toBeLessThanOrEqual(RATE * 1.05);
+    console.info(
+      `[${kind}] served ${inWindow.length / (WINDOW_MS / 1000)}/s, admitted ${admitted.length} over ${WINDOW_MS / 1000} s ` +
+        `(bounds ${least.toFixed(1)} to ${most.toFixed(1)}; decided over ${decidedSpanS.toFixed(2)} s, idle ${idleMs} ms, late ${lateMs} ms); per edge ${perEdge.join('/')}`,
+    );
+    // The lower bound must still say something: a limiter admitting a third of the rate fails it.
+    expect(least).toBeGreaterThan((0.5 * RATE * WINDOW_MS) / 1000);
+    expect(admitted.length).toBeGreaterThanOrEqual(least);
+    expect(admitted.length).toBeLessThanOrEqual(most);
   }, 60_000);
 
   it('holds the parked-poll cap across the three and gives every slot back', async () => {

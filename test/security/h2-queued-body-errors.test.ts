@@ -10,12 +10,20 @@ import http2 from 'node:http2';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { h2Session, h2Settled, SHORT_DEADLINES, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { capturingLogger } from '../helpers/logs.js';
 import { waitFor } from '../helpers/wait.js';
 
 let broker: BrokerDouble | undefined;
 let edge: EdgeHarness | undefined;
 let session: http2.ClientHttp2Session | undefined;
 const uncaught: unknown[] = [];
+let captured = capturingLogger('debug');
+/**
+ * Long enough for a loaded machine to see the upload queued before the body deadline ends it
+ * (1.5 s was not: the request was gone before the first look), short enough for the test that
+ * waits for the deadline.
+ */
+const REQUEST_TIMEOUT_MS = 4000;
 const onUncaught = (err: unknown): void => {
   uncaught.push(err);
 };
@@ -24,21 +32,25 @@ async function setup(): Promise<{ session: http2.ClientHttp2Session; rw: string;
   uncaught.length = 0;
   process.on('uncaughtException', onUncaught);
   broker = await startBrokerDouble();
+  captured = capturingLogger('debug');
   edge = await startEdge(
     testConfig([broker.url], {
-      server: SHORT_DEADLINES,
+      server: { ...SHORT_DEADLINES, requestTimeoutMs: REQUEST_TIMEOUT_MS },
       upstream: { connections: 1 },
       // A tenant holds at most its share of the pool and is refused beyond it: only another
       // tenant's request can make this one wait in the queue.
       // A broker shared with the file's acme: declared tenancy-aware.
       tenants: { acme: { tenancyAwareBrokers: true }, other: { plan: 'test', hosts: ['other.localhost'], brokers: [broker.url], tenancyAwareBrokers: true } },
     }),
+    { log: captured.log },
   );
   const rw = await token({ roles: ['read-write'], tenant: 'acme' });
   const s = await h2Session(edge.url);
   session = s;
   // The pool's only connection is taken by another tenant's request the broker never answers.
-  broker.fault('hang', 1);
+  // Only that request: a bare fault('hang', 1) takes whichever request comes next, and on a busy
+  // machine that is often the edge's health probe, leaving the pool free and nothing queued.
+  broker.faultWhen((r) => (r.path === '/api/v1/resources' ? 'hang' : null));
   const other = await token({ roles: ['read-write'], tenant: 'other' });
   const hung = s.request({ ':method': 'GET', ':path': '/api/v1/resources', ':authority': 'other.localhost', authorization: `Bearer ${other}` });
   hung.on('error', () => {});
@@ -94,9 +106,15 @@ describe('streamed h2 body whose upstream request waits in the pool queue', () =
     up.end(Buffer.alloc(60_000, 0x20)); // fits the stream window; more than the PassThrough holds
     await waitFor(async () => (await inflight()) === 2, 5000, 'the upload queued behind the hung request');
     up.close(http2.constants.NGHTTP2_NO_ERROR);
-    // Time is the subject: the 1.5 s request deadline must fire, and nothing outside marks it (the
-    // request was logged when its client left, it stays queued, and the closed stream gets no 408).
-    await new Promise((r) => setTimeout(r, 2000));
+    // The request deadline must fire while the upload is still queued (the request was logged
+    // when its client left, and the closed stream gets no 408): its debug line says it did, and
+    // a throw from it would have reached the uncaught handler in the same turn.
+    await waitFor(
+      () => captured.lines.some((l) => l.msg === 'HTTP/2 request body not received in time: stream cancelled'),
+      2 * REQUEST_TIMEOUT_MS,
+      'the request deadline',
+    );
+    expect(await inflight()).toBe(2);
     hung.close();
     expect(uncaught).toEqual([]);
   });
