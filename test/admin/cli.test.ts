@@ -114,12 +114,12 @@ describe('queen-edge tenants / usage', () => {
 
   it('reloads: none yet, then an applied one, then a refused one with its problems (exit 1)', async () => {
     expect(await cli('reloads')).toMatchObject({ code: 0, out: 'no reload since the start (applied 0, refused 0)\n' });
-    h.app.reload({ ...h.config, server: { ...h.config.server, drainTimeoutMs: h.config.server.drainTimeoutMs + 1 } });
+    await h.app.reload({ ...h.config, server: { ...h.config.server, drainTimeoutMs: h.config.server.drainTimeoutMs + 1 } });
     const applied = await cli('reloads');
     expect(applied.code).toBe(0);
     expect(applied.out).toMatch(/^last reload \S+: applied\nchanged, applied only after a restart:\n {2}server\nsince the start: applied 1, refused 0\n$/);
     const acme = h.config.tenants.acme!;
-    expect(() => h.app.reload({ ...h.config, tenants: { ...h.config.tenants, acme: { ...acme, plan: 'nope' } } })).toThrow();
+    await expect(h.app.reload({ ...h.config, tenants: { ...h.config.tenants, acme: { ...acme, plan: 'nope' } } })).rejects.toThrow();
     const refused = await cli('reloads');
     expect(refused.code).toBe(1);
     expect(refused.out).toMatch(/^last reload \S+: refused\n {2}tenants\.acme\.plan: .*nope/);
