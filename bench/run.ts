@@ -253,7 +253,8 @@ const BENCH_KEYS = 100_000;
 async function seedApiKeys(redis: Redis, n: number): Promise<string> {
   const keys = apiKeyKeys(BENCH_REDIS_PREFIX);
   const used = mintKey();
-  const record = (id: string, hash: string) => JSON.stringify({ id, tenant: BENCH_TENANT, name: 'bench', roles: ['read-write'], createdAt: Date.now(), expiresAt: null, hash });
+  const record = (id: string, hash: string) =>
+    JSON.stringify({ id, tenant: BENCH_TENANT, name: 'bench', roles: ['read-write'], createdAt: Date.now(), expiresAt: null, hash });
   for (let i = 0; i < n; i += 5000) {
     const batch = redis.pipeline();
     for (let j = i; j < Math.min(n, i + 5000); j++) {
@@ -282,7 +283,8 @@ export function meteringExtra(): { extra: Record<string, unknown>; on: boolean }
 
 /** Runs the scenarios; returns the report (and writes it unless `write` is false). */
 export async function runBench(opts: BenchOptions): Promise<BenchReport> {
-  const wanted = (s: ScenarioId) => (opts.only ? opts.only.has(s) : !(opts.quick && (s === 'longpoll' || s === 'h2-longpoll' || s === 'full-rs256' || s === 'full-key')));
+  const wanted = (s: ScenarioId) =>
+    opts.only ? opts.only.has(s) : !(opts.quick && (s === 'longpoll' || s === 'h2-longpoll' || s === 'full-rs256' || s === 'full-key'));
   const all = workloads();
   const loads = opts.quick ? all.slice(0, 1) : all;
   const dir = await mkdtemp(join(tmpdir(), 'queen-edge-bench-'));
@@ -322,7 +324,9 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
 
     let redis: PrivateRedis | null = null;
     let stats: Redis | null = null;
-    const needsRedis = (['full', 'full-rs256', 'full-key', 'leased', 'workers', 'h2-full', 'throttled', 'h2-throttled', 'longpoll', 'h2-longpoll'] as const).some(wanted);
+    const needsRedis = (
+      ['full', 'full-rs256', 'full-key', 'leased', 'workers', 'h2-full', 'throttled', 'h2-throttled', 'longpoll', 'h2-longpoll'] as const
+    ).some(wanted);
     if (needsRedis) {
       redis = await PrivateRedis.start();
       cleanups.push(() => redis!.kill());

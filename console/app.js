@@ -621,7 +621,14 @@ async function renderKeys(tenantId, current, shown = null) {
   if (!current()) return;
   const error = h('p', { class: 'error', role: 'alert', id: 'keys-error' });
   const revoke = async (k) => {
-    if (!(await confirmDialog(`Revoke key ${k.id}?`, `Every request with the key "${k.name}" is refused with 401 on every instance within a second. This cannot be undone.`, 'Revoke'))) return;
+    if (
+      !(await confirmDialog(
+        `Revoke key ${k.id}?`,
+        `Every request with the key "${k.name}" is refused with 401 on every instance within a second. This cannot be undone.`,
+        'Revoke',
+      ))
+    )
+      return;
     try {
       await apiSend('DELETE', `${base}/${encodeURIComponent(k.id)}`);
       await renderKeys(tenantId, current);
@@ -630,7 +637,11 @@ async function renderKeys(tenantId, current, shown = null) {
     }
   };
   const name = h('input', { id: 'key-name', type: 'text', required: true, maxlength: 200, placeholder: 'e.g. billing producer', 'aria-label': 'Key name' });
-  const role = h('select', { id: 'key-role', 'aria-label': 'Role' }, KEY_ROLES.map((r) => h('option', { value: r, selected: r === 'read-write' ? true : null }, r)));
+  const role = h(
+    'select',
+    { id: 'key-role', 'aria-label': 'Role' },
+    KEY_ROLES.map((r) => h('option', { value: r, selected: r === 'read-write' ? true : null }, r)),
+  );
   const form = h(
     'form',
     {
@@ -678,7 +689,11 @@ async function renderKeys(tenantId, current, shown = null) {
       h(
         'thead',
         {},
-        h('tr', {}, ['Id', 'Name', 'Roles', 'Created', 'Last used', 'Expires', 'Source', ''].map((c) => h('th', {}, c))),
+        h(
+          'tr',
+          {},
+          ['Id', 'Name', 'Roles', 'Created', 'Last used', 'Expires', 'Source', ''].map((c) => h('th', {}, c)),
+        ),
       ),
       h(
         'tbody',
