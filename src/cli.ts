@@ -15,6 +15,7 @@ import { describeProblems } from './config/hints.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
 import { compileTables } from './tables.js';
 import type { RawConfig } from './config/schema.js';
+import { HeldHangups } from './hangups.js';
 
 /** Exit code for a bad command line or an invalid configuration. */
 const EXIT_USAGE = 2;
@@ -80,14 +81,28 @@ function gatewayArgs(argv: string[], env: NodeJS.ProcessEnv): GatewayArgs {
   };
 }
 
-/** `queen-edge validate`: every problem of the file, with its path and a hint; no listener is opened. */
+/**
+ * Loads, validates and compiles the file, then checks the files it names as the start does
+ * (src/preflight.ts); throws a ConfigError with every problem. Returns the config and the start's warnings.
+ */
+async function checkedConfig(path: string, adjust: (c: RawConfig) => RawConfig = (c) => c): Promise<{ config: RawConfig; warnings: string[] }> {
+  const config = adjust(await loadConfigFile(path));
+  // The directory's rules (ids, hosts, shared brokers) are configuration problems too: exit 2, no stack.
+  compileTables(config);
+  const { checkFiles } = await import('./preflight.js');
+  const { problems, warnings } = await checkFiles(config);
+  if (problems.length > 0) throw new ConfigError(problems);
+  return { config, warnings };
+}
+
+/** `queen-edge validate`: every problem of the file and of the files it names, with its path and a hint, and the start's warnings; no listener is opened. */
 async function validate(path: string): Promise<number> {
-  const { compileTables } = await import('./tables.js');
   try {
-    const config = await loadConfigFile(path);
-    const { tenants } = compileTables(config);
+    const { config, warnings } = await checkedConfig(path);
+    for (const w of warnings) process.stderr.write(`queen-edge: warning: ${w}\n`);
+    const tenants = Object.keys(config.tenants).length;
     const plans = Object.keys(config.plans).length;
-    process.stdout.write(`${path}: valid (${tenants.length} tenant${tenants.length === 1 ? '' : 's'}, ${plans} plan${plans === 1 ? '' : 's'})\n`);
+    process.stdout.write(`${path}: valid (${tenants} tenant${tenants === 1 ? '' : 's'}, ${plans} plan${plans === 1 ? '' : 's'})\n`);
     return 0;
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
@@ -119,6 +134,8 @@ async function main(argv: string[]): Promise<number> {
   // Loaded only to serve: --help and a bad config answer without importing the whole gateway.
   const serving = () => import('./supervisor.js');
   // Workers are forked with the primary's argv; their config arrives from the primary.
+  // Before anything slow: a SIGHUP while starting must not kill the process (src/hangups.ts).
+  const hangups = new HeldHangups();
   if (cluster.isWorker) return (await serving()).runWorker();
   if (argv[0] !== undefined && ADMIN_GROUPS.has(argv[0])) {
     const { runAdminCli } = await import('./admin/cli-commands.js');
@@ -140,11 +157,18 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   if (args.validate) return validate(args.configPath);
+  const { port, adminPort } = args;
+  const withPorts = (c: RawConfig): RawConfig => ({
+    ...c,
+    server: {
+      ...c.server,
+      https: port === null ? c.server.https : { ...c.server.https, port },
+      admin: adminPort === null ? c.server.admin : { ...c.server.admin, port: adminPort },
+    },
+  });
   let config: RawConfig;
   try {
-    config = await loadConfigFile(args.configPath);
-    // The directory's rules (ids, hosts, shared brokers) are configuration problems too: exit 2, no stack.
-    compileTables(config);
+    config = (await checkedConfig(args.configPath, withPorts)).config;
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     process.stderr.write(problemReport(args.configPath, err));
@@ -157,18 +181,8 @@ async function main(argv: string[]): Promise<number> {
   if (config.server.workers === 0 && workers > 1) {
     log.info({ workers }, `server.workers is 0 and Redis is configured: starting one worker per CPU (${workers}); set server.workers to choose`);
   }
-  const { port, adminPort } = args;
-  const withPorts = (c: RawConfig): RawConfig => ({
-    ...c,
-    server: {
-      ...c.server,
-      https: port === null ? c.server.https : { ...c.server.https, port },
-      admin: adminPort === null ? c.server.admin : { ...c.server.admin, port: adminPort },
-    },
-  });
   const reread = async () => withPorts(await loadConfigFile(args.configPath));
-  config = withPorts(config);
-  return workers === 1 ? runInProcess(config, { log, reread }) : runPrimary(config, workers, { log, reread });
+  return workers === 1 ? runInProcess(config, { log, hangups, reread }) : runPrimary(config, workers, { log, hangups, reread });
 }
 
 main(process.argv.slice(2)).then(

@@ -40,7 +40,7 @@ describe('App.reload', () => {
       },
       routes: { 'POST /api/v1/ack': ['admin'] },
     };
-    h.app.reload(next);
+    await h.app.reload(next);
 
     expect((await preflight('https://new.example')).status).toBe(204);
     expect((await preflight('https://app.example.com')).status).toBe(403);
@@ -68,7 +68,7 @@ describe('App.reload', () => {
 
     // A host listed twice: refused as a whole, nothing changes.
     const broken: RawConfig = { ...next, tenants: { ...next.tenants, gamma: { ...next.tenants.beta!, hosts: ['acme.localhost'] } }, routes: {} };
-    expect(() => h.app.reload(broken)).toThrow(ConfigError);
+    await expect(h.app.reload(broken)).rejects.toThrow(ConfigError);
     expect((await preflight('https://new.example')).status).toBe(204);
     expect((await push('beta', ['read-write'])).status).toBe(201);
     expect((await call(h, 'POST', '/api/v1/ack', { token: await token({ roles: ['read-write'], tenant: 'acme' }), body: {} })).json).toMatchObject({
@@ -81,7 +81,7 @@ describe('App.reload', () => {
       tenants: { ...next.tenants, gamma: { ...next.tenants.beta!, hosts: ['gamma.localhost'], tenancyAwareBrokers: false } },
       routes: {},
     };
-    expect(() => h.app.reload(shared)).toThrow(/tenants\.gamma\.brokers: tenant "gamma" and tenant "acme" both list broker/);
+    await expect(h.app.reload(shared)).rejects.toThrow(/tenants\.gamma\.brokers: tenant "gamma" and tenant "acme" both list broker/);
     expect((await push('gamma', ['read-write'])).status).toBe(403);
     expect((await push('beta', ['read-write'])).status).toBe(201);
   });

@@ -1,0 +1,98 @@
+/**
+ * What a configuration reload (SIGHUP) does with each setting (docs/operating.md, "Reloading the
+ * configuration"): a setting is either applied by every process without a restart, or named, by its
+ * path, as needing one. Pure, so one process and every cluster worker report a reload alike.
+ */
+import type { RawConfig } from './schema.js';
+
+/**
+ * Settings a reload applies, as dotted paths (a path covers everything under it). Everything
+ * else is built once at start: listeners' addresses and options, Redis, limits, pools, the log.
+ */
+export const RELOADABLE: readonly string[] = [
+  'tenants',
+  'plans',
+  'routes',
+  'server.admin.token',
+  // A new certificate set is loaded and swapped into the running HTTPS listener.
+  'server.https.cert',
+  'server.https.key',
+  'server.https.sni',
+  // Everything the token verifiers read: the global verifier is rebuilt (and PEM files read again).
+  'auth.algorithms',
+  'auth.secret',
+  'auth.publicKey',
+  'auth.jwksUrl',
+  'auth.issuer',
+  'auth.audience',
+  'auth.clockToleranceSec',
+  'auth.rolesClaim',
+  'auth.roleClaim',
+  'auth.requireExp',
+  'auth.maxTokenAgeSec',
+  'auth.maxTokenBytes',
+  'auth.cacheSize',
+  'auth.cacheBytes',
+  'auth.tenantCacheBytes',
+];
+
+/** Maps keyed by ids (not by setting names): compared whole, so a path never names a tenant's field. */
+const WHOLE = new Set(['tenants', 'plans', 'routes', 'queryAllow']);
+
+type Tree = Record<string, unknown>;
+
+function isTree(v: unknown): v is Tree {
+  return v !== null && typeof v === 'object' && !Array.isArray(v);
+}
+
+/** Dotted paths of the settings whose values differ (arrays and id-keyed maps compared whole), in schema order. */
+export function changedPaths(a: unknown, b: unknown, path = ''): string[] {
+  if (isTree(a) && isTree(b) && !WHOLE.has(path)) {
+    const keys = [...new Set([...Object.keys(a), ...Object.keys(b)])];
+    return keys.flatMap((k) => changedPaths(a[k], b[k], path ? `${path}.${k}` : k));
+  }
+  return JSON.stringify(a) === JSON.stringify(b) ? [] : [path];
+}
+
+/** Whether a reload applies the setting at `path`. */
+export function reloadable(path: string): boolean {
+  return RELOADABLE.some((r) => path === r || path.startsWith(`${r}.`));
+}
+
+export interface ReloadPlan {
+  /** Settings that changed since the last reload and take effect now. */
+  readonly applied: readonly string[];
+  /** Settings whose file value differs from what runs since the start: they take effect at the next restart. */
+  readonly restartNeeded: readonly string[];
+}
+
+/** What reloading `next` does in a process started with `started` and running `current` (the last applied file). */
+export function planReload(started: RawConfig, current: RawConfig, next: RawConfig): ReloadPlan {
+  return {
+    applied: changedPaths(current, next).filter(reloadable),
+    restartNeeded: changedPaths(started, next).filter((p) => !reloadable(p)),
+  };
+}
+
+/**
+ * The configuration that runs after reloading `next` into a process started with `started`: the
+ * reloadable settings from `next`, the others as started. A worker forked after a reload starts
+ * with it, so it serves exactly as the workers that reloaded.
+ */
+export function runningConfig(started: RawConfig, next: RawConfig): RawConfig {
+  const out = structuredClone(next) as unknown as Tree;
+  for (const path of changedPaths(started, next)) {
+    if (reloadable(path)) continue;
+    const keys = path.split('.');
+    const last = keys.pop()!;
+    let from = started as unknown as Tree;
+    let to = out;
+    for (const k of keys) {
+      from = from[k] as Tree;
+      to = to[k] as Tree;
+    }
+    if (last in from) to[last] = structuredClone(from[last]);
+    else delete to[last];
+  }
+  return out as unknown as RawConfig;
+}
