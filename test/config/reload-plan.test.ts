@@ -1,6 +1,6 @@
 /** config/reload-plan.ts: which changed settings a reload applies and which need a restart, by path. */
 import { describe, expect, it } from 'vitest';
-import { changedPaths, planReload, runningConfig } from '../../src/config/reload-plan.js';
+import { changedPaths, credentialsOnly, planReload, runningConfig } from '../../src/config/reload-plan.js';
 import { testConfig } from '../helpers/edge.js';
 
 const started = testConfig(['http://127.0.0.1:1']);
@@ -46,5 +46,16 @@ describe('planReload', () => {
     expect(running.server.https.port).toBe(started.server.https.port);
     expect(running.upstream.connections).toBe(started.upstream.connections);
     expect(planReload(started, running, next)).toEqual({ applied: [], restartNeeded: ['server.https.port', 'upstream.connections'] });
+  });
+
+  it('a Redis URL with only new credentials is applied (a rotation); another server or database needs a restart', () => {
+    expect(credentialsOnly('redis://u:old@10.0.0.1:6379/0', 'redis://u:new@10.0.0.1:6379/0')).toBe(true);
+    expect(credentialsOnly('redis://:old@10.0.0.1:6379', 'redis://other:new@10.0.0.1:6379')).toBe(true);
+    expect(credentialsOnly('redis://u:old@10.0.0.1:6379', 'redis://u:old@10.0.0.2:6379')).toBe(false);
+    expect(credentialsOnly('redis://u:old@10.0.0.1:6379/0', 'redis://u:new@10.0.0.1:6379/1')).toBe(false);
+    expect(credentialsOnly(null, 'redis://10.0.0.1:6379')).toBe(false);
+    const at = (url: string) => testConfig(['http://127.0.0.1:1'], { redis: { url } });
+    expect(planReload(at('redis://u:a@r:6379'), at('redis://u:a@r:6379'), at('redis://u:b@r:6379'))).toEqual({ applied: ['redis.url'], restartNeeded: [] });
+    expect(planReload(at('redis://u:a@r:6379'), at('redis://u:a@r:6379'), at('redis://u:a@s:6379'))).toEqual({ applied: [], restartNeeded: ['redis.url'] });
   });
 });

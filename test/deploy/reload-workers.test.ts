@@ -13,6 +13,7 @@ import { stringify } from 'yaml';
 import { fingerprint, makeCa, makeServerCert, replaceFile, writePem } from '../helpers/certs.js';
 import { TEST_PLAN, TEST_SECRET, token } from '../helpers/edge.js';
 import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
 import { connectionRefused, edgeTracker, freePort, freshRequest, type EdgeProcess } from './edge-process.js';
 
 const edges = edgeTracker();
@@ -151,5 +152,64 @@ describe('SIGHUP with cluster workers and Redis', { timeout: 60_000 }, () => {
     await replaceFile(files.cert, second.cert);
     await bothWorkers(edge, from, (m) => m === 'TLS certificates reloaded');
     expect([await servedFingerprint(port), await servedFingerprint(port)]).toEqual([fingerprint(second.cert), fingerprint(second.cert)]);
+  });
+
+  it('rotates the Redis password: every connection of every worker reconnects with the new one; credentials Redis refuses are refused', async () => {
+    const admin = await connectTest(SHARED_REDIS_URL, 2000);
+    const prefix = uniquePrefix();
+    prefixes.push(prefix);
+    // A user of its own on the shared Redis: its passwords change, nobody else's.
+    const user = `qe-rotate-${prefix.replace(/\W/g, '')}`;
+    await admin.call('ACL', 'SETUSER', user, 'on', '>first-password-0123', '~*', '&*', '+@all');
+    const connections = async () =>
+      String(await admin.call('CLIENT', 'LIST'))
+        .split('\n')
+        .filter((l) => l.includes(`user=${user}`)).length;
+    try {
+      const dir = await mkdtemp(join(tmpdir(), 'qe-reload-workers-'));
+      dirs.push(dir);
+      const [port, adminPort] = [await freePort(), await freePort()];
+      const file = join(dir, 'edge.yaml');
+      const withPassword = (password: string) => {
+        const c = config({ port, adminPort, prefix, adminToken: OLD_TOKEN, secret: TEST_SECRET });
+        return { ...c, redis: { ...c.redis, url: `redis://${user}:${password}@127.0.0.1:6379` } };
+      };
+      await writeFile(file, stringify(withPassword('first-password-0123')));
+      const edge = await edges.start({}, ['--config', file]);
+      await edge.waitForLog((l) => l.msg === 'all workers listening', 40_000);
+      /** A write to the directory in Redis through the next worker. */
+      const write = async () =>
+        (
+          await freshRequest(`http://127.0.0.1:${adminPort}/admin/v1/tenants/acme/resume`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${OLD_TOKEN}` },
+          })
+        ).status;
+      expect([await write(), await write()]).toEqual([200, 200]);
+
+      // Credentials Redis refuses: every worker refuses the reload and keeps its own.
+      await writeFile(file, stringify(withPassword('not-the-password-0123')));
+      let from = edge.lines.length;
+      edge.child.kill('SIGHUP');
+      for (const l of await bothWorkers(edge, from, (m) => m === 'configuration reload refused: keeping the running configuration')) {
+        expect(l.problems).toEqual([expect.stringMatching(/^redis\.url: Redis refuses the new credentials: WRONGPASS/)]);
+      }
+
+      // Redis accepts both passwords; the edge reloads the new one; then the old one is removed and every connection dropped.
+      await admin.call('ACL', 'SETUSER', user, '>second-password-0123');
+      await writeFile(file, stringify(withPassword('second-password-0123')));
+      from = edge.lines.length;
+      edge.child.kill('SIGHUP');
+      for (const l of await bothWorkers(edge, from, (m) => m.startsWith('configuration reloaded'))) expect(l.settings).toEqual(['redis.url']);
+      const before = await connections();
+      await admin.call('ACL', 'SETUSER', user, '<first-password-0123');
+      await admin.call('CLIENT', 'KILL', 'USER', user);
+      // Every connection (limiter, usage store, subscriber, of both workers) is back, with the new password.
+      await waitFor(async () => (await connections()) >= before, 15_000, `${before} connections of ${user} again`);
+      await waitFor(async () => (await write()) === 200 && (await write()) === 200, 15_000, 'directory writes through both workers');
+    } finally {
+      await admin.call('ACL', 'DELUSER', user);
+      admin.disconnect();
+    }
   });
 });
