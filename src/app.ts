@@ -23,7 +23,7 @@ import { createMetrics } from './observability/metrics.js';
 import { ReloadHistory } from './observability/reloads.js';
 import { compileRoutes } from './routes/match.js';
 import { createPipeline, pipelineSettings } from './pipeline.js';
-import { connectRedis, whenReady } from './redis/connection.js';
+import { connectRedis, credentialsRefused, useCredentials, whenReady } from './redis/connection.js';
 import { createTenantStore, type TenantStore } from './tenants/store.js';
 import { createClusters } from './upstream/clusters.js';
 import { createBrokerPools } from './upstream/pools.js';
@@ -195,6 +195,9 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
       // A PEM key file is read again at every reload: replacing the file and reloading rotates it.
       const pemFiles = next.auth.publicKey !== null || Object.values(next.tenants).some((t) => t.auth?.publicKey);
       if (pemFiles || plan.applied.some((p) => p.startsWith('auth.'))) commitAuth = await verifiers.reconfigure(next.auth);
+      // New Redis credentials must work before they replace the ones that do.
+      const refusedBy = redis !== null && plan.applied.includes('redis.url') ? await credentialsRefused(next.redis.url!, next.redis.timeoutMs) : null;
+      if (refusedBy !== null) throw new ConfigError([`redis.url: Redis refuses the new credentials: ${refusedBy}`]);
       // Synchronous from here: no request sees new tenants with old routes, or the reverse.
       const swapped = tenants.reloadFile(next);
       if (!swapped.ok) throw new ConfigError([...swapped.problems]);
@@ -208,6 +211,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     commitAuth?.();
     verifiers.sync(tenants.all());
     if (certs !== null) listeners.replaceCertificates(certs);
+    if (redis !== null && plan.applied.includes('redis.url')) useCredentials(redis, next.redis.url!);
     if (next.server.admin.token !== current.server.admin.token) admin = createAdminHandler({ ...adminDeps, token: next.server.admin.token });
     current = next;
     // The file changed, but these tenants keep what the admin API wrote over it: say so.

@@ -34,6 +34,7 @@ export const RELOADABLE: readonly string[] = [
   'auth.cacheSize',
   'auth.cacheBytes',
   'auth.tenantCacheBytes',
+  // And redis.url when only its user name or password changed (credentialsOnly).
 ];
 
 /** Maps keyed by ids (not by setting names): compared whole, so a path never names a tenant's field. */
@@ -59,6 +60,27 @@ export function reloadable(path: string): boolean {
   return RELOADABLE.some((r) => path === r || path.startsWith(`${r}.`));
 }
 
+/** Two Redis URLs that differ only in their user name and password (a rotation): the same server, the same database. */
+export function credentialsOnly(a: string | null, b: string | null): boolean {
+  if (a === null || b === null) return false;
+  const bare = (url: string): string | null => {
+    try {
+      const u = new URL(url);
+      u.username = '';
+      u.password = '';
+      return u.href;
+    } catch {
+      return null;
+    }
+  };
+  return bare(a) !== null && bare(a) === bare(b);
+}
+
+/** Whether a reload from `from` to `to` applies the change at `path`: reloadable settings, and new Redis credentials. */
+function appliedChange(path: string, from: RawConfig, to: RawConfig): boolean {
+  return reloadable(path) || (path === 'redis.url' && credentialsOnly(from.redis.url, to.redis.url));
+}
+
 export interface ReloadPlan {
   /** Settings that changed since the last reload and take effect now. */
   readonly applied: readonly string[];
@@ -69,8 +91,8 @@ export interface ReloadPlan {
 /** What reloading `next` does in a process started with `started` and running `current` (the last applied file). */
 export function planReload(started: RawConfig, current: RawConfig, next: RawConfig): ReloadPlan {
   return {
-    applied: changedPaths(current, next).filter(reloadable),
-    restartNeeded: changedPaths(started, next).filter((p) => !reloadable(p)),
+    applied: changedPaths(current, next).filter((p) => appliedChange(p, current, next)),
+    restartNeeded: changedPaths(started, next).filter((p) => !appliedChange(p, started, next)),
   };
 }
 
@@ -82,7 +104,7 @@ export function planReload(started: RawConfig, current: RawConfig, next: RawConf
 export function runningConfig(started: RawConfig, next: RawConfig): RawConfig {
   const out = structuredClone(next) as unknown as Tree;
   for (const path of changedPaths(started, next)) {
-    if (reloadable(path)) continue;
+    if (appliedChange(path, started, next)) continue;
     const keys = path.split('.');
     const last = keys.pop()!;
     let from = started as unknown as Tree;
