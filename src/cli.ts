@@ -133,9 +133,9 @@ async function version(): Promise<string> {
 async function main(argv: string[]): Promise<number> {
   // Loaded only to serve: --help and a bad config answer without importing the whole gateway.
   const serving = () => import('./supervisor.js');
-  // Workers are forked with the primary's argv; their config arrives from the primary.
   // Before anything slow: a SIGHUP while starting must not kill the process (src/hangups.ts).
   const hangups = new HeldHangups();
+  // Workers are forked with the primary's argv; their config arrives from the primary.
   if (cluster.isWorker) return (await serving()).runWorker();
   if (argv[0] !== undefined && ADMIN_GROUPS.has(argv[0])) {
     const { runAdminCli } = await import('./admin/cli-commands.js');

@@ -446,10 +446,16 @@ function metricsFromPrimary(): { ask(): Promise<string>; onAnswer(msg: Extract<T
   };
 }
 
-/** A cluster worker: takes its config from the primary, serves until told to drain (or signalled), resolves with the exit code. */
+/**
+ * A cluster worker: takes its config from the primary, serves until told to drain (or signalled),
+ * resolves with the exit code. SIGHUP stays held (the CLI's HeldHangups): a terminal's hangup
+ * reaches the whole group, and the primary reloads the workers itself.
+ */
 export async function runWorker(): Promise<number> {
   const metrics = metricsFromPrimary();
   let drainEarly = false;
+  // A reload sent while this worker was still starting: applied once it runs.
+  let reloadEarly: RawConfig | null = null;
   let shutdown: Shutdown | null = null;
   let reloadWorker: ((config: RawConfig) => void) | null = null;
   let refusedWorker: ((problems: string[]) => void) | null = null;
@@ -466,8 +472,10 @@ export async function runWorker(): Promise<number> {
       if (msg.type === 'queen-edge:config') resolveConfig(msg.config);
       else if (msg.type === 'queen-edge:metrics') metrics.onAnswer(msg);
       else if (msg.type === 'queen-edge:collect') collected(msg.id);
-      else if (msg.type === 'queen-edge:reload') reloadWorker?.(msg.config);
-      else if (msg.type === 'queen-edge:reload-refused') refusedWorker?.(msg.problems);
+      else if (msg.type === 'queen-edge:reload') {
+        if (reloadWorker === null) reloadEarly = msg.config;
+        else reloadWorker(msg.config);
+      } else if (msg.type === 'queen-edge:reload-refused') refusedWorker?.(msg.problems);
       else if (msg.type === 'queen-edge:drain') {
         if (shutdown === null) drainEarly = true;
         else shutdown.drain('primary');
@@ -484,6 +492,7 @@ export async function runWorker(): Promise<number> {
   // app.reload records its own refusals.
   reloadWorker = (next) => void app.reload(next).catch((err: unknown) => void reloadRefused(log, err));
   refusedWorker = (problems) => app.reloads.refused(problems);
+  if (reloadEarly !== null) reloadWorker(reloadEarly);
   // Ctrl-C reaches every process of the group; SIGTERM usually only the primary, which forwards it as 'drain'.
   const release = onSignals((name) => current.signal(name));
   // The primary is gone (killed): nobody will forward a signal, so leave cleanly now.
