@@ -32,8 +32,10 @@ const USAGE = `usage: queen-edge [--config PATH] [--port N] [--admin-port N]   r
 Admin commands (against a running gateway's admin listener):
 ${adminUsage().replace(/^usage:\n/, '')}
 Signals: SIGTERM or SIGINT drains (server.drainTimeoutMs), a second one exits at
-once; SIGHUP reloads tenants, plans, routes and CORS from the file (an invalid
-file keeps the running config).
+once; SIGHUP reloads the file: tenants, plans, routes, CORS, the admin token,
+certificates, JWT keys and Redis credentials apply, other changed settings are
+named as needing a restart; an invalid file keeps the running config. Under
+npm start, npm forwards SIGTERM and SIGINT only: send SIGHUP to its child.
 Exit codes: 0 drained cleanly, 1 failure or interrupted drain, 2 bad arguments
 or configuration.
 `;
