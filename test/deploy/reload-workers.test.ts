@@ -133,6 +133,16 @@ describe('SIGHUP with cluster workers and Redis', { timeout: 60_000 }, () => {
     const metrics = (await freshRequest(`http://127.0.0.1:${adminPort}/metrics`)).text;
     expect(metrics).toMatch(/^queen_edge_config_restart_needed\{setting="server\.https\.port"\} 1$/m);
 
+    // A certificate file that is not there: the primary refuses the file, naming it, and no worker tries it.
+    from = edge.lines.length;
+    await writeFile(file, stringify(config({ ...rotated, cert: { cert: join(dir, 'missing.crt'), key: join(dir, 'missing.key') } })));
+    edge.child.kill('SIGHUP');
+    const refused = await edge.waitForLog(
+      (l) => edge.lines.indexOf(l) >= from && l.worker === undefined && l.msg === 'configuration reload refused: keeping the running configuration',
+      20_000,
+    );
+    expect(refused.problems).toEqual([`server.https.cert: ${dir}/missing.crt: no such file`, `server.https.key: ${dir}/missing.key: no such file`]);
+
     // 2. From the generated certificate to certificate files: applied by every worker.
     const ca = await makeCa();
     const first = await makeServerCert(ca, ['localhost', '127.0.0.1']);
