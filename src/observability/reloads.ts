@@ -1,8 +1,8 @@
 /**
  * What became of the configuration reloads (SIGHUP): the last one's time, result and problems,
  * the settings waiting for a restart, and counts by result. Read by the admin API
- * (`GET /admin/v1/reloads`) and by /metrics, so an
- * operator sees a refused file without reading the logs.
+ * (`GET /admin/v1/reloads`) and by /metrics, so an operator sees a refused file, or a setting
+ * waiting for a restart, without reading the logs.
  */
 
 /** The last reload, as the admin API shows it. */
