@@ -13,6 +13,9 @@ import { createClientLimits } from './limits/client-limits.js';
 import { LeasedLimiter } from './limits/leased.js';
 import { createLimiter } from './limits/limiter.js';
 import { createListeners, type BoundAddresses } from './listen/servers.js';
+import { CertificateSet } from './listen/tls.js';
+import { planReload, runningConfig } from './config/reload-plan.js';
+import { startWarnings } from './config/warnings.js';
 import { Meter } from './metering/meter.js';
 import type { UsageRecorder } from './metering/recorder.js';
 import { createUsageStore } from './metering/store.js';
@@ -21,7 +24,7 @@ import { createMetrics } from './observability/metrics.js';
 import { ReloadHistory } from './observability/reloads.js';
 import { compileRoutes } from './routes/match.js';
 import { createPipeline, pipelineSettings } from './pipeline.js';
-import { connectRedis, whenReady } from './redis/connection.js';
+import { connectRedis, credentialsRefused, useCredentials, whenReady } from './redis/connection.js';
 import { createTenantStore, type TenantStore } from './tenants/store.js';
 import { createApiKeyStore, fileKeyRecords } from './keys/store.js';
 import { ApiKeyVerifier } from './keys/verifier.js';
@@ -29,7 +32,7 @@ import { createClusters } from './upstream/clusters.js';
 import { createBrokerPools } from './upstream/pools.js';
 import { createUpstreamProxy } from './upstream/proxy.js';
 import { createBrokerMaintenance } from './upstream/maintenance.js';
-import { createAdminHandler } from './admin/api.js';
+import { createAdminHandler, type AdminDeps } from './admin/api.js';
 import { adminHostNames } from './admin/hosts.js';
 import { createLiveStats } from './admin/stats.js';
 
@@ -54,10 +57,11 @@ export interface App {
   /** The tenant directory: `generation` and `onChange` tell when a change arrived; `reloadFile` swaps the file's tenants. */
   readonly tenants: TenantStore;
   /**
-   * Applies a new configuration's tenants, plans, routes and CORS origins at once (SIGHUP); every
-   * other section needs a restart and is only reported. Rejects with a ConfigError, changing
-   * nothing, when the tables do not compile (a host listed twice, a bad route override). Reloads
-   * apply in the order they were asked for.
+   * Applies a new configuration (SIGHUP): tenants, plans, routes and CORS origins at once, and the
+   * other settings of config/reload-plan.ts (admin token, certificate paths, JWT keys); every other
+   * changed setting is reported by its path as needing a restart. Rejects with a ConfigError,
+   * changing nothing, when the tables do not compile (a host listed twice, a bad route override) or
+   * a new certificate or key is unusable. Reloads run one after the other.
    */
   reload(next: RawConfig): Promise<void>;
   /** The reloads tried so far; a file refused before reaching reload() (unreadable, invalid) is recorded with `refused`. */
@@ -65,9 +69,6 @@ export interface App {
   /** Stops accepting, lets in-flight requests finish (up to drainMs), flushes usage, then releases everything. */
   close(drainMs?: number): Promise<void>;
 }
-
-/** Sections a reload does not apply: listeners, Redis, keys and pools are built once, at start. */
-const RESTART_SECTIONS = ['server', 'log', 'limits', 'redis', 'auth', 'upstreamIdentity', 'upstream'] as const;
 
 export async function startApp(config: RawConfig, opts: AppOptions = {}): Promise<App> {
   const log = opts.log ?? processLogger(config.log);
@@ -123,15 +124,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   verifiers.registerMetrics(metrics.registry);
   let draining = false;
 
-  if (!config.auth.secret && !config.auth.publicKey && !config.auth.jwksUrl) {
-    log.warn('no JWT key configured (auth.secret, auth.publicKey or auth.jwksUrl): every authenticated route answers 401');
-  }
-  if (config.auth.defaultTenant && Object.keys(config.tenants).length > 1) {
-    log.warn(
-      { defaultTenant: config.auth.defaultTenant },
-      'auth.defaultTenant is set with several tenants: every token of the global issuer without a tenant claim acts for it (docs/tenancy.md)',
-    );
-  }
+  for (const warning of startWarnings(config)) log.warn(warning);
   if (!config.server.admin.token) log.info('no server.admin.token: admin API disabled (probes and /metrics still answer)');
 
   // Swapped whole by reload(); the pipeline reads it through this indirection on every request.
@@ -153,8 +146,9 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     clock,
   });
   const metricsText = opts.metricsText ?? (() => metrics.text());
-  const admin = createAdminHandler({
-    token: config.server.admin.token,
+  // The file last applied: the start's, then each reload's.
+  let current = config;
+  const adminDeps: Omit<AdminDeps, 'token'> = {
     hostNames: adminHostNames(config.server.admin.host, config.server.admin.allowedHosts),
     tenants,
     tenantRecord: async (id) => tenants.recordOf(id) ?? null,
@@ -176,17 +170,19 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     },
     usageExport: { flush: () => meter.flush(), read: (id, from, to) => usageStore.read(id, from, to) },
     stats: createLiveStats(metricsText, { redisConfigured: redis !== null, failMode: config.redis.failMode }, clock),
-    planIds: () => Object.keys(config.plans),
+    planIds: () => Object.keys(current.plans),
     metricsText,
     reloads,
     log,
     clock,
-  });
+  };
+  // Rebuilt when a reload changes the token: the old one is refused from then on.
+  let admin = createAdminHandler({ ...adminDeps, token: config.server.admin.token });
   function anyBrokerHealthy(): boolean {
     for (const cluster of clusters.snapshot(tenants.all())) if (cluster.brokers.some((b) => b.healthy)) return true;
     return false;
   }
-  const listeners = await createListeners(config.server, { edge, admin }, { log });
+  const listeners = await createListeners(config.server, { edge, admin: (req, res) => admin(req, res) }, { log });
 
   await Promise.all([verifiers.start(), limiter.start()]);
   clusters.start(tenants.all());
@@ -201,20 +197,44 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   const addresses = await listeners.listen();
   log.info({ https: addresses.https, http: addresses.http, admin: addresses.admin }, 'queen-edge listening');
 
-  /** A reload once its broker names are resolved: synchronous, so it applies whole or not at all. */
-  const applyReload = (next: RawConfig): void => {
+  let reloading: Promise<void> = Promise.resolve();
+  /** Prepares everything that can fail (tables, certificates, keys), then swaps it all synchronously. */
+  async function applyReload(next: RawConfig): Promise<void> {
+    // Broker names resolved first (off the request path), so the shared-broker rule sees addresses.
+    await brokerAddresses.learn(brokerUrlsOf(Object.values(next.tenants)));
+    const plan = planReload(config, current, next);
+    const running = runningConfig(config, next);
+    let certs: CertificateSet | null = null;
+    let commitAuth: (() => void) | null = null;
     let nextRoutes: typeof routes;
     try {
       nextRoutes = compileRoutes(compileTables(next, brokerAddresses.identitiesOf).routes);
+      if (addresses.https !== null && plan.applied.some((p) => p.startsWith('server.https.'))) {
+        certs = await CertificateSet.load(running.server.https, { log });
+      }
+      // A PEM key file is read again at every reload: replacing the file and reloading rotates it.
+      const pemFiles = next.auth.publicKey !== null || Object.values(next.tenants).some((t) => t.auth?.publicKey);
+      if (pemFiles || plan.applied.some((p) => p.startsWith('auth.'))) commitAuth = await verifiers.reconfigure(next.auth);
+      // New Redis credentials must work before they replace the ones that do.
+      const refusedBy = redis !== null && plan.applied.includes('redis.url') ? await credentialsRefused(next.redis.url!, next.redis.timeoutMs) : null;
+      if (refusedBy !== null) throw new ConfigError([`redis.url: Redis refuses the new credentials: ${refusedBy}`]);
       // Synchronous from here: no request sees new tenants with old routes, or the reverse.
       const swapped = tenants.reloadFile(next);
       if (!swapped.ok) throw new ConfigError([...swapped.problems]);
     } catch (err) {
-      reloads.refused(err instanceof ConfigError ? err.problems : [String((err as Error)?.message ?? err)]);
-      throw err;
+      certs?.close();
+      const problems = err instanceof ConfigError ? err.problems : [String((err as Error)?.message ?? err)];
+      reloads.refused(problems);
+      throw err instanceof ConfigError ? err : new ConfigError(problems);
     }
     routes = nextRoutes;
     keyVerifier.setFileKeys(fileKeyRecords(next.apiKeys));
+    commitAuth?.();
+    verifiers.sync(tenants.all());
+    if (certs !== null) listeners.replaceCertificates(certs);
+    if (redis !== null && plan.applied.includes('redis.url')) useCredentials(redis, next.redis.url!);
+    if (next.server.admin.token !== current.server.admin.token) admin = createAdminHandler({ ...adminDeps, token: next.server.admin.token });
+    current = next;
     // The file changed, but these tenants keep what the admin API wrote over it: say so.
     const shadowed = Object.keys(next.tenants).filter((id) => tenants.sourceOf(id)?.record === 'admin' || tenants.sourceOf(id)?.status === 'admin');
     if (shadowed.length > 0)
@@ -222,12 +242,14 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
         { tenants: shadowed },
         'configuration reload: admin API overrides stay on top of the file for these tenants (queen-edge tenants reset ID drops them)',
       );
-    const restart = RESTART_SECTIONS.filter((k) => JSON.stringify(next[k]) !== JSON.stringify(config[k]));
-    reloads.applied(restart);
-    if (restart.length > 0) log.warn({ sections: restart }, 'configuration reload: these sections changed but apply only after a restart');
-    log.info({ tenants: Object.keys(next.tenants).length, plans: Object.keys(next.plans).length }, 'configuration reloaded: tenants, plans, routes and CORS');
-  };
-  let reloading: Promise<void> = Promise.resolve();
+    reloads.applied(plan);
+    if (plan.restartNeeded.length > 0)
+      log.warn({ settings: plan.restartNeeded }, 'configuration reload: these settings changed but apply only after a restart');
+    log.info(
+      { tenants: Object.keys(next.tenants).length, plans: Object.keys(next.plans).length, settings: plan.applied },
+      'configuration reloaded: tenants, plans, routes, CORS and the settings listed',
+    );
+  }
 
   return {
     addresses,
@@ -236,10 +258,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     tenants,
     reloads,
     reload(next) {
-      const run = reloading.then(async () => {
-        await brokerAddresses.learn(brokerUrlsOf(Object.values(next.tenants)));
-        applyReload(next);
-      });
+      const run = reloading.then(() => applyReload(next));
       reloading = run.catch(() => {});
       return run;
     },

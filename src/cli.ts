@@ -16,6 +16,7 @@ import { ConfigError, loadConfigFile } from './config/load.js';
 import { redactUserInfo } from './net/redact-url.js';
 import { compileTablesResolved } from './tables.js';
 import type { RawConfig } from './config/schema.js';
+import { HeldHangups } from './hangups.js';
 
 /** Exit code for a bad command line or an invalid configuration. */
 const EXIT_USAGE = 2;
@@ -32,8 +33,10 @@ const USAGE = `usage: queen-edge [--config PATH] [--port N] [--admin-port N]   r
 Admin commands (against a running gateway's admin listener):
 ${adminUsage().replace(/^usage:\n/, '')}
 Signals: SIGTERM or SIGINT drains (server.drainTimeoutMs), a second one exits at
-once; SIGHUP reloads tenants, plans, routes and CORS from the file (an invalid
-file keeps the running config).
+once; SIGHUP reloads the file: tenants, plans, routes, CORS, the admin token,
+certificates, JWT keys and Redis credentials apply, other changed settings are
+named as needing a restart; an invalid file keeps the running config. Under
+npm start, npm forwards SIGTERM and SIGINT only: send SIGHUP to its child.
 Exit codes: 0 drained cleanly, 1 failure or interrupted drain, 2 bad arguments
 or configuration.
 `;
@@ -81,13 +84,28 @@ function gatewayArgs(argv: string[], env: NodeJS.ProcessEnv): GatewayArgs {
   };
 }
 
-/** `queen-edge validate`: every problem of the file, with its path and a hint; no listener is opened. */
+/**
+ * Loads, validates and compiles the file, then checks the files it names as the start does
+ * (src/preflight.ts); throws a ConfigError with every problem. Returns the config and the start's warnings.
+ */
+async function checkedConfig(path: string, adjust: (c: RawConfig) => RawConfig = (c) => c): Promise<{ config: RawConfig; warnings: string[] }> {
+  const config = adjust(await loadConfigFile(path));
+  // The directory's rules (ids, hosts, shared brokers, by name and by address) are configuration problems too: exit 2, no stack.
+  await compileTablesResolved(config);
+  const { checkFiles } = await import('./preflight.js');
+  const { problems, warnings } = await checkFiles(config);
+  if (problems.length > 0) throw new ConfigError(problems);
+  return { config, warnings };
+}
+
+/** `queen-edge validate`: every problem of the file and of the files it names, with its path and a hint, and the start's warnings; no listener is opened. */
 async function validate(path: string): Promise<number> {
   try {
-    const config = await loadConfigFile(path);
-    const { tenants } = await compileTablesResolved(config);
+    const { config, warnings } = await checkedConfig(path);
+    for (const w of warnings) process.stderr.write(`queen-edge: warning: ${w}\n`);
+    const tenants = Object.keys(config.tenants).length;
     const plans = Object.keys(config.plans).length;
-    process.stdout.write(`${path}: valid (${tenants.length} tenant${tenants.length === 1 ? '' : 's'}, ${plans} plan${plans === 1 ? '' : 's'})\n`);
+    process.stdout.write(`${path}: valid (${tenants} tenant${tenants === 1 ? '' : 's'}, ${plans} plan${plans === 1 ? '' : 's'})\n`);
     return 0;
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
@@ -118,6 +136,8 @@ async function version(): Promise<string> {
 async function main(argv: string[]): Promise<number> {
   // Loaded only to serve: --help and a bad config answer without importing the whole gateway.
   const serving = () => import('./supervisor.js');
+  // Before anything slow: a SIGHUP while starting must not kill the process (src/hangups.ts).
+  const hangups = new HeldHangups();
   // Workers are forked with the primary's argv; their config arrives from the primary.
   if (cluster.isWorker) return (await serving()).runWorker();
   if (argv[0] !== undefined && ADMIN_GROUPS.has(argv[0])) {
@@ -140,11 +160,18 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   if (args.validate) return validate(args.configPath);
+  const { port, adminPort } = args;
+  const withPorts = (c: RawConfig): RawConfig => ({
+    ...c,
+    server: {
+      ...c.server,
+      https: port === null ? c.server.https : { ...c.server.https, port },
+      admin: adminPort === null ? c.server.admin : { ...c.server.admin, port: adminPort },
+    },
+  });
   let config: RawConfig;
   try {
-    config = await loadConfigFile(args.configPath);
-    // The directory's rules (ids, hosts, shared brokers) are configuration problems too: exit 2, no stack.
-    await compileTablesResolved(config);
+    config = (await checkedConfig(args.configPath, withPorts)).config;
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     process.stderr.write(problemReport(args.configPath, err));
@@ -164,18 +191,8 @@ async function main(argv: string[]): Promise<number> {
   if (config.server.workers === 0 && workers > 1) {
     log.info({ workers }, `server.workers is 0 and Redis is configured: starting one worker per CPU (${workers}); set server.workers to choose`);
   }
-  const { port, adminPort } = args;
-  const withPorts = (c: RawConfig): RawConfig => ({
-    ...c,
-    server: {
-      ...c.server,
-      https: port === null ? c.server.https : { ...c.server.https, port },
-      admin: adminPort === null ? c.server.admin : { ...c.server.admin, port: adminPort },
-    },
-  });
   const reread = async () => withPorts(await loadConfigFile(args.configPath));
-  config = withPorts(config);
-  return workers === 1 ? runInProcess(config, { log, reread }) : runPrimary(config, workers, { log, reread });
+  return workers === 1 ? runInProcess(config, { log, hangups, reread }) : runPrimary(config, workers, { log, hangups, reread });
 }
 
 main(process.argv.slice(2)).then(

@@ -13,6 +13,9 @@ import type { RawConfig } from './config/schema.js';
 import { startApp, type App } from './app.js';
 import { compileTablesResolved } from './tables.js';
 import { ConfigError } from './config/load.js';
+import { runningConfig } from './config/reload-plan.js';
+import type { HeldHangups } from './hangups.js';
+import { checkFiles } from './preflight.js';
 import { CertificateSet } from './listen/tls.js';
 import { processLogger, type Logger } from './observability/log.js';
 
@@ -140,12 +143,6 @@ function reloadRefused(log: Logger, err: unknown): string[] {
   return [String((err as Error)?.message ?? err)];
 }
 
-/** Calls `onHup` on SIGHUP until the returned function is called. */
-function onHangup(onHup: () => void): () => void {
-  process.on('SIGHUP', onHup);
-  return () => void process.off('SIGHUP', onHup);
-}
-
 /** Routes SIGTERM/SIGINT to `onSignal` until the returned function is called. */
 function onSignals(onSignal: (name: string) => void): () => void {
   const handlers = SIGNALS.map((name) => [name, () => onSignal(name)] as const);
@@ -155,21 +152,33 @@ function onSignals(onSignal: (name: string) => void): () => void {
   };
 }
 
+/** Hands held hangups over to `onHup` (logging one that came during the start); without `onHup` they stay held. */
+function takeHangups(hangups: HeldHangups, log: Logger, onHup: (() => void) | null): () => void {
+  if (onHup === null) return () => {};
+  if (hangups.pending) log.info('SIGHUP received while starting: reloading now');
+  return hangups.handOver(onHup);
+}
+
 /** `server.workers: 1`: serves in this process until a signal (SIGHUP reloads from `reread`); resolves with the exit code. */
-export async function runInProcess(config: RawConfig, deps: { log: Logger; reread?: ConfigSource }): Promise<number> {
+export async function runInProcess(config: RawConfig, deps: { log: Logger; hangups: HeldHangups; reread?: ConfigSource }): Promise<number> {
   const app = await startApp(config, { log: deps.log });
   const shutdown = shutdownOf(app, deps.log);
   const release = onSignals((name) => shutdown.signal(name));
   const reread = deps.reread;
-  const releaseHup = reread
-    ? onHangup(() => {
-        reread().then(
-          // app.reload records its own refusals.
-          (next) => app.reload(next).catch((err: unknown) => void reloadRefused(deps.log, err)),
-          (err: unknown) => app.reloads.refused(reloadRefused(deps.log, err)),
-        );
-      })
-    : () => {};
+  const releaseHup = takeHangups(
+    deps.hangups,
+    deps.log,
+    reread
+      ? () =>
+          void reread()
+            .then(checkedFiles)
+            .then(
+              // app.reload records its own refusals.
+              (next) => app.reload(next).catch((err: unknown) => void reloadRefused(deps.log, err)),
+              (err: unknown) => app.reloads.refused(reloadRefused(deps.log, err)),
+            )
+      : null,
+  );
   const code = await shutdown.done;
   release();
   releaseHup();
@@ -177,23 +186,44 @@ export async function runInProcess(config: RawConfig, deps: { log: Logger; rerea
 }
 
 /**
+ * The certificate files and keys a configuration names, read and parsed as the start reads them
+ * (src/preflight.ts): a reload whose files would fail is refused whole, before any process tries it.
+ */
+async function checkedFiles(config: RawConfig): Promise<RawConfig> {
+  const { problems } = await checkFiles(config);
+  if (problems.length > 0) throw new ConfigError(problems);
+  return config;
+}
+
+/**
  * With no certificate configured, generates the self-signed pair once, in the primary, and points
  * the workers' config at it: otherwise each worker would serve its own and a client's TLS session
- * would meet a different certificate per connection.
+ * would meet a different certificate per connection. Generated at the first configuration that
+ * needs it (the start's, or a reload's that drops the certificate files), then reused.
  */
-async function shareSelfSigned(config: RawConfig, log: Logger): Promise<{ config: RawConfig; cleanup(): Promise<void> }> {
-  const https = config.server.https;
-  if (https.port === null || https.cert !== null) return { config, cleanup: async () => {} };
-  const generated = await CertificateSet.load({ ...https, sni: [], clientCa: null }, { log });
-  const { cert, key } = generated.contextOptions();
-  generated.close();
-  const dir = await mkdtemp(join(tmpdir(), 'queen-edge-tls-'));
-  const paths = { cert: join(dir, 'cert.pem'), key: join(dir, 'key.pem') };
-  await writeFile(paths.cert, cert as Buffer, { mode: 0o644 });
-  await writeFile(paths.key, key as Buffer, { mode: 0o600 });
+function selfSignedSharing(log: Logger): { share(config: RawConfig): Promise<RawConfig>; cleanup(): Promise<void> } {
+  let paths: Promise<{ dir: string; cert: string; key: string }> | null = null;
+  const generate = async (https: RawConfig['server']['https']) => {
+    const generated = await CertificateSet.load({ ...https, sni: [], clientCa: null }, { log });
+    const { cert, key } = generated.contextOptions();
+    generated.close();
+    const dir = await mkdtemp(join(tmpdir(), 'queen-edge-tls-'));
+    const files = { dir, cert: join(dir, 'cert.pem'), key: join(dir, 'key.pem') };
+    await writeFile(files.cert, cert as Buffer, { mode: 0o644 });
+    await writeFile(files.key, key as Buffer, { mode: 0o600 });
+    return files;
+  };
   return {
-    config: { ...config, server: { ...config.server, https: { ...https, ...paths } } },
-    cleanup: () => rm(dir, { recursive: true, force: true }),
+    async share(config) {
+      const https = config.server.https;
+      if (https.port === null || https.cert !== null) return config;
+      paths ??= generate(https);
+      const { cert, key } = await paths;
+      return { ...config, server: { ...config.server, https: { ...https, cert, key } } };
+    },
+    async cleanup() {
+      if (paths !== null) await rm((await paths).dir, { recursive: true, force: true });
+    },
   };
 }
 
@@ -211,14 +241,15 @@ interface WorkerState {
 export async function runPrimary(
   config: RawConfig,
   count: number,
-  deps: { log: Logger; clock?: () => number; policy?: RestartPolicy; reread?: ConfigSource },
+  deps: { log: Logger; hangups: HeldHangups; clock?: () => number; policy?: RestartPolicy; reread?: ConfigSource },
 ): Promise<number> {
   const { log } = deps;
   const clock = deps.clock ?? Date.now;
   const policy = deps.policy ?? DEFAULT_RESTART_POLICY;
-  const shared = await shareSelfSigned(config, log);
-  // What a worker (first or replacement) is handed; a reload replaces all but the listeners' section.
-  let workerConfig = shared.config;
+  const selfSigned = selfSignedSharing(log);
+  const startConfig = await selfSigned.share(config);
+  // What a worker (first or replacement) is handed: what the running workers run (config/reload-plan.ts).
+  let workerConfig = startConfig;
   const workers = new Map<Worker, WorkerState>();
   const streaks = new Array<number>(count).fill(0);
   const restarts = new Set<NodeJS.Timeout>();
@@ -311,13 +342,16 @@ export async function runPrimary(
     restarts.add(t);
   };
 
-  /** Validated here, once, so an invalid file is logged once; then every worker swaps. */
+  /**
+   * Validated here, once (tables, certificate and key files), so an invalid file is logged once;
+   * then every worker applies it and reports, as one process would, what applied and what needs a
+   * restart.
+   */
   const reload = async (): Promise<void> => {
-    const next = await deps.reread!();
+    const next = await selfSigned.share(await checkedFiles(await deps.reread!()));
     await compileTablesResolved(next);
-    // The listeners keep the primary's shared certificate paths; server changes need a restart anyway.
-    workerConfig = { ...next, server: workerConfig.server };
-    for (const w of workers.keys()) send(w, { type: 'queen-edge:reload', config: workerConfig });
+    workerConfig = runningConfig(startConfig, next);
+    for (const w of workers.keys()) send(w, { type: 'queen-edge:reload', config: next });
     log.info({ workers: workers.size }, 'configuration reload sent to the workers');
   };
 
@@ -328,7 +362,7 @@ export async function runPrimary(
     const problems = reloadRefused(log, err);
     for (const w of workers.keys()) send(w, { type: 'queen-edge:reload-refused', problems });
   };
-  const releaseHup = deps.reread ? onHangup(() => void reload().catch(refused)) : () => {};
+  const releaseHup = takeHangups(deps.hangups, log, deps.reread ? () => void reload().catch(refused) : null);
   for (let slot = 0; slot < count; slot++) fork(slot);
   const code = await done;
   release();
@@ -336,7 +370,7 @@ export async function runPrimary(
   cluster.off('message', onMessage);
   cluster.off('exit', onExit);
   if (backstop !== null) clearTimeout(backstop);
-  await shared.cleanup();
+  await selfSigned.cleanup();
   return code;
 }
 
@@ -427,10 +461,16 @@ function metricsFromPrimary(): { ask(): Promise<string>; onAnswer(msg: Extract<T
   };
 }
 
-/** A cluster worker: takes its config from the primary, serves until told to drain (or signalled), resolves with the exit code. */
+/**
+ * A cluster worker: takes its config from the primary, serves until told to drain (or signalled),
+ * resolves with the exit code. SIGHUP stays held (the CLI's HeldHangups): a terminal's hangup
+ * reaches the whole group, and the primary reloads the workers itself.
+ */
 export async function runWorker(): Promise<number> {
   const metrics = metricsFromPrimary();
   let drainEarly = false;
+  // A reload sent while this worker was still starting: applied once it runs.
+  let reloadEarly: RawConfig | null = null;
   let shutdown: Shutdown | null = null;
   let reloadWorker: ((config: RawConfig) => void) | null = null;
   let refusedWorker: ((problems: string[]) => void) | null = null;
@@ -447,8 +487,10 @@ export async function runWorker(): Promise<number> {
       if (msg.type === 'queen-edge:config') resolveConfig(msg.config);
       else if (msg.type === 'queen-edge:metrics') metrics.onAnswer(msg);
       else if (msg.type === 'queen-edge:collect') collected(msg.id);
-      else if (msg.type === 'queen-edge:reload') reloadWorker?.(msg.config);
-      else if (msg.type === 'queen-edge:reload-refused') refusedWorker?.(msg.problems);
+      else if (msg.type === 'queen-edge:reload') {
+        if (reloadWorker === null) reloadEarly = msg.config;
+        else reloadWorker(msg.config);
+      } else if (msg.type === 'queen-edge:reload-refused') refusedWorker?.(msg.problems);
       else if (msg.type === 'queen-edge:drain') {
         if (shutdown === null) drainEarly = true;
         else shutdown.drain('primary');
@@ -462,12 +504,10 @@ export async function runWorker(): Promise<number> {
   registry = app.metrics;
   const current = shutdownOf(app, log);
   shutdown = current;
-  reloadWorker = (next) => {
-    app.reload(next).catch((err: unknown) => void reloadRefused(log, err));
-  };
+  // app.reload records its own refusals.
+  reloadWorker = (next) => void app.reload(next).catch((err: unknown) => void reloadRefused(log, err));
   refusedWorker = (problems) => app.reloads.refused(problems);
-  // A terminal's hangup reaches the whole group: the primary reloads and forwards; a worker must not die of it.
-  process.on('SIGHUP', () => {});
+  if (reloadEarly !== null) reloadWorker(reloadEarly);
   // Ctrl-C reaches every process of the group; SIGTERM usually only the primary, which forwards it as 'drain'.
   const release = onSignals((name) => current.signal(name));
   // The primary is gone (killed): nobody will forward a signal, so leave cleanly now.

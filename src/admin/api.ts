@@ -387,7 +387,12 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
 
   on('GET', '/admin/v1/reloads', async () => ({
     status: 200,
-    body: { last: d.reloads?.last ?? null, applied: d.reloads?.counts.applied ?? 0, refused: d.reloads?.counts.refused ?? 0 },
+    body: {
+      last: d.reloads?.last ?? null,
+      restartNeeded: d.reloads?.restartNeeded ?? [],
+      applied: d.reloads?.counts.applied ?? 0,
+      refused: d.reloads?.counts.refused ?? 0,
+    },
   }));
 
   on('GET', '/admin/v1/usage/export', async (c) => {

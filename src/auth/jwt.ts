@@ -314,7 +314,7 @@ class Verifier implements TokenVerifier {
 }
 
 /** Reads an SPKI public key or an X.509 certificate; refuses private keys and unsupported types. */
-async function loadPublicKey(path: string): Promise<KeyObject> {
+export async function loadPublicKey(path: string): Promise<KeyObject> {
   const pem = await readFile(path, 'utf8');
   // createPublicKey would derive the public half of a private key; a private key has no business here.
   if (pem.includes('PRIVATE KEY-----')) throw new Error(`auth.publicKey ${path}: expected a public key or certificate, found a private key`);

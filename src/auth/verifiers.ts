@@ -37,6 +37,14 @@ export interface TenantVerifiers {
   /** Starts the global verifier (tenant verifiers load their keys on first use). */
   start(): Promise<void>;
   /**
+   * Takes new global settings (a configuration reload): a new global verifier is started (its PEM
+   * key read again, its JWKS pre-warmed) and only then replaces the old one, with a fresh cache
+   * share; tenant verifiers, which inherit global settings, are rebuilt on their next use (their
+   * PEM files read again too). Resolves with the function that makes the change; rejects, changing
+   * nothing, when the new key is unusable.
+   */
+  reconfigure(cfg: AuthConfig): Promise<() => void>;
+  /**
    * Signature checks and token-cache bytes, by trust domain (`tenant` label: the tenant's id, or
    * "" for the global settings), read at scrape time.
    */
@@ -85,8 +93,8 @@ interface Own {
 }
 
 class Verifiers implements TenantVerifiers {
-  readonly global: TokenVerifier;
-  readonly #cfg: AuthConfig;
+  global: TokenVerifier;
+  #cfg: AuthConfig;
   readonly #log: Logger;
   readonly #clock: () => number;
   readonly #jwks = new Map<string, JwksKeys>();
@@ -156,6 +164,17 @@ class Verifiers implements TenantVerifiers {
     return this.global.start();
   }
 
+  async reconfigure(cfg: AuthConfig): Promise<() => void> {
+    const next = createTokenVerifier(cfg, { log: this.#log, clock: this.#clock, keys: this.#context('', cfg.cacheBytes, cfg) });
+    await next.start();
+    return () => {
+      this.#cfg = cfg;
+      this.#claims.set('', cfg);
+      this.global = next;
+      this.#own.clear();
+    };
+  }
+
   close(): void {
     for (const keys of this.#jwks.values()) keys.close();
     this.#jwks.clear();
@@ -163,9 +182,9 @@ class Verifiers implements TenantVerifiers {
   }
 
   /** A new verifier's keys: a fresh cache share (changed settings never reuse old entries) and the shared JWKS sets. */
-  #context(domain: string, cacheBytes: number): KeyContext {
+  #context(domain: string, cacheBytes: number, cfg: AuthConfig = this.#cfg): KeyContext {
     return {
-      cache: tokenCache(this.#cfg.cacheSize, cacheBytes),
+      cache: tokenCache(cfg.cacheSize, cacheBytes),
       jwks: (url) => this.#jwksFor(url),
       checked: () => this.#checks.set(domain, (this.#checks.get(domain) ?? 0) + 1),
       refusedKeys: () => this.#claims.refused(domain),

@@ -16,6 +16,16 @@ const HINTS: ReadonlyArray<readonly [RegExp, (m: RegExpExecArray) => string]> = 
   [/Invalid URL/, () => 'a full URL with its scheme, e.g. http://10.0.0.1:6632'],
   [/more than one worker needs shared state/, () => 'set redis.url (or redis.cluster), or server.workers: 1'],
   [/(host|hosts).*(listed|claimed|already)/i, () => 'each host name belongs to one tenant: remove it from one of them'],
+  [
+    /^(server\.https|auth\.publicKey|tenants\.[^:]+\.auth\.publicKey|upstreamIdentity\.mint)[^:]*: \S+: (no such file|permission denied)/,
+    () => 'the file must be readable where the edge runs; a relative path is resolved from its working directory',
+  ],
+  [/: not a PEM certificate/, () => 'a PEM file (-----BEGIN CERTIFICATE-----); convert DER with: openssl x509 -inform der -in FILE -out FILE.pem'],
+  [
+    /: not the PEM private key of/,
+    () => 'the key must be the private key of that certificate: openssl x509 -noout -pubkey -in CERT and openssl pkey -pubout -in KEY must print the same',
+  ],
+  [/publicKey: \S+: /, () => "a PEM public key (-----BEGIN PUBLIC KEY-----) or certificate of the tokens' issuer"],
   [/ENOENT|no such file/, () => 'check the path (--config FILE or $QUEEN_EDGE_CONFIG); config/default.yaml runs on a fresh clone'],
 ];
 

@@ -9,6 +9,7 @@ import http2, { type Http2SecureServer, type Http2Session, type IncomingHttpHead
 import https from 'node:https';
 import { Socket, type AddressInfo, type Server as NetServer } from 'node:net';
 import type { Duplex } from 'node:stream';
+import type { SecureContext, SecureContextOptions } from 'node:tls';
 import type { RawConfig } from '../config/schema.js';
 import type { Logger } from '../observability/log.js';
 import { H2Request, H2Response } from './h2-exchange.js';
@@ -42,6 +43,11 @@ export interface Listeners {
   connections(): number;
   /** The HTTPS listener's certificates and their expiry; empty without one. */
   certificates(): CertificateExpiry[];
+  /**
+   * Serves `certs` from now on (a configuration reload that changed the certificate paths): new
+   * handshakes get them, open connections keep theirs; the old set stops being watched.
+   */
+  replaceCertificates(certs: CertificateSet): void;
 }
 
 /** Largest request head accepted on h1 (and header list on h2); bigger gets 431. Node's default, made explicit. */
@@ -122,7 +128,7 @@ interface Entry {
 
 class EdgeListeners implements Listeners {
   readonly #log: Logger;
-  readonly #certs: CertificateSet | null;
+  #certs: CertificateSet | null;
   readonly #entries: Entry[] = [];
   readonly #sessions = new Set<ServerHttp2Session>();
   readonly #drainTimeoutMs: number;
@@ -154,12 +160,26 @@ class EdgeListeners implements Listeners {
     }
     const bound: BoundAddresses = { https: null, http: null, admin: null };
     for (const e of this.#entries) bound[e.name] = e.server.address() as AddressInfo;
-    this.#certs?.watch((options) => {
-      const server = this.#entries.find((e) => e.name === 'https')!.server as https.Server | Http2SecureServer;
-      // Keep the ticket keys so sessions resumed across a reload still skip the full handshake.
-      server.setSecureContext({ ...options, ticketKeys: server.getTicketKeys() });
-    });
+    this.#certs?.watch((options) => this.#serve(options));
     return bound;
+  }
+
+  replaceCertificates(certs: CertificateSet): void {
+    if (this.#certs === null || this.#draining) {
+      certs.close();
+      return;
+    }
+    this.#certs.close();
+    this.#certs = certs;
+    this.#serve(certs.contextOptions());
+    certs.watch((options) => this.#serve(options));
+  }
+
+  /** The HTTPS listener's default context from now on. */
+  #serve(options: SecureContextOptions): void {
+    const server = this.#entries.find((e) => e.name === 'https')!.server as https.Server | Http2SecureServer;
+    // Keep the ticket keys so sessions resumed across a reload still skip the full handshake.
+    server.setSecureContext({ ...options, ticketKeys: server.getTicketKeys() });
   }
 
   close(forceAfterMs: number = this.#drainTimeoutMs): Promise<void> {
@@ -225,7 +245,12 @@ class EdgeListeners implements Listeners {
       ...certs.contextOptions(),
       requestCert: certs.requestCert,
       rejectUnauthorized: certs.requestCert && config.requireClientCert,
-      SNICallback: certs.sniCallback(),
+      // Asks whichever set is current: a reload may bring SNI entries the first set did not have.
+      SNICallback: (servername: string, cb: (err: Error | null, ctx?: SecureContext) => void) => {
+        const current = this.#certs?.sniCallback();
+        if (current === undefined) cb(null);
+        else current(servername, cb);
+      },
       handshakeTimeout: t.headersTimeoutMs,
     };
     if (!config.http2) {

@@ -146,13 +146,13 @@ export class CertificateSet {
     let generated: KeyPair | null = null;
     if (def === null) {
       generated = await generateSelfSigned();
-      options.log.warn(
-        { names: SELF_SIGNED_NAMES },
-        'no server.https.cert configured: serving a generated self-signed certificate that clients will not trust',
-      );
+      options.log.warn({ names: SELF_SIGNED_NAMES }, SELF_SIGNED_WARNING);
     }
     const set = new CertificateSet(options, { default: def, sni, ca }, generated);
-    for (const slot of set.#slots()) if (slot !== ca) warnIfExpired(options.log, slot.label, slot.current[0]!);
+    for (const slot of set.#slots()) {
+      const warning = slot === ca ? null : expired(slot.label, slot.current[0]!);
+      if (warning !== null) options.log.warn(warning);
+    }
     return set;
   }
 
@@ -320,6 +320,69 @@ export class CertificateSet {
   }
 }
 
+/** The warning the start logs when it generates the certificate. */
+export const SELF_SIGNED_WARNING = 'no server.https.cert configured: serving a generated self-signed certificate that clients will not trust';
+
+/** What went wrong reading a file, in a few words (the path is named by the caller). */
+function readFailure(err: NodeJS.ErrnoException): string {
+  if (err.code === 'ENOENT') return 'no such file';
+  if (err.code === 'EACCES') return 'permission denied';
+  if (err.code === 'EISDIR') return 'a directory, not a file';
+  return err.message;
+}
+
+/**
+ * Every problem of the certificate files `server.https` names, read and parsed as the listener reads
+ * them (nothing is generated): each as `path: file: what`, for `queen-edge validate` and the checks
+ * before a start or a reload; expired certificates are warnings. Nothing when HTTPS is off.
+ */
+export async function certificateProblems(https: HttpsConfig, baseDir = process.cwd()): Promise<{ problems: string[]; warnings: string[] }> {
+  const problems: string[] = [];
+  const warnings: string[] = [];
+  if (https.port === null) return { problems, warnings };
+  const read = async (label: string, file: string): Promise<Buffer | null> => {
+    const abs = resolve(baseDir, file);
+    try {
+      return await readFile(abs);
+    } catch (err) {
+      problems.push(`${label}: ${abs}: ${readFailure(err as NodeJS.ErrnoException)}`);
+      return null;
+    }
+  };
+  const pair = async (label: string, certFile: string, keyFile: string): Promise<void> => {
+    const [cert, key] = await Promise.all([read(`${label}.cert`, certFile), read(`${label}.key`, keyFile)]);
+    if (cert !== null) {
+      try {
+        checkCaBundle(cert);
+      } catch {
+        problems.push(`${label}.cert: ${resolve(baseDir, certFile)}: not a PEM certificate`);
+        return;
+      }
+    }
+    const warning = cert === null ? null : expired(`${label}.cert`, cert);
+    if (warning !== null) warnings.push(warning);
+    if (cert === null || key === null) return;
+    try {
+      checkPair(cert, key);
+    } catch (err) {
+      problems.push(`${label}.key: ${resolve(baseDir, keyFile)}: not the PEM private key of ${label}.cert (${(err as Error).message})`);
+    }
+  };
+  if (https.cert !== null && https.key !== null) await pair('server.https', https.cert, https.key);
+  for (const [i, e] of https.sni.entries()) await pair(`server.https.sni[${i}]`, e.cert, e.key);
+  if (https.clientCa !== null) {
+    const ca = await read('server.https.clientCa', https.clientCa);
+    if (ca !== null) {
+      try {
+        checkCaBundle(ca);
+      } catch {
+        problems.push(`server.https.clientCa: ${resolve(baseDir, https.clientCa)}: not a PEM certificate bundle`);
+      }
+    }
+  }
+  return { problems, warnings };
+}
+
 /** Throws unless cert and key parse and belong together. */
 function checkPair(cert: Buffer, key: Buffer): void {
   createSecureContext({ cert, key, minVersion: MIN_TLS_VERSION });
@@ -348,9 +411,10 @@ function expiryOf(certificate: string, x: X509Certificate): CertificateExpiry {
   return { certificate, names: names.join(','), notAfterMs: Date.parse(x.validTo) };
 }
 
-function warnIfExpired(log: Logger, label: string, cert: Buffer): void {
+/** `label: certificate has expired (date)`, or null while it is valid. */
+function expired(label: string, cert: Buffer): string | null {
   const x = new X509Certificate(cert);
-  if (Date.parse(x.validTo) < Date.now()) log.warn({ subject: x.subject, validTo: x.validTo }, `${label}: certificate has expired`);
+  return Date.parse(x.validTo) < Date.now() ? `${label}: certificate has expired (${x.subject}, valid to ${x.validTo})` : null;
 }
 
 /** An ECDSA P-256 certificate for SELF_SIGNED_NAMES, valid for a year. */

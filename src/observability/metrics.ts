@@ -55,6 +55,7 @@ export interface MetricSources {
     readonly lastAtMs: number;
     readonly last: { readonly result: 'applied' | 'refused' } | null;
     readonly counts: Readonly<Record<'applied' | 'refused', number>>;
+    readonly restartNeeded: readonly string[];
   };
 }
 
@@ -353,6 +354,17 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
     aggregator: 'min',
     collect() {
       this.set(sources.reloads?.().last?.result === 'refused' ? 0 : 1);
+    },
+  });
+  new Gauge({
+    name: 'queen_edge_config_restart_needed',
+    help: 'Settings (by dotted path) whose value in the file differs from what runs: they apply only after a restart (1 each; none when all applied).',
+    labelNames: ['setting'] as const,
+    registers: [registry],
+    aggregator: 'max',
+    collect() {
+      this.reset();
+      for (const setting of sources.reloads?.().restartNeeded ?? []) this.set({ setting }, 1);
     },
   });
   new Counter({

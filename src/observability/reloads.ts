@@ -1,7 +1,8 @@
 /**
  * What became of the configuration reloads (SIGHUP): the last one's time, result and problems,
- * and counts by result. Read by the admin API (`GET /admin/v1/config`) and by /metrics, so an
- * operator sees a refused file without reading the logs.
+ * the settings waiting for a restart, and counts by result. Read by the admin API
+ * (`GET /admin/v1/reloads`) and by /metrics, so an operator sees a refused file, or a setting
+ * waiting for a restart, without reading the logs.
  */
 
 /** The last reload, as the admin API shows it. */
@@ -11,23 +12,32 @@ export interface LastReload {
   readonly result: 'applied' | 'refused';
   /** Why it was refused (each `path: message`); empty when applied. */
   readonly problems: readonly string[];
-  /** Changed sections that apply only after a restart (applied reloads). */
+  /** Settings (dotted paths) this reload changed and applied in every process. */
+  readonly appliedSettings: readonly string[];
+  /** Settings (dotted paths) whose file value differs from what runs: they apply only after a restart. */
   readonly restartNeeded: readonly string[];
 }
 
 export class ReloadHistory {
   #last: LastReload | null = null;
   #atMs = 0;
+  #restartNeeded: readonly string[] = [];
   readonly counts = { applied: 0, refused: 0 };
 
   constructor(private readonly clock: () => number = Date.now) {}
 
-  applied(restartNeeded: readonly string[]): void {
-    this.#record('applied', [], restartNeeded);
+  applied(plan: { applied: readonly string[]; restartNeeded: readonly string[] }): void {
+    this.#restartNeeded = [...plan.restartNeeded];
+    this.#record('applied', [], plan.applied, plan.restartNeeded);
   }
 
   refused(problems: readonly string[]): void {
-    this.#record('refused', problems, []);
+    this.#record('refused', problems, [], []);
+  }
+
+  /** Settings waiting for a restart since the last applied reload (a refused one changes nothing). */
+  get restartNeeded(): readonly string[] {
+    return this.#restartNeeded;
   }
 
   /** The last reload, or null when none was tried since the start. */
@@ -40,9 +50,15 @@ export class ReloadHistory {
     return this.#atMs;
   }
 
-  #record(result: LastReload['result'], problems: readonly string[], restartNeeded: readonly string[]): void {
+  #record(result: LastReload['result'], problems: readonly string[], appliedSettings: readonly string[], restartNeeded: readonly string[]): void {
     this.#atMs = this.clock();
     this.counts[result]++;
-    this.#last = { at: new Date(this.#atMs).toISOString(), result, problems: [...problems], restartNeeded: [...restartNeeded] };
+    this.#last = {
+      at: new Date(this.#atMs).toISOString(),
+      result,
+      problems: [...problems],
+      appliedSettings: [...appliedSettings],
+      restartNeeded: [...restartNeeded],
+    };
   }
 }

@@ -42,13 +42,61 @@ export function connectRedis(cfg: RedisTarget): RedisClient | null {
       redisOptions: common,
     });
   } else if (cfg.url) {
-    client = new Redis(cfg.url, { ...common, enableOfflineQueue: false, retryStrategy: reconnectDelay });
+    client = tracked(new Redis(cfg.url, { ...common, enableOfflineQueue: false, retryStrategy: reconnectDelay }), new Set());
   } else {
     return null;
   }
   // Connection errors repeat on every reconnect attempt; the limiter logs the mode change once.
   client.on('error', () => {});
   return client;
+}
+
+/** The connections opened from one configured client: itself and its duplicates (usage store, subscriber), for useCredentials. */
+const families = new WeakMap<Redis, Set<Redis>>();
+
+function tracked(client: Redis, family: Set<Redis>): Redis {
+  family.add(client);
+  families.set(client, family);
+  const duplicate = client.duplicate.bind(client);
+  client.duplicate = (override) => tracked(duplicate(override), family);
+  return client;
+}
+
+/**
+ * Rotates the credentials (a reload of `redis.url` with a new user name or password): every later
+ * connection and reconnection of `client` and of the connections duplicated from it authenticates
+ * with `url`'s. Open connections stay authenticated, as Redis keeps them when a password changes.
+ * A Redis Cluster's seeds carry no credentials: nothing to do.
+ */
+export function useCredentials(client: RedisClient, url: string): void {
+  if (client instanceof Cluster) return;
+  const { username, password } = new URL(url);
+  for (const c of families.get(client) ?? [client]) {
+    c.options.username = decodeURIComponent(username) || undefined;
+    c.options.password = decodeURIComponent(password) || undefined;
+  }
+}
+
+const AUTH_REFUSED = /WRONGPASS|NOAUTH|NOPERM|invalid (username|password)/i;
+
+/** Why Redis refuses `url`'s credentials (WRONGPASS, NOAUTH, ...), or null when it accepts them or cannot be reached to say. */
+export async function credentialsRefused(url: string, timeoutMs: number): Promise<string | null> {
+  const probe = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: Math.max(1000, timeoutMs * 20) });
+  // A refused AUTH arrives as an 'error' event; the connect() call then only says the connection closed.
+  let said = '';
+  probe.on('error', (err: Error) => {
+    said = err.message;
+  });
+  try {
+    await probe.connect();
+    await probe.ping();
+    return null;
+  } catch (err) {
+    const message = AUTH_REFUSED.test(said) ? said : (err as Error).message;
+    return AUTH_REFUSED.test(message) ? message : null;
+  } finally {
+    probe.disconnect();
+  }
 }
 
 /** Resolves once the client is ready, or after `maxMs` (callers then run in their fail mode). */

@@ -179,8 +179,8 @@ class Directory implements TenantStore {
   }
 
   reloadFile(reloaded: FileDirectory): WriteResult {
-    // The global auth settings change only with a restart: tenants are checked against the running ones.
-    const file = { plans: reloaded.plans, tenants: reloaded.tenants, auth: this.#file.auth };
+    // A reload applies the global auth settings too: tenants' own are checked against the new ones.
+    const file = { plans: reloaded.plans, tenants: reloaded.tenants, auth: reloaded.auth ?? this.#file.auth };
     const built = this.#build(file, this.#records);
     const problems = fileProblems(built);
     if (problems.length > 0) return { ok: false, problems };

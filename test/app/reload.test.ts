@@ -6,6 +6,7 @@ import { ConfigError } from '../../src/config/load.js';
 import type { RawConfig } from '../../src/config/schema.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, forwarded, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { keyPair, signWith, tempDir, type TestKeyPair } from '../helpers/tokens.js';
 
 let broker: BrokerDouble;
 let h: EdgeHarness;
@@ -102,5 +103,35 @@ describe('App.reload', () => {
     };
     await expect(h.app.reload(aliased)).rejects.toThrow(/tenants\.delta\.brokers: tenant "delta" and tenant "gamma" both list broker .*, address /);
     expect((await push('gamma', ['read-write'])).status).toBe(403);
+  });
+});
+
+describe('App.reload and the JWT keys', () => {
+  it('reads auth.publicKey again: a key file replaced and reloaded verifies the new key and no longer the old', async () => {
+    const dir = await tempDir();
+    const [oldKey, newKey] = [await keyPair('ES256'), await keyPair('ES256')];
+    const keyFile = await dir.write('idp.pem', oldKey.spkiPem);
+    const config = testConfig([broker.url], { auth: { secret: null, publicKey: keyFile } });
+    const edge = await startEdge(config);
+    const status = async (pair: TestKeyPair) =>
+      (
+        await call(edge, 'GET', '/api/v1/pop/queue/q', {
+          host: 'acme.localhost',
+          token: await signWith(pair, { roles: ['read-write'], tenant: 'acme', sub: 'u', exp: Math.floor(Date.now() / 1000) + 600 }),
+        })
+      ).status;
+    try {
+      expect(await status(oldKey)).not.toBe(401);
+      expect(await status(newKey)).toBe(401);
+      await dir.write('idp.pem', newKey.spkiPem);
+      await edge.app.reload(config);
+      expect(await status(newKey)).not.toBe(401);
+      // Its verified-token cache went with the old verifier: the old key's token is checked again, and refused.
+      expect(await status(oldKey)).toBe(401);
+      expect(edge.app.reloads.last).toMatchObject({ result: 'applied', appliedSettings: [], restartNeeded: [] });
+    } finally {
+      await edge.close();
+      await dir.remove();
+    }
   });
 });

@@ -53,8 +53,9 @@ describe('queen-edge command line', { timeout: 60_000 }, () => {
   async function npmStartArgs(...extra: string[]): Promise<string[]> {
     const { scripts } = JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
     const words = scripts.start!.split(/\s+/);
-    expect(words.slice(0, 2)).toEqual(['node', 'dist/cli.js']);
-    return [...words.slice(2), ...extra];
+    // exec: the shell npm runs the script in becomes the edge, so npm's signals reach it (test/deploy/signals.test.ts).
+    expect(words.slice(0, 3)).toEqual(['exec', 'node', 'dist/cli.js']);
+    return [...words.slice(3), ...extra];
   }
   // The file's own plaintext listener (config/default.yaml has none) shows which config the process read.
   const onPortZero = {

@@ -82,7 +82,7 @@ describe('SIGHUP', { timeout: 60_000 }, () => {
     const edge = await edges.start({}, ['--config', file]);
     await edge.waitForLog((l) => l.msg === 'queen-edge listening', 40_000);
     expect(await preflight(port, 'https://b.example')).toBe(403);
-    expect((await reloadReport(adminPort)).api).toEqual({ last: null, applied: 0, refused: 0 });
+    expect((await reloadReport(adminPort)).api).toEqual({ last: null, restartNeeded: [], applied: 0, refused: 0 });
 
     await writeFile(file, stringify(config(port, ['https://b.example'], {}, adminPort)));
     edge.child.kill('SIGHUP');

@@ -67,6 +67,58 @@ describe('queen-edge validate', { timeout: 60_000 }, () => {
     expect(err).not.toContain('pw-9d2e71');
   });
 
+  it('checks the files the start reads: a missing or non-PEM certificate, a missing key, a missing public key, each with its path and a hint, exit 2', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'qe-validate-'));
+    try {
+      const notPem = join(dir, 'not-pem.crt');
+      await writeFile(notPem, 'this is not a certificate\n');
+      const edge = await edges.start(
+        testConfig(['http://127.0.0.1:1'], {
+          server: {
+            https: { cert: join(dir, 'missing.crt'), key: join(dir, 'missing.key'), sni: [{ servername: 'b.example', cert: notPem, key: join(dir, 'b.key') }] },
+          },
+          tenants: { acme: { auth: { publicKey: join(dir, 'idp.pem') } } },
+        }),
+        ['validate', '--config', '{config}'],
+      );
+      expect((await edge.exited).code).toBe(2);
+      const err = edge.stderr();
+      expect(err).toMatch(/config\.yaml: 5 problems\n/);
+      expect(err).toContain(`server.https.cert: ${dir}/missing.crt: no such file\n    hint: the file must be readable where the edge runs`);
+      expect(err).toContain(`server.https.key: ${dir}/missing.key: no such file\n    hint: the file must be readable`);
+      expect(err).toContain(`server.https.sni[0].cert: ${notPem}: not a PEM certificate\n    hint: a PEM file (-----BEGIN CERTIFICATE-----)`);
+      expect(err).toContain(`server.https.sni[0].key: ${dir}/b.key: no such file\n`);
+      expect(err).toContain(`tenants.acme.auth.publicKey: ${dir}/idp.pem: no such file\n`);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("prints the start's warnings, and still exits 0", async () => {
+    const edge = await edges.start(testConfig(['http://127.0.0.1:1'], { auth: { secret: null } }), ['validate', '--config', '{config}']);
+    expect((await edge.exited).code).toBe(0);
+    expect(edge.stderr()).toContain(
+      'queen-edge: warning: no JWT key configured (auth.secret, auth.publicKey or auth.jwksUrl): every authenticated route answers 401\n',
+    );
+    expect(edge.stderr()).toContain('queen-edge: warning: no server.https.cert configured: serving a generated self-signed certificate');
+  });
+
+  it('the start reports the same problems, one line each, never a stack trace, and exits 2', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'qe-validate-'));
+    try {
+      const edge = await edges.start(
+        testConfig(['http://127.0.0.1:1'], { server: { https: { cert: join(dir, 'missing.crt'), key: join(dir, 'missing.key') } } }),
+      );
+      expect((await edge.exited).code).toBe(2);
+      const err = edge.stderr();
+      expect(err).toMatch(/config\.yaml: 2 problems\n/);
+      expect(err).toContain(`server.https.cert: ${dir}/missing.crt: no such file\n`);
+      expect(err).not.toMatch(/^\s+at /m);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
   it('an unquoted ${VAR} in a flow mapping: the YAML error once, with the hint to quote it', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'qe-validate-'));
     const file = join(dir, 'edge.yaml');

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import type { SecureContextOptions } from 'node:tls';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { configSchema, type RawConfig } from '../../src/config/schema.js';
-import { buildSniTable, CertificateSet, lookupServername } from '../../src/listen/tls.js';
+import { buildSniTable, CertificateSet, certificateProblems, lookupServername } from '../../src/listen/tls.js';
 import { silentLogger } from '../../src/observability/log.js';
 import { fingerprint, makeCa, makeServerCert, replaceFile, writePem, type Pem } from '../helpers/certs.js';
 import { capturingLogger } from '../helpers/logs.js';
@@ -73,6 +73,25 @@ describe('CertificateSet', () => {
     await expect(CertificateSet.load(httpsConfig({ cert: a.cert, key: a.key, clientCa: join(dir, 'ca.pem') }), { log: silentLogger() })).rejects.toThrow(
       /^server\.https\.clientCa: .*no PEM certificate/,
     );
+  });
+
+  it('certificateProblems: each file by its path (missing, not PEM, a key of another certificate, a bad CA bundle), nothing generated', async () => {
+    dir = await mkdtemp(join(tmpdir(), 'qe-tls-'));
+    const a = await writePem(dir, 'a', await makeServerCert(ca, ['a.test']));
+    const b = await writePem(dir, 'b', await makeServerCert(ca, ['b.test']));
+    await writeFile(join(dir, 'ca.pem'), 'not a certificate');
+    const { problems, warnings } = await certificateProblems(
+      httpsConfig({ cert: a.cert, key: b.key, sni: [{ servername: 'b.test', cert: join(dir, 'nope.crt'), key: b.key }], clientCa: join(dir, 'ca.pem') }),
+    );
+    expect(problems).toEqual([
+      expect.stringMatching(new RegExp(`^server\\.https\\.key: ${b.key}: not the PEM private key of server\\.https\\.cert \\(.*key values mismatch`)),
+      `server.https.sni[0].cert: ${join(dir, 'nope.crt')}: no such file`,
+      `server.https.clientCa: ${join(dir, 'ca.pem')}: not a PEM certificate bundle`,
+    ]);
+    expect(warnings).toEqual([]);
+    expect(await certificateProblems(httpsConfig({ cert: a.cert, key: a.key }))).toEqual({ problems: [], warnings: [] });
+    // HTTPS off: its files are not read, as the start does not read them.
+    expect((await certificateProblems(httpsConfig({ port: null, cert: join(dir, 'nope.crt'), key: b.key }))).problems).toEqual([]);
   });
 
   it('resolves relative paths against baseDir', async () => {
