@@ -170,6 +170,7 @@ export class BodyAccount {
    * refusal to answer with (the connection is then closed, not read on).
    */
   take(n: number): EdgeError | null {
+    if (n === 0) return null;
     const unclaimed = this.#held + n - this.#claimed;
     if (unclaimed > 0) {
       const over = this.claim(unclaimed);
