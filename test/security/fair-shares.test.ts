@@ -232,6 +232,31 @@ describe('fair shares', () => {
     expect(new Set(await Promise.all(uploads.map((u) => u.closed)))).toEqual(new Set([0]));
   });
 
+  it('a streamed upload trickled over HTTP/1.1 is cut by the body pace: its connection closed, nothing reaching the broker whole', async () => {
+    const x = await start(['a1']);
+    const port = Number(new URL(x.edge.url).port);
+    const socket = tls.connect({ host: '127.0.0.1', port, servername: 'a1.localhost', rejectUnauthorized: false, ALPNProtocols: ['http/1.1'] });
+    x.sockets.push(socket);
+    socket.on('error', () => {});
+    let text = '';
+    socket.on('data', (d: Buffer) => {
+      text += d.toString('latin1');
+    });
+    let closed = false;
+    socket.once('close', () => {
+      closed = true;
+    });
+    socket.write(
+      `POST /api/v1/configure HTTP/1.1\r\nhost: a1.localhost\r\nauthorization: Bearer ${x.tokens.a1}\r\n` +
+        'content-type: application/json\r\ncontent-length: 1000\r\n\r\n{',
+    );
+    x.timers.push(setInterval(() => socket.destroyed || socket.write(' '), 200));
+    // Cut after the 2 s grace (a sweep later at most), long before the listener's 300 s request timeout.
+    await waitFor(() => closed, 10_000, 'the trickled upload to be cut');
+    expect(text).toBe('');
+    expect(x.broker.requests.filter((r) => r.path === '/api/v1/configure')).toEqual([]);
+  });
+
   it('eight tenants at their worst: an ordinary tenant’s pushes succeed ≥ 99 % with p99 within max(2 × alone, alone + 500 ms)', async () => {
     const attackers = ['a1', 'a2', 'a3', 'a4', 'a5', 'a6', 'a7', 'a8'];
     // Budgets and the pool a quarter to an eighth of the defaults, so that four tenants fill the
