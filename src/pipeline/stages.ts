@@ -5,6 +5,7 @@
  * itself. Each stage calls into the module that owns its decision; chain.ts says which stages a
  * route runs, in which order.
  */
+import type { Readable } from 'node:stream';
 import { isAllowed, roleRefusal } from '../auth/access.js';
 import { extractToken, type Identity } from '../auth/jwt.js';
 import type { TenantVerifiers } from '../auth/verifiers.js';
@@ -33,7 +34,6 @@ import type { Tenant, TenantDirectory } from '../tenants/model.js';
 import { tenantGate, type Tenancy, type TenancySettings } from '../tenants/tenancy.js';
 import { contentEncodingRefusal, upstreamHeaders } from '../upstream/upstream-headers.js';
 import type { ProxyRequest, UpstreamProxy } from '../upstream/proxy.js';
-import type { Readable } from 'node:stream';
 import { NO_RELEASE, type Exchange } from './exchange.js';
 import { laneOf } from './lane.js';
 

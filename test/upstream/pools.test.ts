@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import { createBrokerPools } from '../../src/upstream/pools.js';
+import { createBrokerPools, mayTake } from '../../src/upstream/pools.js';
 import { testConfig } from '../helpers/edge.js';
 
 describe('broker pools', () => {
@@ -79,5 +79,18 @@ describe('broker pools', () => {
     pools.leave(a, 'l2');
     expect(await h2Waits).toBe(true);
     await pools.close();
+  });
+
+  it('mayTake: below the share and the unreserved places; in the reserve only with fewer than reservedFor; never past connections', () => {
+    const rule = { cap: 32, connections: 128, reserved: 32, reservedFor: 4 };
+    const cases: [held: number, inflight: number, may: boolean][] = [
+      [31, 95, true],
+      [32, 0, false],
+      [4, 96, false],
+      [3, 96, true],
+      [3, 127, true],
+      [0, 128, false],
+    ];
+    for (const [held, inflight, may] of cases) expect(mayTake({ inflight: held }, { inflight }, rule), `${held} held, ${inflight} in flight`).toBe(may);
   });
 });
