@@ -5,6 +5,7 @@
  * the refusal that ended a request, and writes the one record of each request.
  */
 import { BodyBudget } from './body/budget.js';
+import { BodyPace, paceTick } from './body/pace.js';
 import { edgeError, renderError, type EdgeError } from './errors.js';
 import { HeadsInFlight } from './limits/heads-in-flight.js';
 import type { EdgeRequest, EdgeResponse, RequestHandler } from './listen/servers.js';
@@ -27,6 +28,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     tenancy: new Tenancy(d.tenants, d.verifiers, settings.tenancy),
     clientAddresses: createClientAddresses(settings.trustedProxies),
     bodyBudget: new BodyBudget(budget.perTenantBytes, budget.perProcessBytes),
+    bodyPace: new BodyPace(budget, paceTick(budget.graceMs, budget.deadlineMs)),
     headsInFlight: new HeadsInFlight(),
   };
 

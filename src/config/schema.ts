@@ -177,6 +177,14 @@ export const configSchema = z
               .positive()
               .default(64 * 1024 * 1024),
             deadlineMs: z.number().int().positive().default(30000),
+            /** added: time a body (buffered or streamed) may take before `minBytesPerSec` is asked of it. */
+            graceMs: z.number().int().positive().default(2000),
+            /** added: after the grace, each byte received allows 1/minBytesPerSec s more; a slower body is cut (408). */
+            minBytesPerSec: z
+              .number()
+              .int()
+              .positive()
+              .default(16 * 1024),
           })
           .prefault({})
           .refine((b) => b.perTenantBytes <= b.perProcessBytes, { message: 'perTenantBytes must not exceed perProcessBytes' }),
@@ -329,6 +337,10 @@ export const configSchema = z
         connections: z.number().int().positive().default(128),
         /** added: fraction of `connections` one tenant's requests (parked polls aside) may hold on one broker; the rest wait in its own queue (docs/clusters.md). */
         tenantShare: z.number().gt(0).max(1).default(0.25),
+        /** added: fraction of `connections` of a shared broker only tenants with fewer than `reservedFor` requests in flight there may take (docs/clusters.md). */
+        reservedShare: z.number().min(0).lt(1).default(0.25),
+        /** added: tenants with fewer requests than this in flight on a shared broker may take its reserved connections. */
+        reservedFor: z.number().int().positive().default(4),
         connectTimeoutMs: z.number().int().positive().default(2000),
         /** Upstream timeout for requests that are not long polls. */
         requestTimeoutMs: z.number().int().positive().default(30000),

@@ -6,7 +6,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { constants as http2Constants } from 'node:http2';
-import { PassThrough, type Readable } from 'node:stream';
+import { PassThrough, type Readable, type TransformCallback } from 'node:stream';
 import type { H2Request, H2Response } from './h2-exchange.js';
 import { lingerOnClose, type LingerBounds } from './lingering.js';
 import type { EdgeRequest, EdgeResponse } from './servers.js';
@@ -31,6 +31,12 @@ export interface Transport {
   dropAfterResponse(res: EdgeResponse): void;
   /** The body as the upstream client reads it (and may destroy once sent). */
   streamedBody(req: EdgeRequest): Readable;
+  /** Bytes of a streamed body (`body`, from streamedBody) received so far, from some fixed origin: the body pace's measure. */
+  bodyReceived(req: EdgeRequest, body: Readable): number;
+  /** The streamed body is being read: not while it waits for a broker connection or the broker's own pace, nor once it ended. */
+  bodyReading(req: EdgeRequest): boolean;
+  /** Stops a streamed body part way: the connection (h1) or the stream (h2) is closed, and with it the upstream request. */
+  cut(req: EdgeRequest): void;
   /** The exchange is over: what the upstream client did not read of a streamed body is discarded. */
   discardUnread(req: EdgeRequest): void;
 }
@@ -84,6 +90,16 @@ function follows(req: EdgeRequest, unknownFollows: boolean): boolean {
   return cl === undefined ? req.headers['transfer-encoding'] !== undefined || unknownFollows : cl !== '0';
 }
 
+/** The copy of an h2 body handed to undici, counting what passed: an h2 stream keeps no byte count. */
+class CountedCopy extends PassThrough {
+  received = 0;
+
+  override _transform(chunk: Buffer, _encoding: BufferEncoding, done: TransformCallback): void {
+    this.received += chunk.length;
+    done(null, chunk);
+  }
+}
+
 const H1: Transport = {
   bodyFollows: (req) => follows(req, false),
   declaredLength: (req) => declared(req, false),
@@ -108,6 +124,14 @@ const H1: Transport = {
     if (socket !== null) res.once('finish', () => socket.destroy());
   },
   streamedBody: (req) => req as IncomingMessage,
+  // One request at a time is read from an h1 connection: the socket's count is the body's.
+  bodyReceived: (req) => req.socket?.bytesRead ?? 0,
+  bodyReading(req) {
+    const r = req as IncomingMessage;
+    return r.readableFlowing === true && !r.readableEnded;
+  },
+  // The connection goes: the rest of the body could only be read to be discarded.
+  cut: (req) => (req as IncomingMessage).destroy(),
   // Node discards what is left of an h1 body.
   discardUnread() {},
 };
@@ -149,7 +173,7 @@ const H2: Transport = {
    */
   streamedBody(req) {
     const stream = (req as H2Request).stream;
-    const copy = new PassThrough();
+    const copy = new CountedCopy();
     // undici listens while it sends the copy; before (a request queued for a connection) and after
     // (a broker that could not be reached) the failure is only for undici to find.
     copy.on('error', () => {});
@@ -159,6 +183,12 @@ const H2: Transport = {
     });
     return copy;
   },
+  bodyReceived: (_req, body) => (body as CountedCopy).received,
+  bodyReading(req) {
+    const stream = (req as H2Request).stream;
+    return stream.readableFlowing === true && !stream.readableEnded;
+  },
+  cut: (req) => (req as H2Request).stream.close(http2Constants.NGHTTP2_CANCEL),
   /** Node does not discard an h2 body: unread, the stream could not end and close. */
   discardUnread(req) {
     const stream = (req as H2Request).stream;

@@ -5,11 +5,13 @@
  * itself. Each stage calls into the module that owns its decision; chain.ts says which stages a
  * route runs, in which order.
  */
+import type { Readable } from 'node:stream';
 import { isAllowed, roleRefusal } from '../auth/access.js';
 import { extractToken, type Identity, type TokenVerifier } from '../auth/jwt.js';
 import type { TenantVerifiers } from '../auth/verifiers.js';
 import type { UpstreamMinter } from '../auth/mint.js';
 import type { BodyBudget } from '../body/budget.js';
+import type { BodyPace, PacedBody } from '../body/pace.js';
 import { ackFacts, pushFacts, transactionFacts } from '../body/facts.js';
 import type { RawConfig } from '../config/schema.js';
 import { actualResponseHeaders, preflightVerdict, withoutActualResponseHeaders } from '../cors/policy.js';
@@ -98,6 +100,8 @@ export interface Parts extends PipelineDeps {
   readonly tenancy: Tenancy;
   readonly clientAddresses: ClientAddresses;
   readonly bodyBudget: BodyBudget;
+  /** The minimum rate of bodies being received, buffered or streamed. */
+  readonly bodyPace: BodyPace;
   readonly headsInFlight: HeadsInFlight;
 }
 
@@ -303,8 +307,9 @@ export function body(x: Exchange, p: Parts): StageResult | Promise<StageResult> 
 }
 
 /**
- * A buffered body takes its bytes from the budgets before it is read: its declared length up
- * front, or (length unknown) each chunk as it comes. No body can outgrow a tenant's share.
+ * A buffered body claims its declared length from its tenant's own budget before it is read, and
+ * takes each chunk from the process budget as it comes (body/budget.ts). No body can outgrow a
+ * tenant's share, and a length only announced holds no memory.
  */
 async function readWhole(x: Exchange, p: Parts, limit: number, declared: number | null): Promise<StageResult> {
   const budget = p.settings.bodyBudget;
@@ -312,11 +317,11 @@ async function readWhole(x: Exchange, p: Parts, limit: number, declared: number 
   if (declared !== null && declared > bufferLimit) return bodyTooLarge(bufferLimit);
   const account = p.bodyBudget.open(x.tenant!.id);
   x.hold(() => account.close());
-  const over = declared === null ? null : account.take(declared);
+  const over = declared === null ? null : account.claim(declared);
   if (over !== null) return x.unread(over);
   sendContinue(x.req, x.res);
   x.linger = x.transport.lingers;
-  const read = await readBody(x.req, bufferLimit, { account, deadlineMs: budget.deadlineMs });
+  const read = await readBody(x.req, bufferLimit, { account, pace: p.bodyPace, deadlineMs: budget.deadlineMs });
   if (isEdgeError(read)) {
     // A body the edge began to read costs its request, whatever became of it.
     chargeRequest(x.tenant!, p);
@@ -391,16 +396,47 @@ function admission(x: Exchange, p: Parts, a: Admission): StageResult {
  */
 export async function forward(x: Exchange, p: Parts): Promise<StageResult> {
   if (clientGone(x.res)) return ANSWERED;
+  let paced: PacedBody | null = null;
   try {
     // Stay synchronous unless a token has to be minted: no promise for a synchronous step.
     const auth = upstreamAuthorization(x.identity, x.tenant!, p);
     const authorization = auth instanceof Promise ? await auth : auth;
-    const refusal = await p.proxy.forward(x.res, x, x.tenant!, upstreamRequest(x, p, authorization));
+    const request = upstreamRequest(x, p, authorization);
+    if (x.streamed) paced = paceStreamed(x, p, request.body as Readable);
+    const refusal = await p.proxy.forward(x.res, x, x.tenant!, request);
     return refusal ?? ANSWERED;
   } finally {
+    if (paced !== null) p.bodyPace.unwatch(paced);
     // The exchange is over: what undici did not read of the body is discarded, so the request can end.
     if (x.streamed) x.transport.discardUnread(x.req);
   }
+}
+
+/**
+ * A streamed upload holds a broker connection (and its tenant's place on a shared broker) while
+ * it comes: it keeps the body pace while the edge reads it, or the request is cut, connection (h1)
+ * or stream (h2) and upstream request alike (docs/limits.md, "Bodies in flight").
+ */
+function paceStreamed(x: Exchange, p: Parts, body: Readable): PacedBody {
+  const { req, transport } = x;
+  const base = transport.bodyReceived(req, body);
+  const paced: PacedBody = {
+    paceFrom: p.bodyPace.now(),
+    paceBase: base,
+    // The listener's requestTimeoutMs bounds a streamed request as a whole.
+    paceDeadline: Infinity,
+    paceBytes: () => transport.bodyReceived(req, body),
+    paceReading: () => transport.bodyReading(req),
+    paceCut: () => {
+      if (!x.res.headersSent) {
+        x.status = 408;
+        x.code = 'request_timeout';
+      }
+      transport.cut(req);
+    },
+  };
+  p.bodyPace.watch(paced);
+  return paced;
 }
 
 function upstreamRequest(x: Exchange, p: Parts, authorization: string | null): ProxyRequest {

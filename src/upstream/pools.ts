@@ -8,10 +8,17 @@
  * plan's `parkedPolls` instead.
  *
  * The request pool of a broker several tenants list (tenancy-aware tenants only: docs/tenancy.md)
- * is shared by them, so each tenant may have only its share of it in flight (`upstream.tenantShare` of `connections`, docs/clusters.md): one tenant's
- * slow requests cannot take every connection and leave the others queued inside undici. A
- * tenant's requests beyond its share wait in a queue of its own (HAProxy's `maxconn` per server),
- * at most `connections` of them and for at most `requestTimeoutMs`; beyond that they are refused.
+ * is shared by them, and its places are shared fairly (docs/clusters.md, "Sharing a broker"):
+ *
+ * - each tenant may have only its share of it in flight (`upstream.tenantShare` of `connections`),
+ *   so one tenant's slow requests cannot take every connection;
+ * - the last `reservedShare` of the connections go only to tenants with fewer than `reservedFor`
+ *   requests in flight there, so tenants holding many, however many of them, together leave those
+ *   to the tenants holding few;
+ * - the edge never sends more than `connections` at once to a shared broker: a request that may
+ *   not have a place waits in its tenant's own queue (HAProxy's `maxconn` per server), at most
+ *   `connections` of them and for at most `requestTimeoutMs`, beyond that it is refused; a place
+ *   given back goes to the waiting tenant with the fewest in flight that may take it (max-min).
  */
 import { Pool } from 'undici';
 import type { RawConfig } from '../config/schema.js';
@@ -21,12 +28,12 @@ export interface BrokerPools {
   get(url: string, parked: boolean): Pool;
   /**
    * Takes one of the tenant's places on the request pool of `url`: true at once while the tenant
-   * has fewer than its share in flight there, else a promise that resolves true when a place is
-   * handed over, in order of arrival, or false when the wait timed out; false at once when the
-   * tenant's queue is full. Every true must be matched by one leave().
+   * may take one (mayTake), else a promise that resolves true when a place is handed over (to the
+   * tenant's requests in order of arrival), or false when the wait timed out; false at once when
+   * the tenant's queue is full. Every true must be matched by one leave().
    */
   enter(url: string, tenant: string): boolean | Promise<boolean>;
-  /** Gives back a place taken by enter(), to the tenant's next waiting request if there is one. */
+  /** Gives back a place taken by enter(), to a waiting request if one may take it (the fewest in flight first). */
   leave(url: string, tenant: string): void;
   /** Requests per tenant that one broker's request pool takes at once. */
   readonly tenantCap: number;
@@ -48,18 +55,56 @@ interface Share {
   readonly waiting: Waiter[];
 }
 
+/** One shared broker's places: in flight and waiting, over all its tenants. */
+interface Places {
+  inflight: number;
+  waiting: number;
+  readonly tenants: Map<string, Share>;
+}
+
+/** Whether a tenant holding `share` may take one more place: the pure rule of the places (docs/clusters.md). */
+export function mayTake(
+  share: { readonly inflight: number },
+  places: { readonly inflight: number },
+  rule: { readonly cap: number; readonly connections: number; readonly reserved: number; readonly reservedFor: number },
+): boolean {
+  if (share.inflight >= rule.cap) return false;
+  if (places.inflight < rule.connections - rule.reserved) return true;
+  return share.inflight < rule.reservedFor && places.inflight < rule.connections;
+}
+
 export function createBrokerPools(cfg: RawConfig['upstream']): BrokerPools {
   const requests = new Map<string, Pool>();
   const parkedPools = new Map<string, Pool>();
   /** Places per broker, then per tenant; entries leave when nothing is in flight or waiting. */
-  const held = new Map<string, Map<string, Share>>();
-  // At least one, so a small pool still serves every tenant.
-  const cap = Math.max(1, Math.floor(cfg.connections * cfg.tenantShare));
-  const drop = (url: string, tenant: string, share: Share): void => {
+  const held = new Map<string, Places>();
+  const rule = {
+    // At least one, so a small pool still serves every tenant.
+    cap: Math.max(1, Math.floor(cfg.connections * cfg.tenantShare)),
+    connections: cfg.connections,
+    reserved: Math.floor(cfg.connections * cfg.reservedShare),
+    reservedFor: cfg.reservedFor,
+  };
+  const cap = rule.cap;
+  const drop = (url: string, places: Places, tenant: string, share: Share): void => {
     if (share.inflight > 0 || share.waiting.length > 0) return;
-    const tenants = held.get(url);
-    tenants?.delete(tenant);
-    if (tenants?.size === 0) held.delete(url);
+    places.tenants.delete(tenant);
+    if (places.tenants.size === 0) held.delete(url);
+  };
+  /** A place was given back: to the waiting tenant with the fewest in flight that may take it. */
+  const handOver = (places: Places): void => {
+    if (places.waiting === 0) return;
+    let next: Share | undefined;
+    for (const share of places.tenants.values()) {
+      if (share.waiting.length > 0 && (next === undefined || share.inflight < next.inflight) && mayTake(share, places, rule)) next = share;
+    }
+    if (next === undefined) return;
+    const w = next.waiting.shift()!;
+    places.waiting--;
+    next.inflight++;
+    places.inflight++;
+    clearTimeout(w.timer);
+    w.resolve(true);
   };
   const open = (url: string, connections: number | null): Pool =>
     new Pool(url, {
@@ -82,45 +127,45 @@ export function createBrokerPools(cfg: RawConfig['upstream']): BrokerPools {
       return pool;
     },
     enter(url: string, tenant: string): boolean | Promise<boolean> {
-      let tenants = held.get(url);
-      if (tenants === undefined) {
-        tenants = new Map();
-        held.set(url, tenants);
+      let places = held.get(url);
+      if (places === undefined) {
+        places = { inflight: 0, waiting: 0, tenants: new Map() };
+        held.set(url, places);
       }
-      let share = tenants.get(tenant);
+      let share = places.tenants.get(tenant);
       if (share === undefined) {
         share = { inflight: 0, waiting: [] };
-        tenants.set(tenant, share);
+        places.tenants.set(tenant, share);
       }
-      if (share.inflight < cap) {
+      if (share.waiting.length === 0 && mayTake(share, places, rule)) {
         share.inflight++;
+        places.inflight++;
         return true;
       }
       if (share.waiting.length >= cfg.connections) return false;
-      const s = share;
+      const [p, s] = [places, share];
       return new Promise<boolean>((resolve) => {
         const waiter: Waiter = {
           resolve,
           timer: setTimeout(() => {
             s.waiting.splice(s.waiting.indexOf(waiter), 1);
-            drop(url, tenant, s);
+            p.waiting--;
+            drop(url, p, tenant, s);
             resolve(false);
           }, cfg.requestTimeoutMs),
         };
         s.waiting.push(waiter);
+        p.waiting++;
       });
     },
     leave(url: string, tenant: string): void {
-      const share = held.get(url)?.get(tenant);
-      if (share === undefined) return;
-      const next = share.waiting.shift();
-      if (next !== undefined) {
-        clearTimeout(next.timer);
-        next.resolve(true);
-        return;
-      }
+      const places = held.get(url);
+      const share = places?.tenants.get(tenant);
+      if (places === undefined || share === undefined) return;
       share.inflight--;
-      drop(url, tenant, share);
+      places.inflight--;
+      handOver(places);
+      drop(url, places, tenant, share);
     },
     retain(urls: ReadonlySet<string>): void {
       for (const map of [requests, parkedPools]) {
@@ -132,8 +177,8 @@ export function createBrokerPools(cfg: RawConfig['upstream']): BrokerPools {
       }
     },
     async close(): Promise<void> {
-      for (const tenants of held.values()) {
-        for (const share of tenants.values()) {
+      for (const places of held.values()) {
+        for (const share of places.tenants.values()) {
           for (const w of share.waiting.splice(0)) {
             clearTimeout(w.timer);
             w.resolve(false);

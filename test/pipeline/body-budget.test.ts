@@ -1,13 +1,14 @@
 /**
  * Bodies in flight (docs/limits.md, "Bodies in flight"), through real h2 streams: a tenant's heads
- * in flight are capped at its request burst, buffered bodies take their bytes from the tenant's
- * and the process's budgets before they are read, and a body that does not arrive within the body
- * deadline is refused with 408. Each push here announces its body and holds it back.
+ * in flight are capped at its request burst, buffered bodies claim their declared length from the
+ * tenant's budget and take their bytes from the process's as they arrive, a full process budget is
+ * shared fairly, and a body that does not arrive within the body deadline is refused with 408.
+ * Each push here announces its body and holds it back (all of it, or all but what it sends).
  */
 import type http2 from 'node:http2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
-import { call, h2Session, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness } from '../helpers/edge.js';
+import { call, h2Session, h2Settled, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness } from '../helpers/edge.js';
 import { waitForEvent } from '../helpers/wait.js';
 
 const KiB = 1024;
@@ -47,9 +48,13 @@ afterAll(async () => {
   await broker?.close();
 });
 
-/** A push of `length` bytes announced and held back; resolves with its status and code once answered. */
-function heldPush(tenant: string, length: number): Promise<{ status: number; code: string | null }> {
-  const stream = session.request(
+/** A push of `length` bytes announced, of which `send` are sent (none by default) and the rest held back; resolves with its status and code once answered. */
+function heldPush(
+  tenant: string,
+  length: number,
+  opts: { session?: http2.ClientHttp2Session; send?: number } = {},
+): Promise<{ status: number; code: string | null }> {
+  const stream = (opts.session ?? session).request(
     {
       ':method': 'POST',
       ':path': '/api/v1/push',
@@ -61,6 +66,7 @@ function heldPush(tenant: string, length: number): Promise<{ status: number; cod
     { endStream: false },
   );
   stream.on('error', () => {});
+  if (opts.send) stream.write(Buffer.alloc(opts.send, 0x20));
   return new Promise((resolve) => {
     let status = 0;
     let text = '';
@@ -82,24 +88,50 @@ describe('bodies in flight', () => {
     expect(answers.filter((a) => a.status !== 429)).toEqual(Array(3).fill({ status: 408, code: 'request_timeout' }));
   });
 
-  it("a body over what is left of its tenant's budget gets 429, over the process's budget 503; the others are read", async () => {
+  it("a declared length over what is left of its tenant's budget gets 429 from its head; lengths only announced hold none of the process's budget", async () => {
     const held = heldPush('wide', 60 * KiB);
-    // The tenant holds 60 of its 64 KiB: 8 more do not fit.
+    // The tenant claims 60 of its 64 KiB: 8 more do not fit.
     const overTenant = heldPush('wide', 8 * KiB);
-    // The process holds 60 of its 96 KiB: another tenant's 40 do not fit, its 30 do.
-    const overProcess = heldPush('other', 40 * KiB);
-    const fits = heldPush('other', 30 * KiB);
+    // 60 + 30 + 20 KiB announced, over the process's 96 KiB, but no byte arrived: none of it is held.
+    const others = [heldPush('other', 30 * KiB), heldPush('other', 20 * KiB)];
     expect(await overTenant).toEqual({ status: 429, code: 'rate_limited' });
-    expect(await overProcess).toEqual({ status: 503, code: 'edge_overloaded' });
-    expect(await held).toEqual({ status: 408, code: 'request_timeout' });
-    expect(await fits).toEqual({ status: 408, code: 'request_timeout' });
-    // Given back when they ended: the whole tenant budget can be taken again.
     const whole = await call(edge, 'POST', '/api/v1/push', {
+      token: tokens.narrow,
+      host: 'narrow.localhost',
+      body: { items: [{ queue: 'q', payload: 'x'.repeat(60 * KiB) }] },
+    });
+    expect(whole.status).toBe(201);
+    expect(await held).toEqual({ status: 408, code: 'request_timeout' });
+    expect(await Promise.all(others)).toEqual(Array(2).fill({ status: 408, code: 'request_timeout' }));
+    // Given back when they ended: the whole tenant budget can be claimed again.
+    const again = await call(edge, 'POST', '/api/v1/push', {
       token: tokens.wide,
       host: 'wide.localhost',
       body: { items: [{ queue: 'q', payload: 'x'.repeat(60 * KiB) }] },
     });
-    expect(whole.status).toBe(201);
+    expect(again.status).toBe(201);
+  });
+
+  it('a full process gives a tenant within its fair share the bytes of a body still arriving of the tenant furthest above its own', async () => {
+    // Each on a session of its own, so neither waits on the other's flow-control window.
+    const sessions = await Promise.all([h2Session(edge.url), h2Session(edge.url)]);
+    try {
+      // wide sends 60 of 64 KiB, other 36 of 40: the process holds all of its 96 KiB.
+      const wide = heldPush('wide', 64 * KiB, { session: sessions[0], send: 60 * KiB });
+      const other = heldPush('other', 40 * KiB, { session: sessions[1], send: 36 * KiB });
+      await Promise.all(sessions.map((s) => h2Settled(s)));
+      // narrow's share is 96 / 3 = 32 KiB: its 20 KiB push is read, with bytes taken back from wide (60 KiB held, the most).
+      const push = await call(edge, 'POST', '/api/v1/push', {
+        token: tokens.narrow,
+        host: 'narrow.localhost',
+        body: { items: [{ queue: 'q', payload: 'x'.repeat(20 * KiB) }] },
+      });
+      expect(push.status).toBe(201);
+      expect(await wide).toEqual({ status: 503, code: 'edge_overloaded' });
+      expect(await other).toEqual({ status: 408, code: 'request_timeout' });
+    } finally {
+      for (const s of sessions) s.destroy();
+    }
   });
 
   it('a body of unknown length takes its chunks as they come: over what is left of its budget, 429 part way', async () => {

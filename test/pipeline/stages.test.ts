@@ -2,6 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import type { Identity } from '../../src/auth/jwt.js';
 import { BodyBudget } from '../../src/body/budget.js';
+import { BodyPace } from '../../src/body/pace.js';
 import { edgeError, isEdgeError } from '../../src/errors.js';
 import { HeadsInFlight } from '../../src/limits/heads-in-flight.js';
 import type { Admission, Limiter } from '../../src/limits/limiter.js';
@@ -74,6 +75,7 @@ function parts(f: Fakes = {}): Parts {
     limiter,
     clientLimits: { signatureGate: () => null, publicRequest: async () => null } as never,
     clientAddresses: createClientAddresses([]),
+    bodyPace: new BodyPace({ graceMs: 2000, minBytesPerSec: 16384 }, 500),
     bodyBudget: new BodyBudget(4096, 8192),
     headsInFlight: new HeadsInFlight(),
     proxy: {

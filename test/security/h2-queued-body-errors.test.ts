@@ -36,23 +36,20 @@ async function setup(): Promise<{ session: http2.ClientHttp2Session; rw: string;
   edge = await startEdge(
     testConfig([broker.url], {
       server: { ...SHORT_DEADLINES, requestTimeoutMs: REQUEST_TIMEOUT_MS },
+      // A dedicated broker: the edge sends a shared broker no more than its connections (the rest
+      // wait in their tenant's queue, docs/clusters.md), so only a tenant's own requests can queue
+      // inside undici's pool.
       upstream: { connections: 1 },
-      // A tenant holds at most its share of the pool and is refused beyond it: only another
-      // tenant's request can make this one wait in the queue.
-      // A broker shared with the file's acme: declared tenancy-aware.
-      tenants: { acme: { tenancyAwareBrokers: true }, other: { plan: 'test', hosts: ['other.localhost'], brokers: [broker.url], tenancyAwareBrokers: true } },
     }),
     { log: captured.log },
   );
   const rw = await token({ roles: ['read-write'], tenant: 'acme' });
   const s = await h2Session(edge.url);
   session = s;
-  // The pool's only connection is taken by another tenant's request the broker never answers.
-  // Only that request: a bare fault('hang', 1) takes whichever request comes next, and on a busy
-  // machine that is often the edge's health probe, leaving the pool free and nothing queued.
+  // The pool's only connection is taken by a request the broker never answers.
+  // (By path: a health probe could otherwise be the request that hangs.)
   broker.faultWhen((r) => (r.path === '/api/v1/resources' ? 'hang' : null));
-  const other = await token({ roles: ['read-write'], tenant: 'other' });
-  const hung = s.request({ ':method': 'GET', ':path': '/api/v1/resources', ':authority': 'other.localhost', authorization: `Bearer ${other}` });
+  const hung = s.request({ ':method': 'GET', ':path': '/api/v1/resources', ':authority': 'acme.localhost', authorization: `Bearer ${rw}` });
   hung.on('error', () => {});
   await broker.waitForRequests(1, (r) => r.path === '/api/v1/resources');
   return { session: s, rw, hung };
