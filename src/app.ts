@@ -65,9 +65,76 @@ export interface App {
 /** Sections a reload does not apply: listeners, Redis, keys and pools are built once, at start. */
 const RESTART_SECTIONS = ['server', 'log', 'limits', 'redis', 'auth', 'upstreamIdentity', 'upstream'] as const;
 
+/** What startApp builds, shared by the wiring, reload() and close(). */
+interface Parts {
+  readonly config: RawConfig;
+  readonly log: Logger;
+  readonly clock: () => number;
+  readonly redis: ReturnType<typeof connectRedis>;
+  readonly tenants: TenantStore;
+  readonly verifiers: ReturnType<typeof createTenantVerifiers>;
+  readonly minter: Awaited<ReturnType<typeof createMinter>> | null;
+  readonly limiter: ReturnType<typeof createLimiter> | LeasedLimiter;
+  readonly clusters: ReturnType<typeof createClusters>;
+  readonly pools: ReturnType<typeof createBrokerPools>;
+  readonly proxy: ReturnType<typeof createUpstreamProxy>;
+  readonly usageStore: ReturnType<typeof createUsageStore>;
+  readonly meter: Meter;
+  readonly reloads: ReloadHistory;
+  readonly metrics: ReturnType<typeof createMetrics>;
+}
+
+/** Swapped or flipped while running: the route table (by reload()) and the drain flag (by close()). */
+interface Live {
+  routes: ReturnType<typeof compileRoutes>;
+  draining: boolean;
+}
+
 export async function startApp(config: RawConfig, opts: AppOptions = {}): Promise<App> {
+  const [p, live] = await buildParts(config, opts);
+  warnAboutConfig(config, p.log);
+  const edge = createPipeline({
+    settings: pipelineSettings(config),
+    // The pipeline reads the route table through this indirection on every request: reload() swaps it whole.
+    routes: { match: (method, path) => live.routes.match(method, path) },
+    tenants: p.tenants,
+    storageBlocked: (id) => p.tenants.storageBlocked(id),
+    verifiers: p.verifiers,
+    limiter: p.limiter,
+    clientLimits: createClientLimits({ failedAuth: config.auth.failedAuth, publicRoutes: config.server.publicRateLimit }),
+    proxy: p.proxy,
+    minter: p.minter,
+    usage: opts.usage ?? p.meter,
+    metrics: p.metrics,
+    log: p.log,
+    clock: p.clock,
+  });
+  const admin = buildAdmin(p, live, opts.metricsText ?? (() => p.metrics.text()));
+  const listeners = await createListeners(config.server, { edge, admin }, { log: p.log });
+  await startParts(p);
+  const addresses = await listeners.listen();
+  p.log.info({ https: addresses.https, http: addresses.http, admin: addresses.admin }, 'queen-edge listening');
+
+  return {
+    addresses,
+    log: p.log,
+    metrics: p.metrics.registry,
+    tenants: p.tenants,
+    reloads: p.reloads,
+    reload: (next) => reloadApp(p, live, next),
+    async close(drainMs = config.server.drainTimeoutMs): Promise<void> {
+      live.draining = true;
+      await listeners.close(drainMs);
+      await closeParts(p);
+    },
+  };
+}
+
+/** Every adapter, from the configuration: Redis, the directory, verifiers, limiter, upstream, metering, metrics. */
+async function buildParts(config: RawConfig, opts: AppOptions): Promise<[Parts, Live]> {
   const log = opts.log ?? processLogger(config.log);
   const clock = opts.clock ?? Date.now;
+  // Refuses tables that do not compile (a host listed twice, a bad route override) before connecting anything.
   const tables = compileTables(config);
   // One Redis connection for the limiter and the tenant store; null = in-memory, one instance.
   const redis = connectRedis(config.redis);
@@ -76,19 +143,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   const tenants = await createTenantStore(config, { log, ...(redis ? { redis } : {}), memoryOverrides: opts.memoryOverrides === true });
   const verifiers = createTenantVerifiers(config.auth, { log, clock });
   const minter = config.upstreamIdentity.mode === 'mint' ? await createMinter(config.upstreamIdentity.mint, { clock }) : null;
-  const lp = config.server.longPoll;
-  // Leasing needs the shared state; without Redis the memory limiter is already local.
-  const leased = redis !== null && config.limits.mode === 'leased';
-  const exactLimiter = createLimiter(config.redis, {
-    log,
-    clock,
-    parkedSlotTtlMs: lp.maxTimeoutMs + 2 * lp.slackMs,
-    ...(redis ? { redis } : {}),
-    // A quota refused while other instances hold slices of it may pass once they go back: within
-    // a lease, plus the sweep that returns a quiet tenant's slices.
-    ...(leased ? { quotaDenialMs: 2 * config.limits.lease.durationMs } : {}),
-  });
-  const limiter = leased ? new LeasedLimiter(exactLimiter, redis, config.redis.keyPrefix, config.limits.lease, clock) : exactLimiter;
+  const limiter = buildLimiter(config, redis, log, clock);
   const clusters = createClusters(config.upstream, { log, clock });
   const pools = createBrokerPools(config.upstream);
   const proxy = createUpstreamProxy({ clusters, pools, log });
@@ -104,8 +159,29 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   });
   redis?.on('error', () => metrics.redisError('main'));
   verifiers.registerMetrics(metrics.registry);
-  let draining = false;
+  const parts = { config, log, clock, redis, tenants, verifiers, minter, limiter, clusters, pools, proxy, usageStore, meter, reloads, metrics };
+  return [parts, { routes: compileRoutes(tables.routes), draining: false }];
+}
 
+/** The exact limiter, or the leased one over it (limits.mode: leased, with Redis). */
+function buildLimiter(config: RawConfig, redis: Parts['redis'], log: Logger, clock: () => number): Parts['limiter'] {
+  const lp = config.server.longPoll;
+  // Leasing needs the shared state; without Redis the memory limiter is already local.
+  const leased = redis !== null && config.limits.mode === 'leased';
+  const exactLimiter = createLimiter(config.redis, {
+    log,
+    clock,
+    parkedSlotTtlMs: lp.maxTimeoutMs + 2 * lp.slackMs,
+    ...(redis ? { redis } : {}),
+    // A quota refused while other instances hold slices of it may pass once they go back: within
+    // a lease, plus the sweep that returns a quiet tenant's slices.
+    ...(leased ? { quotaDenialMs: 2 * config.limits.lease.durationMs } : {}),
+  });
+  return leased ? new LeasedLimiter(exactLimiter, redis, config.redis.keyPrefix, config.limits.lease, clock) : exactLimiter;
+}
+
+/** Settings that start but are likely mistakes. */
+function warnAboutConfig(config: RawConfig, log: Logger): void {
   if (!config.auth.secret && !config.auth.publicKey && !config.auth.jwksUrl) {
     log.warn('no JWT key configured (auth.secret, auth.publicKey or auth.jwksUrl): every authenticated route answers 401');
   }
@@ -116,114 +192,94 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     );
   }
   if (!config.server.admin.token) log.info('no server.admin.token: admin API disabled (probes and /metrics still answer)');
+}
 
-  // Swapped whole by reload(); the pipeline reads it through this indirection on every request.
-  let routes = compileRoutes(tables.routes);
-  const edge = createPipeline({
-    settings: pipelineSettings(config),
-    routes: { match: (method, path) => routes.match(method, path) },
-    tenants,
-    storageBlocked: (id) => tenants.storageBlocked(id),
-    verifiers,
-    limiter,
-    clientLimits: createClientLimits({ failedAuth: config.auth.failedAuth, publicRoutes: config.server.publicRateLimit }),
-    proxy,
-    minter,
-    usage: opts.usage ?? meter,
-    metrics,
-    log,
-    clock,
-  });
-  const metricsText = opts.metricsText ?? (() => metrics.text());
-  const admin = createAdminHandler({
+/** The admin listener's handler over the parts. */
+function buildAdmin(p: Parts, live: Live, metricsText: () => Promise<string>): ReturnType<typeof createAdminHandler> {
+  const { config, tenants, meter, clusters } = p;
+  return createAdminHandler({
     token: config.server.admin.token,
     hostNames: adminHostNames(config.server.admin.host, config.server.admin.allowedHosts),
     tenants,
     tenantRecord: async (id) => tenants.recordOf(id) ?? null,
     usage: (id, from, to) => meter.usage(id, from, to),
     brokers: () => clusters.snapshot(tenants.all()),
-    maintenance: createBrokerMaintenance({ minter, timeoutMs: config.upstream.requestTimeoutMs }),
-    readiness: {
-      // Redis down makes an instance unready only in failMode closed: in open/local it still serves,
-      // and taking every instance out of the load balancer would turn degraded into down.
-      notReadyReason: () =>
-        draining
-          ? 'draining'
-          : limiter.mode() === 'closed'
-            ? 'limiter unavailable (redis down, failMode closed)'
-            : anyBrokerHealthy()
-              ? null
-              : 'no broker reachable',
-    },
-    usageExport: { flush: () => meter.flush(), read: (id, from, to) => usageStore.read(id, from, to) },
-    stats: createLiveStats(metricsText, { redisConfigured: redis !== null, failMode: config.redis.failMode }, clock),
+    maintenance: createBrokerMaintenance({ minter: p.minter, timeoutMs: config.upstream.requestTimeoutMs }),
+    readiness: { notReadyReason: () => notReadyReason(p, live) },
+    usageExport: { flush: () => meter.flush(), read: (id, from, to) => p.usageStore.read(id, from, to) },
+    stats: createLiveStats(metricsText, { redisConfigured: p.redis !== null, failMode: config.redis.failMode }, p.clock),
     planIds: () => Object.keys(config.plans),
     metricsText,
-    reloads,
-    log,
-    clock,
+    reloads: p.reloads,
+    log: p.log,
+    clock: p.clock,
   });
-  function anyBrokerHealthy(): boolean {
-    for (const cluster of clusters.snapshot(tenants.all())) if (cluster.brokers.some((b) => b.healthy)) return true;
-    return false;
-  }
-  const listeners = await createListeners(config.server, { edge, admin }, { log });
+}
 
-  await Promise.all([verifiers.start(), limiter.start()]);
-  clusters.start(tenants.all());
+/**
+ * Why this instance is not ready, or null. Redis down makes an instance unready only in failMode
+ * closed: in open/local it still serves, and taking every instance out of the load balancer would
+ * turn degraded into down.
+ */
+function notReadyReason(p: Parts, live: Live): string | null {
+  if (live.draining) return 'draining';
+  if (p.limiter.mode() === 'closed') return 'limiter unavailable (redis down, failMode closed)';
+  for (const cluster of p.clusters.snapshot(p.tenants.all())) if (cluster.brokers.some((b) => b.healthy)) return null;
+  return 'no broker reachable';
+}
+
+/** Starts the parts' timers and connections, and makes brokers and keys follow the directory. */
+async function startParts(p: Parts): Promise<void> {
+  const { tenants, verifiers } = p;
+  await Promise.all([verifiers.start(), p.limiter.start()]);
+  p.clusters.start(tenants.all());
   verifiers.sync(tenants.all());
   // Brokers and tenant keys follow the directory: removed brokers stop being probed and lose their
   // pools, and the verifiers and JWKS sets of removed or re-keyed tenants are dropped.
   tenants.onChange(() => {
-    proxy.sync(tenants.all());
+    p.proxy.sync(tenants.all());
     verifiers.sync(tenants.all());
   });
-  meter.start();
-  const addresses = await listeners.listen();
-  log.info({ https: addresses.https, http: addresses.http, admin: addresses.admin }, 'queen-edge listening');
+  p.meter.start();
+}
 
-  return {
-    addresses,
-    log,
-    metrics: metrics.registry,
-    tenants,
-    reloads,
-    reload(next) {
-      let nextRoutes: typeof routes;
-      try {
-        nextRoutes = compileRoutes(compileTables(next).routes);
-        // Synchronous from here: no request sees new tenants with old routes, or the reverse.
-        const swapped = tenants.reloadFile(next);
-        if (!swapped.ok) throw new ConfigError([...swapped.problems]);
-      } catch (err) {
-        reloads.refused(err instanceof ConfigError ? err.problems : [String((err as Error)?.message ?? err)]);
-        throw err;
-      }
-      routes = nextRoutes;
-      // The file changed, but these tenants keep what the admin API wrote over it: say so.
-      const shadowed = Object.keys(next.tenants).filter((id) => tenants.sourceOf(id)?.record === 'admin' || tenants.sourceOf(id)?.status === 'admin');
-      if (shadowed.length > 0)
-        log.warn(
-          { tenants: shadowed },
-          'configuration reload: admin API overrides stay on top of the file for these tenants (queen-edge tenants reset ID drops them)',
-        );
-      const restart = RESTART_SECTIONS.filter((k) => JSON.stringify(next[k]) !== JSON.stringify(config[k]));
-      reloads.applied(restart);
-      if (restart.length > 0) log.warn({ sections: restart }, 'configuration reload: these sections changed but apply only after a restart');
-      log.info({ tenants: Object.keys(next.tenants).length, plans: Object.keys(next.plans).length }, 'configuration reloaded: tenants, plans, routes and CORS');
-    },
-    async close(drainMs = config.server.drainTimeoutMs): Promise<void> {
-      draining = true;
-      await listeners.close(drainMs);
-      // Exchanges that finished last may still wait for their answer's meter (a compressed answer's decoder).
-      await new Promise((r) => setImmediate(r));
-      await meter.close();
-      verifiers.close();
-      await clusters.close();
-      await Promise.all([limiter.close(), pools.close(), tenants.close()]);
-      if (redis) await redis.quit().catch(() => redis.disconnect());
-      // The log is written asynchronously: the last lines must not be lost on exit.
-      await new Promise<void>((resolve) => log.flush(() => resolve()));
-    },
-  };
+/** App.reload(): see its doc comment. */
+function reloadApp(p: Parts, live: Live, next: RawConfig): void {
+  const { tenants, reloads, log } = p;
+  let nextRoutes: Live['routes'];
+  try {
+    nextRoutes = compileRoutes(compileTables(next).routes);
+    // Synchronous from here: no request sees new tenants with old routes, or the reverse.
+    const swapped = tenants.reloadFile(next);
+    if (!swapped.ok) throw new ConfigError([...swapped.problems]);
+  } catch (err) {
+    reloads.refused(err instanceof ConfigError ? err.problems : [String((err as Error)?.message ?? err)]);
+    throw err;
+  }
+  live.routes = nextRoutes;
+  // The file changed, but these tenants keep what the admin API wrote over it: say so.
+  const shadowed = Object.keys(next.tenants).filter((id) => tenants.sourceOf(id)?.record === 'admin' || tenants.sourceOf(id)?.status === 'admin');
+  if (shadowed.length > 0)
+    log.warn(
+      { tenants: shadowed },
+      'configuration reload: admin API overrides stay on top of the file for these tenants (queen-edge tenants reset ID drops them)',
+    );
+  const restart = RESTART_SECTIONS.filter((k) => JSON.stringify(next[k]) !== JSON.stringify(p.config[k]));
+  reloads.applied(restart);
+  if (restart.length > 0) log.warn({ sections: restart }, 'configuration reload: these sections changed but apply only after a restart');
+  log.info({ tenants: Object.keys(next.tenants).length, plans: Object.keys(next.plans).length }, 'configuration reloaded: tenants, plans, routes and CORS');
+}
+
+/** After the listeners drained: flushes usage, then releases everything in order. */
+async function closeParts(p: Parts): Promise<void> {
+  // Exchanges that finished last may still wait for their answer's meter (a compressed answer's decoder).
+  await new Promise((r) => setImmediate(r));
+  await p.meter.close();
+  p.verifiers.close();
+  await p.clusters.close();
+  await Promise.all([p.limiter.close(), p.pools.close(), p.tenants.close()]);
+  const redis = p.redis;
+  if (redis) await redis.quit().catch(() => redis.disconnect());
+  // The log is written asynchronously: the last lines must not be lost on exit.
+  await new Promise<void>((resolve) => p.log.flush(() => resolve()));
 }

@@ -169,13 +169,54 @@ function statusClass(status: number): string {
   return cls >= 1 && cls <= 5 ? STATUS_CLASSES[cls]! : STATUS_CLASSES[0];
 }
 
+/** What the pipeline recorded since the start, read by the families at scrape time. */
+class RequestTallies {
+  readonly requests = new Tally();
+  readonly decisions = new Tally();
+  readonly parkedNow = new Map<string, number>();
+  readonly redisErrors = new Map<string, number>();
+  readonly overhead = new RouteHistogram(
+    'queen_edge_proxy_overhead_seconds',
+    'Time spent in the edge per request (total minus upstream), by route name.',
+    LATENCY_BUCKETS,
+  );
+  readonly upstream = new RouteHistogram(
+    'queen_edge_upstream_duration_seconds',
+    'Time from dispatch to the last relayed byte of forwarded requests, by route name.',
+    LATENCY_BUCKETS,
+  );
+}
+
 /** Registers every queen-edge family (and Node's process metrics) on `registry`. */
 export function createMetrics(sources: MetricSources, registry: Registry = new Registry()): EdgeMetrics {
-  const requests = new Tally();
-  const decisions = new Tally();
-  const parkedNow = new Map<string, number>();
-  const redisErrors = new Map<string, number>();
+  const t = new RequestTallies();
+  registerRequestFamilies(registry, t);
+  registerStateFamilies(registry, sources, t);
+  registerMeteringFamilies(registry, sources);
+  registerReloadFamilies(registry, sources);
+  collectDefaultMetrics({ register: registry });
+  return {
+    registry,
+    request(tenantId, route, status, code, totalMs, upstreamMs, limit) {
+      const tenant = tenantId ?? NO_TENANT;
+      const name = route ?? NO_TENANT;
+      t.requests.inc(tenant, name, statusClass(status), code ?? '', 1);
+      if (limit !== null) t.decisions.inc(tenant, limit, '', '', 1);
+      t.overhead.observe(name, Math.max(0, totalMs - upstreamMs) / 1000);
+      if (upstreamMs > 0) t.upstream.observe(name, upstreamMs / 1000);
+    },
+    parked(tenantId, delta) {
+      t.parkedNow.set(tenantId, (t.parkedNow.get(tenantId) ?? 0) + delta);
+    },
+    redisError(client) {
+      t.redisErrors.set(client, (t.redisErrors.get(client) ?? 0) + 1);
+    },
+    text: () => registry.metrics(),
+  };
+}
 
+/** Requests, latencies, parked polls and limiter decisions, from what the pipeline recorded. */
+function registerRequestFamilies(registry: Registry, t: RequestTallies): void {
   new Counter({
     name: 'queen_edge_requests_total',
     help: 'Requests by tenant, route name, status class and refusal code ("" when not refused).',
@@ -183,25 +224,14 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
     registers: [registry],
     collect() {
       this.reset();
-      requests.forEach((tenant, route, status, code, n) => {
+      t.requests.forEach((tenant, route, status, code, n) => {
         this.inc({ tenant, route, status, code }, n);
       });
     },
   });
-  const overhead = new RouteHistogram(
-    'queen_edge_proxy_overhead_seconds',
-    'Time spent in the edge per request (total minus upstream), by route name.',
-    LATENCY_BUCKETS,
-  );
-  const upstream = new RouteHistogram(
-    'queen_edge_upstream_duration_seconds',
-    'Time from dispatch to the last relayed byte of forwarded requests, by route name.',
-    LATENCY_BUCKETS,
-  );
   // prom-client's typings declare a numeric metric type its registry never uses (it reads the string).
-  registry.registerMetric(overhead as unknown as Parameters<Registry['registerMetric']>[0]);
-  registry.registerMetric(upstream as unknown as Parameters<Registry['registerMetric']>[0]);
-
+  registry.registerMetric(t.overhead as unknown as Parameters<Registry['registerMetric']>[0]);
+  registry.registerMetric(t.upstream as unknown as Parameters<Registry['registerMetric']>[0]);
   new Gauge({
     name: 'queen_edge_parked_polls',
     help: 'Long polls (wait=true pops) parked at a broker now, by tenant.',
@@ -209,7 +239,7 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
     registers: [registry],
     collect() {
       this.reset();
-      for (const [tenant, n] of parkedNow) this.set({ tenant }, n);
+      for (const [tenant, n] of t.parkedNow) this.set({ tenant }, n);
     },
   });
   new Counter({
@@ -219,11 +249,15 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
     registers: [registry],
     collect() {
       this.reset();
-      decisions.forEach((tenant, decision, _c, _d, n) => {
+      t.decisions.forEach((tenant, decision, _c, _d, n) => {
         this.inc({ tenant, decision }, n);
       });
     },
   });
+}
+
+/** The limiter mode, workers, brokers and Redis errors: live state read at scrape time. */
+function registerStateFamilies(registry: Registry, sources: MetricSources, t: RequestTallies): void {
   new Gauge({
     name: 'queen_edge_limiter_mode',
     help: 'The limiter mode in force (1) and the others (0): redis, memory, or the failMode while Redis is away.',
@@ -272,9 +306,13 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
     registers: [registry],
     collect() {
       this.reset();
-      for (const [client, n] of redisErrors) this.inc({ client }, n);
+      for (const [client, n] of t.redisErrors) this.inc({ client }, n);
     },
   });
+}
+
+/** Usage flushes and the metered totals by tenant. */
+function registerMeteringFamilies(registry: Registry, sources: MetricSources): void {
   new Gauge({
     name: 'queen_edge_metering_flush_lag_seconds',
     help: 'Age of the oldest usage count not yet flushed to the usage store.',
@@ -331,6 +369,10 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
       }
     },
   });
+}
+
+/** Configuration reloads: when, whether the last one applied, how many of each result. */
+function registerReloadFamilies(registry: Registry, sources: MetricSources): void {
   // Every worker applies the same reloads: a cluster's figure is the max (or min for success), not a sum.
   new Gauge({
     name: 'queen_edge_config_last_reload_timestamp_seconds',
@@ -363,24 +405,4 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
       this.inc({ result: 'refused' }, counts.refused);
     },
   });
-  collectDefaultMetrics({ register: registry });
-
-  return {
-    registry,
-    request(tenantId, route, status, code, totalMs, upstreamMs, limit) {
-      const tenant = tenantId ?? NO_TENANT;
-      const name = route ?? NO_TENANT;
-      requests.inc(tenant, name, statusClass(status), code ?? '', 1);
-      if (limit !== null) decisions.inc(tenant, limit, '', '', 1);
-      overhead.observe(name, Math.max(0, totalMs - upstreamMs) / 1000);
-      if (upstreamMs > 0) upstream.observe(name, upstreamMs / 1000);
-    },
-    parked(tenantId, delta) {
-      parkedNow.set(tenantId, (parkedNow.get(tenantId) ?? 0) + delta);
-    },
-    redisError(client) {
-      redisErrors.set(client, (redisErrors.get(client) ?? 0) + 1);
-    },
-    text: () => registry.metrics(),
-  };
 }
