@@ -63,7 +63,7 @@ export interface App {
 }
 
 /** Sections a reload does not apply: listeners, Redis, keys and pools are built once, at start. */
-const RESTART_SECTIONS = ['server', 'log', 'limits', 'redis', 'auth', 'upstreamIdentity', 'upstream'] as const;
+const RESTART_SECTIONS = ['server', 'log', 'metrics', 'limits', 'redis', 'auth', 'upstreamIdentity', 'upstream'] as const;
 
 /** What startApp builds, shared by the wiring, reload() and close(). */
 interface Parts {
@@ -150,15 +150,19 @@ async function buildParts(config: RawConfig, opts: AppOptions): Promise<[Parts, 
   const usageStore = createUsageStore(redis, config.redis.keyPrefix);
   const meter = new Meter({ store: usageStore, log, clock, ...(opts.usageFlushMs ? { flushMs: opts.usageFlushMs } : {}) });
   const reloads = new ReloadHistory(clock);
-  const metrics = createMetrics({
-    reloads: () => reloads,
-    limiterMode: () => limiter.mode(),
-    brokers: () => clusters.snapshot(tenants.all()),
-    usage: () => meter.lifetime(),
-    flush: () => meter.stats(),
-  });
+  const metrics = createMetrics(
+    {
+      reloads: () => reloads,
+      limiterMode: () => limiter.mode(),
+      brokers: () => clusters.snapshot(tenants.all()),
+      usage: () => meter.lifetime(),
+      flush: () => meter.stats(),
+    },
+    undefined,
+    config.metrics.tenantLabels,
+  );
   redis?.on('error', () => metrics.redisError('main'));
-  verifiers.registerMetrics(metrics.registry);
+  verifiers.registerMetrics(metrics.registry, (id) => metrics.tenantLabels.label(id));
   const parts = { config, log, clock, redis, tenants, verifiers, minter, limiter, clusters, pools, proxy, usageStore, meter, reloads, metrics };
   return [parts, { routes: compileRoutes(tables.routes), draining: false }];
 }

@@ -40,7 +40,7 @@ export interface TenantVerifiers {
    * Signature checks and token-cache bytes, by trust domain (`tenant` label: the tenant's id, or
    * "" for the global settings), read at scrape time.
    */
-  registerMetrics(registry: Registry): void;
+  registerMetrics(registry: Registry, tenantLabel?: (id: string) => string): void;
   close(): void;
 }
 
@@ -170,7 +170,8 @@ class Verifiers implements TenantVerifiers {
     };
   }
 
-  registerMetrics(registry: Registry): void {
+  /** `tenantLabel` folds tenant ids into the label values /metrics may show (observability/tenant-labels.ts). */
+  registerMetrics(registry: Registry, tenantLabel: (id: string) => string = (id) => id): void {
     const checks = this.#checks;
     const shares = (): Iterable<[string, TokenVerifier]> => [['', this.global], ...[...this.#own].map(([id, o]): [string, TokenVerifier] => [id, o.verifier])];
     new Counter({
@@ -180,7 +181,7 @@ class Verifiers implements TenantVerifiers {
       registers: [registry],
       collect() {
         this.reset();
-        for (const [tenant, n] of checks) this.inc({ tenant }, n);
+        for (const [tenant, n] of checks) this.inc({ tenant: tenantLabel(tenant) }, n);
       },
     });
     new Gauge({
@@ -190,7 +191,9 @@ class Verifiers implements TenantVerifiers {
       registers: [registry],
       collect() {
         this.reset();
-        for (const [tenant, v] of shares()) this.set({ tenant }, v.cacheBytes);
+        const bytes = new Map<string, number>();
+        for (const [tenant, v] of shares()) bytes.set(tenantLabel(tenant), (bytes.get(tenantLabel(tenant)) ?? 0) + v.cacheBytes);
+        for (const [tenant, n] of bytes) this.set({ tenant }, n);
       },
     });
   }

@@ -9,9 +9,12 @@
  *
  * Cardinality: labels are tenant ids, route names, error codes, status classes and configured
  * broker URLs: all bounded by the configuration, never by client input (no queue names, no paths).
+ * Tenant ids are bounded further by `metrics.tenantLabels` (tenant-labels.ts): past its slots,
+ * tenants are counted under `_other`, so the series do not grow with the tenant list.
  */
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ErrorCode } from '../errors.js';
+import { foldByLabel, TenantLabels, tenantLabelSlots } from './tenant-labels.js';
 
 /** What the limiter decided for a request: admitted, its refusal code, or null (not consulted). */
 export type LimitOutcome = 'admitted' | ErrorCode | null;
@@ -66,6 +69,8 @@ export interface UsageTotals {
 /** The process's metrics: the pipeline hooks plus the registry and its text. */
 export interface EdgeMetrics extends RequestMetrics {
   readonly registry: Registry;
+  /** The `tenant` label value of a tenant id (its own, or `_other` past the slots). */
+  readonly tenantLabels: TenantLabels;
   /** A Redis client reported an error (connection loss, timeout). */
   redisError(client: string): void;
   /** The exposition text of this process's registry. */
@@ -75,6 +80,8 @@ export interface EdgeMetrics extends RequestMetrics {
 const LIMITER_MODES = ['redis', 'memory', 'open', 'closed', 'local'] as const;
 const STATUS_CLASSES = ['none', '1xx', '2xx', '3xx', '4xx', '5xx'] as const;
 const NO_TENANT = '-';
+/** metrics.tenantLabels' default (config/schema.ts). */
+export const DEFAULT_TENANT_LABELS = 'first:100';
 /** Latency buckets in seconds: 50 µs (overhead) to 60 s (a parked poll). */
 const LATENCY_BUCKETS = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
@@ -171,6 +178,7 @@ function statusClass(status: number): string {
 
 /** What the pipeline recorded since the start, read by the families at scrape time. */
 class RequestTallies {
+  constructor(readonly labels: TenantLabels) {}
   readonly requests = new Tally();
   readonly decisions = new Tally();
   readonly parkedNow = new Map<string, number>();
@@ -188,17 +196,19 @@ class RequestTallies {
 }
 
 /** Registers every queen-edge family (and Node's process metrics) on `registry`. */
-export function createMetrics(sources: MetricSources, registry: Registry = new Registry()): EdgeMetrics {
-  const t = new RequestTallies();
+export function createMetrics(sources: MetricSources, registry: Registry = new Registry(), tenantLabels = DEFAULT_TENANT_LABELS): EdgeMetrics {
+  const labels = new TenantLabels(tenantLabelSlots(tenantLabels), new Set([NO_TENANT, '']));
+  const t = new RequestTallies(labels);
   registerRequestFamilies(registry, t);
   registerStateFamilies(registry, sources, t);
-  registerMeteringFamilies(registry, sources);
+  registerMeteringFamilies(registry, sources, labels);
   registerReloadFamilies(registry, sources);
   collectDefaultMetrics({ register: registry });
   return {
     registry,
+    tenantLabels: labels,
     request(tenantId, route, status, code, totalMs, upstreamMs, limit) {
-      const tenant = tenantId ?? NO_TENANT;
+      const tenant = tenantId === null ? NO_TENANT : labels.label(tenantId);
       const name = route ?? NO_TENANT;
       t.requests.inc(tenant, name, statusClass(status), code ?? '', 1);
       if (limit !== null) t.decisions.inc(tenant, limit, '', '', 1);
@@ -206,7 +216,8 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
       if (upstreamMs > 0) t.upstream.observe(name, upstreamMs / 1000);
     },
     parked(tenantId, delta) {
-      t.parkedNow.set(tenantId, (t.parkedNow.get(tenantId) ?? 0) + delta);
+      const tenant = labels.label(tenantId);
+      t.parkedNow.set(tenant, (t.parkedNow.get(tenant) ?? 0) + delta);
     },
     redisError(client) {
       t.redisErrors.set(client, (t.redisErrors.get(client) ?? 0) + 1);
@@ -312,7 +323,7 @@ function registerStateFamilies(registry: Registry, sources: MetricSources, t: Re
 }
 
 /** Usage flushes and the metered totals by tenant. */
-function registerMeteringFamilies(registry: Registry, sources: MetricSources): void {
+function registerMeteringFamilies(registry: Registry, sources: MetricSources, labels: TenantLabels): void {
   new Gauge({
     name: 'queen_edge_metering_flush_lag_seconds',
     help: 'Age of the oldest usage count not yet flushed to the usage store.',
@@ -348,7 +359,7 @@ function registerMeteringFamilies(registry: Registry, sources: MetricSources): v
       registers: [registry],
       collect() {
         this.reset();
-        for (const [tenant, c] of sources.usage()) this.inc({ tenant }, c[field]);
+        for (const [tenant, n] of foldByLabel(sources.usage(), labels, (c) => c[field])) this.inc({ tenant }, n);
       },
     });
   };
@@ -363,10 +374,9 @@ function registerMeteringFamilies(registry: Registry, sources: MetricSources): v
     registers: [registry],
     collect() {
       this.reset();
-      for (const [tenant, c] of sources.usage()) {
-        this.inc({ tenant, direction: 'ingress' }, c.ingressBytes);
-        this.inc({ tenant, direction: 'egress' }, c.egressBytes);
-      }
+      const usage = sources.usage();
+      for (const [tenant, n] of foldByLabel(usage, labels, (c) => c.ingressBytes)) this.inc({ tenant, direction: 'ingress' }, n);
+      for (const [tenant, n] of foldByLabel(usage, labels, (c) => c.egressBytes)) this.inc({ tenant, direction: 'egress' }, n);
     },
   });
 }
