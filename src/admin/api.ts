@@ -32,6 +32,7 @@ import type { BrokerMaintenance, BrokerMaintenanceState, MaintenanceSwitch } fro
 import { answerProbe, type Readiness } from './probes.js';
 import { serveConsole, serveConsoleOff } from './console.js';
 import { adminHostAllowed } from './hosts.js';
+import { listQuery, SortedTenantIds, tenantPage } from './tenant-list.js';
 import { duplicatedSingleton } from '../listen/raw-headers.js';
 import { EdgeError, edgeError, isEdgeError, renderError, type AnyErrorCode } from '../errors.js';
 
@@ -78,6 +79,8 @@ interface Call {
   readonly query: URLSearchParams;
   /** Id of the admin token (for change logs). */
   readonly who: string;
+  /** The directory's ids in order, for listings. */
+  readonly sortedIds: SortedTenantIds;
 }
 type Reply = { status: number; body?: unknown } | { status: 200; headers: Record<string, string>; stream: Readable };
 type Action = (c: Call) => Promise<Reply | Refusal>;
@@ -170,6 +173,7 @@ interface AdminState {
   /** Id of the admin token (for change logs). */
   readonly who: string;
   readonly router: FindMyWay.Instance<FindMyWay.HTTPVersion.V1>;
+  readonly sortedIds: SortedTenantIds;
 }
 
 /** Builds the admin listener's request handler. */
@@ -182,6 +186,7 @@ export function createAdminHandler(d: AdminDeps): H1Handler {
     expected: d.token ? sha256(d.token) : null,
     who: d.token ? sha256(d.token).toString('hex').slice(0, 8) : '',
     router,
+    sortedIds: new SortedTenantIds(),
   };
   return (req, res) => {
     if (duplicatedSingleton(req.rawHeaders) === 'host' || !adminHostAllowed(req.headers.host, d.hostNames)) return refuseHost(res);
@@ -207,7 +212,7 @@ async function serve(s: AdminState, req: IncomingMessage, res: ServerResponse): 
   if (!authorized(req, s.expected)) return sendError(res, edgeError('unauthorized', 'missing or invalid admin token'));
   const found = s.router.find(req.method as 'GET', path);
   if (!found) return sendError(res, edgeError('not_found', 'no such admin route'));
-  const call: Call = { d: s.d, req, params: found.params, query: new URLSearchParams(q === -1 ? '' : url.slice(q + 1)), who: s.who };
+  const call: Call = { d: s.d, req, params: found.params, query: new URLSearchParams(q === -1 ? '' : url.slice(q + 1)), who: s.who, sortedIds: s.sortedIds };
   let out: Reply | Refusal;
   try {
     out = await (found.store as Action)(call);
@@ -269,8 +274,22 @@ function existing(d: AdminDeps, id: string): Tenant | Refusal {
   return d.tenants.byId(id) ?? edgeError('not_found', `no tenant "${id}"`);
 }
 
-async function listTenants(c: Call): Promise<Reply> {
-  return { status: 200, body: { tenants: [...c.d.tenants.all()].map((t) => tenantSummary(t, c.d.tenants)) } };
+/** A page of the tenants in id order, filtered (tenant-list.ts); `next` is the cursor of the page after it, null after the last. */
+async function listTenants(c: Call): Promise<Reply | Refusal> {
+  const q = listQuery(c.query);
+  if (q instanceof EdgeError) return q;
+  const ids = tenantIds(c);
+  const page = tenantPage(
+    ids,
+    (id) => c.d.tenants.byId(id),
+    q,
+    (t) => tenantSummary(t, c.d.tenants),
+  );
+  return { status: 200, body: { tenants: page.tenants, next: page.next, total: ids.length } };
+}
+
+function tenantIds(c: Call): readonly string[] {
+  return c.sortedIds.of(c.d.tenants.generation, () => c.d.tenants.all());
 }
 
 async function getTenant(c: Call): Promise<Reply | Refusal> {
@@ -383,13 +402,24 @@ async function tenantUsage(c: Call): Promise<Reply | Refusal> {
   };
 }
 
-/** Every current tenant's totals over one range (default: this UTC month so far), in one call: what the console's Tenants page lists. */
+/**
+ * The totals over one range (default: this UTC month so far) of a page of tenants, chosen as
+ * `GET /admin/v1/tenants` chooses them (same cursor, limit and filters): what the console's
+ * Tenants page lists beside them.
+ */
 async function usageTotals(c: Call): Promise<Reply | Refusal> {
   const range = usageRange(c.query, c.d.clock(), 'month');
   if (range instanceof EdgeError) return range;
-  const ids = [...c.d.tenants.all()].map((t) => t.id).sort();
-  const totals = await Promise.all(ids.map(async (id) => ({ tenant: id, total: countsView(sumOf(await c.d.usage(id, range.fromMs, range.toMs))) })));
-  return { status: 200, body: { from: new Date(range.fromMs).toISOString(), to: new Date(range.toMs).toISOString(), tenants: totals } };
+  const q = listQuery(c.query);
+  if (q instanceof EdgeError) return q;
+  const page = tenantPage(
+    tenantIds(c),
+    (id) => c.d.tenants.byId(id),
+    q,
+    (t) => t.id,
+  );
+  const totals = await Promise.all(page.tenants.map(async (id) => ({ tenant: id, total: countsView(sumOf(await c.d.usage(id, range.fromMs, range.toMs))) })));
+  return { status: 200, body: { from: new Date(range.fromMs).toISOString(), to: new Date(range.toMs).toISOString(), tenants: totals, next: page.next } };
 }
 
 async function usageExport(c: Call): Promise<Reply | Refusal> {
@@ -398,6 +428,8 @@ async function usageExport(c: Call): Promise<Reply | Refusal> {
   if (range.granularity === 'month') return edgeError('invalid_request', 'granularity: must be hour or day');
   const format = c.query.get('format') ?? 'csv';
   if (format !== 'csv' && format !== 'jsonl') return edgeError('invalid_request', 'format: must be csv or jsonl');
+  const zeros = c.query.get('zeros') ?? 'include';
+  if (zeros !== 'include' && zeros !== 'omit') return edgeError('invalid_request', 'zeros: must be include or omit');
   const named = c.query.getAll('tenant');
   const bad = named.find((id) => !ID_PATTERN.test(id));
   if (bad !== undefined) return edgeError('invalid_request', `tenant: must match ${ID_PATTERN.source}`);
@@ -414,7 +446,9 @@ async function usageExport(c: Call): Promise<Reply | Refusal> {
       'content-disposition': `attachment; filename="${name}"`,
       'cache-control': 'no-store',
     },
-    stream: Readable.from(exportChunks({ tenants, ...aligned, granularity, format: format as ExportFormat }, c.d.usageExport.read)),
+    stream: Readable.from(
+      exportChunks({ tenants, ...aligned, granularity, format: format as ExportFormat, omitZeros: zeros === 'omit' }, c.d.usageExport.read),
+    ),
   };
 }
 
