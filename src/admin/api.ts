@@ -436,7 +436,7 @@ async function usageExport(c: Call): Promise<Reply | Refusal> {
   const granularity = range.granularity as ExportGranularity;
   const aligned = alignRange(range.fromMs, range.toMs, granularity);
   // Named tenants may be deleted ones (their last period is still billed); else every current tenant.
-  const tenants = named.length > 0 ? [...new Set(named)] : [...c.d.tenants.all()].map((t) => t.id).sort();
+  const tenants = named.length > 0 ? [...new Set(named)] : tenantIds(c);
   await c.d.usageExport.flush();
   const name = `usage-${new Date(aligned.fromMs).toISOString().slice(0, 13)}-${granularity}.${format}`;
   return {
