@@ -4,7 +4,7 @@
  * leaves out all-zero rows on request.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_PAGE, MAX_PAGE, PAGE_MAX_BYTES, listQuery, tenantPage } from '../../src/admin/tenant-list.js';
+import { DEFAULT_PAGE, MAX_PAGE, PAGE_MAX_BYTES, SortedTenantIds, listQuery, tenantPage } from '../../src/admin/tenant-list.js';
 import { EdgeError } from '../../src/errors.js';
 import type { Tenant } from '../../src/tenants/model.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
@@ -38,6 +38,21 @@ describe('listQuery and tenantPage', () => {
     const big = tenantPage(ids, byId, listQuery(new URLSearchParams('limit=5')) as never, (t) => ({ id: t.id, pad: 'x'.repeat(100 * 1024) }));
     expect(big.tenants.map((t) => t.id)).toEqual(['a', 'b']);
     expect(Buffer.byteLength(JSON.stringify(big))).toBeLessThanOrEqual(PAGE_MAX_BYTES);
+  });
+});
+
+describe('SortedTenantIds', () => {
+  it('sorts the directory once per generation', () => {
+    const ids = new SortedTenantIds();
+    let reads = 0;
+    const dir = (list: string[]) => () => {
+      reads++;
+      return list.map((id) => fake(id));
+    };
+    expect(ids.of(1, dir(['b', 'a']))).toEqual(['a', 'b']);
+    expect(ids.of(1, dir(['c']))).toEqual(['a', 'b']);
+    expect(ids.of(2, dir(['c', 'a']))).toEqual(['a', 'c']);
+    expect(reads).toBe(2);
   });
 });
 
