@@ -15,6 +15,7 @@ import { decodeJwt } from 'jose';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { AuthConfig, RawTenantAuth } from '../config/schema.js';
 import type { Logger } from '../observability/log.js';
+import { foldByLabel } from '../observability/tenant-labels.js';
 import { createTokenVerifier, JwksKeys, tokenCache, type KeyContext, type TokenVerifier } from './jwt.js';
 import { KeyClaims } from './key-claims.js';
 
@@ -191,9 +192,7 @@ class Verifiers implements TenantVerifiers {
       registers: [registry],
       collect() {
         this.reset();
-        const bytes = new Map<string, number>();
-        for (const [tenant, v] of shares()) bytes.set(tenantLabel(tenant), (bytes.get(tenantLabel(tenant)) ?? 0) + v.cacheBytes);
-        for (const [tenant, n] of bytes) this.set({ tenant }, n);
+        for (const [tenant, n] of foldByLabel(shares(), tenantLabel, (v) => v.cacheBytes)) this.set({ tenant }, n);
       },
     });
   }

@@ -324,6 +324,7 @@ function registerStateFamilies(registry: Registry, sources: MetricSources, t: Re
 
 /** Usage flushes and the metered totals by tenant. */
 function registerMeteringFamilies(registry: Registry, sources: MetricSources, labels: TenantLabels): void {
+  const label = (id: string) => labels.label(id);
   new Gauge({
     name: 'queen_edge_metering_flush_lag_seconds',
     help: 'Age of the oldest usage count not yet flushed to the usage store.',
@@ -359,7 +360,7 @@ function registerMeteringFamilies(registry: Registry, sources: MetricSources, la
       registers: [registry],
       collect() {
         this.reset();
-        for (const [tenant, n] of foldByLabel(sources.usage(), labels, (c) => c[field])) this.inc({ tenant }, n);
+        for (const [tenant, n] of foldByLabel(sources.usage(), label, (c) => c[field])) this.inc({ tenant }, n);
       },
     });
   };
@@ -375,8 +376,8 @@ function registerMeteringFamilies(registry: Registry, sources: MetricSources, la
     collect() {
       this.reset();
       const usage = sources.usage();
-      for (const [tenant, n] of foldByLabel(usage, labels, (c) => c.ingressBytes)) this.inc({ tenant, direction: 'ingress' }, n);
-      for (const [tenant, n] of foldByLabel(usage, labels, (c) => c.egressBytes)) this.inc({ tenant, direction: 'egress' }, n);
+      for (const [tenant, n] of foldByLabel(usage, label, (c) => c.ingressBytes)) this.inc({ tenant, direction: 'ingress' }, n);
+      for (const [tenant, n] of foldByLabel(usage, label, (c) => c.egressBytes)) this.inc({ tenant, direction: 'egress' }, n);
     },
   });
 }

@@ -41,10 +41,10 @@ export class TenantLabels {
 }
 
 /** Sums values by label: folds per-tenant figures read at scrape time into their label's. */
-export function foldByLabel<T>(entries: Iterable<[string, T]>, labels: TenantLabels, value: (v: T) => number): Map<string, number> {
+export function foldByLabel<T>(entries: Iterable<[string, T]>, label: (tenantId: string) => string, value: (v: T) => number): Map<string, number> {
   const out = new Map<string, number>();
   for (const [tenant, v] of entries) {
-    const l = labels.label(tenant);
+    const l = label(tenant);
     out.set(l, (out.get(l) ?? 0) + value(v));
   }
   return out;

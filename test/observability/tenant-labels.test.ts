@@ -30,7 +30,7 @@ describe('TenantLabels', () => {
           ['b', 2],
           ['c', 4],
         ]),
-        l,
+        (id) => l.label(id),
         (v) => v,
       ),
     ).toEqual(
