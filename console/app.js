@@ -7,6 +7,8 @@ import uPlot from './vendor/uPlot.esm.js';
 const TOKEN_KEY = 'queen-edge-admin-token';
 const OVERVIEW_REFRESH_MS = 3000;
 const TENANTS_REFRESH_MS = 5000;
+/** Tenants per page of the Tenants table (the admin API lists them in pages, docs/operating.md). */
+const TENANTS_PAGE = 50;
 const HOUR = 3600_000;
 
 /** uPlot instances of the tenant page, by chart name (the browser test reads their data). */
@@ -308,25 +310,130 @@ async function renderOverview(_arg, current) {
 
 // ---------- Tenants ----------
 
+/**
+ * The Tenants page's search and position, kept while the operator moves between pages of the
+ * console: the filters, and the cursor of every page up to the one shown (Previous pops one).
+ */
+const tenantsView = { prefix: '', status: '', plan: '', cursors: [''] };
+
+function tenantsQuery() {
+  const q = new URLSearchParams({ limit: String(TENANTS_PAGE) });
+  for (const k of ['prefix', 'status', 'plan']) if (tenantsView[k]) q.set(k, tenantsView[k]);
+  const cursor = tenantsView.cursors.at(-1);
+  if (cursor) q.set('cursor', cursor);
+  return q;
+}
+
+/** The search form above the table: id or host prefix, status, plan. */
+function tenantsSearch(plans) {
+  const select = (id, label, options, value) =>
+    h(
+      'label',
+      {},
+      `${label} `,
+      h(
+        'select',
+        { id },
+        options.map(([v, text]) => h('option', { value: v, selected: v === value }, text)),
+      ),
+    );
+  return h(
+    'form',
+    {
+      id: 'tenants-search',
+      class: 'search',
+      role: 'search',
+      onsubmit: (e) => {
+        e.preventDefault();
+        tenantsView.prefix = document.getElementById('tenants-prefix').value.trim();
+        tenantsView.status = document.getElementById('tenants-status').value;
+        tenantsView.plan = document.getElementById('tenants-plan').value;
+        tenantsView.cursors = [''];
+        route();
+      },
+    },
+    h(
+      'label',
+      {},
+      'Id or host starts with ',
+      h('input', { id: 'tenants-prefix', type: 'search', value: tenantsView.prefix, spellcheck: 'false', autocomplete: 'off' }),
+    ),
+    select(
+      'tenants-status',
+      'Status',
+      [
+        ['', 'any'],
+        ['active', 'active'],
+        ['suspended', 'suspended'],
+      ],
+      tenantsView.status,
+    ),
+    select('tenants-plan', 'Plan', [['', 'any'], ...plans.map((p) => [p.id, p.id])], tenantsView.plan),
+    h('button', { type: 'submit', class: 'primary' }, 'Search'),
+  );
+}
+
+/** Previous / Next under the table; `next` is the API's cursor of the following page. */
+function tenantsPager(next, shown) {
+  const n = tenantsView.cursors.length;
+  return h(
+    'div',
+    { class: 'pager' },
+    h(
+      'button',
+      {
+        type: 'button',
+        id: 'tenants-prev',
+        disabled: n === 1,
+        onclick: () => {
+          tenantsView.cursors.pop();
+          route();
+        },
+      },
+      '← Previous',
+    ),
+    h('span', { class: 'muted', id: 'tenants-page' }, `Page ${num(n)}: ${num(shown)} tenant${shown === 1 ? '' : 's'}`),
+    h(
+      'button',
+      {
+        type: 'button',
+        id: 'tenants-next',
+        disabled: !next,
+        onclick: () => {
+          tenantsView.cursors.push(next);
+          route();
+        },
+      },
+      'Next →',
+    ),
+  );
+}
+
 async function renderTenants(_arg, current) {
-  const [{ tenants }, { plans, writable, backing }, stats, monthUsage] = await Promise.all([
-    api('GET', '/admin/v1/tenants'),
+  const q = tenantsQuery();
+  const [{ tenants, next, total }, { plans, writable, backing }, stats, monthUsage] = await Promise.all([
+    api('GET', `/admin/v1/tenants?${q}`),
     api('GET', '/admin/v1/plans'),
     api('GET', '/admin/v1/stats'),
-    api('GET', '/admin/v1/usage'),
+    // The same page's tenants: the usage API pages as the tenant list does.
+    api('GET', `/admin/v1/usage?${q}`),
   ]);
   const planById = new Map(plans.map((p) => [p.id, p]));
   const totals = new Map(monthUsage.tenants.map((u) => [u.tenant, u.total]));
   // A tenant created between the two reads has no usage yet.
   const usage = tenants.map((t) => totals.get(t.id) ?? { messagesPushed: 0, ingressBytes: 0 });
+  const filtered = Boolean(tenantsView.prefix || tenantsView.status || tenantsView.plan);
   const month = new Date().toISOString().slice(0, 7);
 
   const rateCell = (kind, id, limit, unit) => h('td', { class: 'num', 'data-rate': kind, 'data-tenant': id, 'data-limit': limit, 'data-unit': unit }, '—');
   const fillRates = (s) => {
     for (const td of view.querySelectorAll('td[data-rate]')) {
       const per = s.tenants[td.dataset.rate === 'req' ? 'requestsPerSecond' : 'messagesPerSecond'];
+      // Past metrics.tenantLabels' slots a tenant is counted under _other: no rate of its own.
+      const unlabelled = per && !(td.dataset.tenant in per) && '_other' in per;
       const v = per ? (per[td.dataset.tenant] ?? 0) : null;
-      td.textContent = v === null ? 'measuring…' : `${nf1.format(v)} of ${num(Number(td.dataset.limit))} ${td.dataset.unit}`;
+      td.title = unlabelled ? 'No metrics label of its own (metrics.tenantLabels): its rate is in _other' : '';
+      td.textContent = v === null ? 'measuring…' : unlabelled ? '—' : `${nf1.format(v)} of ${num(Number(td.dataset.limit))} ${td.dataset.unit}`;
     }
   };
 
@@ -412,8 +519,9 @@ async function renderTenants(_arg, current) {
 
   page(
     'Tenants',
-    `${num(tenants.length)} tenants. Usage is this UTC month (${month}) so far; pushed messages and request body bytes count toward the quotas. Rates are live.${writable ? '' : ' Read-only: no Redis configured.'}${backing === 'memory' ? ' No Redis: changes are kept in this process only, until it exits.' : ''}`,
+    `${num(total)} tenants${filtered ? ' (search below)' : ''}. Usage is this UTC month (${month}) so far; pushed messages and request body bytes count toward the quotas. Rates are live.${writable ? '' : ' Read-only: no Redis configured.'}${backing === 'memory' ? ' No Redis: changes are kept in this process only, until it exits.' : ''}`,
     h('p', { id: 'tenants-error', class: 'error', role: 'alert' }),
+    tenantsSearch(plans),
     h(
       'div',
       { class: 'panel' },
@@ -437,8 +545,15 @@ async function renderTenants(_arg, current) {
             h('th', {}, h('span', { class: 'skip' }, 'Actions')),
           ),
         ),
-        h('tbody', {}, tenants.length === 0 ? h('tr', {}, h('td', { colspan: 9, class: 'empty' }, 'No tenants.')) : tenants.map((t, i) => row(t, usage[i]))),
+        h(
+          'tbody',
+          {},
+          tenants.length === 0
+            ? h('tr', {}, h('td', { colspan: 9, class: 'empty' }, filtered ? 'No tenant matches.' : 'No tenants.'))
+            : tenants.map((t, i) => row(t, usage[i])),
+        ),
       ),
+      tenantsPager(next, tenants.length),
     ),
   );
   fillRates(stats);

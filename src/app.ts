@@ -110,18 +110,22 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   const usageStore = createUsageStore(redis, config.redis.keyPrefix);
   const meter = new Meter({ store: usageStore, log, clock, ...(opts.usageFlushMs ? { flushMs: opts.usageFlushMs } : {}) });
   const reloads = new ReloadHistory(clock);
-  const metrics = createMetrics({
-    reloads: () => reloads,
-    limiterMode: () => limiter.mode(),
-    brokers: () => clusters.snapshot(tenants.all()),
-    usage: () => meter.lifetime(),
-    flush: () => meter.stats(),
-    jwksFailures: () => verifiers.jwksFailures(),
-    // Scraped only once the listeners below exist (the admin listener is one of them).
-    certificates: () => listeners.certificates(),
-  });
+  const metrics = createMetrics(
+    {
+      reloads: () => reloads,
+      limiterMode: () => limiter.mode(),
+      brokers: () => clusters.snapshot(tenants.all()),
+      usage: () => meter.lifetime(),
+      flush: () => meter.stats(),
+      jwksFailures: () => verifiers.jwksFailures(),
+      // Scraped only once the listeners below exist (the admin listener is one of them).
+      certificates: () => listeners.certificates(),
+    },
+    undefined,
+    config.metrics.tenantLabels,
+  );
   redis?.on('error', () => metrics.redisError('main'));
-  verifiers.registerMetrics(metrics.registry);
+  verifiers.registerMetrics(metrics.registry, (id) => metrics.tenantLabels.label(id));
   let draining = false;
 
   for (const warning of startWarnings(config)) log.warn(warning);

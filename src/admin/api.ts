@@ -33,6 +33,7 @@ import { answerProbe, type Readiness } from './probes.js';
 import { createKey, listKeys, revokeKey, revokeTenantKeys, type KeyAdminDeps } from './keys.js';
 import { serveConsole, serveConsoleOff } from './console.js';
 import { adminHostAllowed } from './hosts.js';
+import { listQuery, SortedTenantIds, tenantPage } from './tenant-list.js';
 import { duplicatedSingleton } from '../listen/raw-headers.js';
 import { EdgeError, edgeError, isEdgeError, renderError, type AnyErrorCode } from '../errors.js';
 import { redactUserInfo } from '../net/redact-url.js';
@@ -74,12 +75,16 @@ const BODY_LIMIT = 1024 * 1024;
 const MAX_USAGE_RANGE_MS = 366 * 24 * 3600 * 1000;
 const GRANULARITIES: readonly Granularity[] = ['hour', 'day', 'month'];
 
+/** One admin API call, as a route's handler gets it. */
 interface Call {
+  readonly d: AdminDeps;
   readonly req: IncomingMessage;
   readonly params: Readonly<Record<string, string | undefined>>;
   readonly query: URLSearchParams;
   /** Id of the admin token (for change logs). */
   readonly who: string;
+  /** The directory's ids in order, for listings. */
+  readonly sortedIds: SortedTenantIds;
 }
 type Reply = { status: number; body?: unknown } | { status: 200; headers: Record<string, string>; stream: Readable };
 type Action = (c: Call) => Promise<Reply | Refusal>;
@@ -165,312 +170,396 @@ function authView(auth: RawTenant['auth'] | undefined): unknown {
   return auth ? { ...auth, secret: auth.secret === null ? null : '(set)' } : null;
 }
 
+/** Fixed per listener: the deps, the token's digest and id, and the route table. */
+interface AdminState {
+  readonly d: AdminDeps;
+  /** SHA-256 of server.admin.token; null: the admin API is off. */
+  readonly expected: Buffer | null;
+  /** Id of the admin token (for change logs). */
+  readonly who: string;
+  readonly router: FindMyWay.Instance<FindMyWay.HTTPVersion.V1>;
+  readonly sortedIds: SortedTenantIds;
+}
+
 /** Builds the admin listener's request handler. */
 export function createAdminHandler(d: AdminDeps): H1Handler {
-  const expected = d.token ? sha256(d.token) : null;
-  const who = d.token ? sha256(d.token).toString('hex').slice(0, 8) : '';
   const router = FindMyWay({ caseSensitive: true, ignoreTrailingSlash: true });
   const noop = () => undefined;
-  const on = (method: 'GET' | 'PUT' | 'POST' | 'DELETE', path: string, action: Action) => router.on(method, path, noop, action);
-
-  const logChange = (c: Call, action: string, target: string, change?: unknown, result: { outcome: string } = { outcome: 'done' }) =>
-    d.log[result.outcome === 'done' ? 'info' : 'warn'](
-      { admin: c.who, action, target, ...(change === undefined ? {} : { change }), ...result },
-      'admin change',
-    );
-
-  /** Guards every write: the store refuses them without Redis; ids must fit keys and URLs. */
-  const writable = (id: string): Refusal | null => {
-    if (d.tenants.backing === 'static') return edgeError('read_only');
-    if (!ID_PATTERN.test(id)) return edgeError('invalid_request', `id: must match ${ID_PATTERN.source}`);
-    return null;
+  for (const [method, path, action] of ADMIN_ROUTES) router.on(method, path, noop, action);
+  const state: AdminState = {
+    d,
+    expected: d.token ? sha256(d.token) : null,
+    who: d.token ? sha256(d.token).toString('hex').slice(0, 8) : '',
+    router,
+    sortedIds: new SortedTenantIds(),
   };
-
-  const tenantDetail = async (t: Tenant): Promise<Record<string, unknown>> => {
-    const record = await d.tenantRecord(t.id);
-    return {
-      ...tenantSummary(t, d.tenants),
-      cors: { origins: record?.cors.origins ?? [] },
-      limits: record?.limits ?? {},
-      boundedLoadFactor: t.boundedLoadFactor,
-      auth: authView(record?.auth),
-      effectiveLimits: t.limits,
-    };
-  };
-
-  const existing = (id: string): Tenant | Refusal => d.tenants.byId(id) ?? edgeError('not_found', `no tenant "${id}"`);
-
-  on('GET', '/admin/v1/tenants', async () => ({ status: 200, body: { tenants: [...d.tenants.all()].map((t) => tenantSummary(t, d.tenants)) } }));
-
-  on('GET', '/admin/v1/tenants/:id', async (c) => {
-    const t = existing(c.params.id!);
-    return t instanceof EdgeError ? t : { status: 200, body: await tenantDetail(t) };
-  });
-
-  on('PUT', '/admin/v1/tenants/:id', async (c) => {
-    const id = c.params.id!;
-    const body = await jsonBody(c.req);
-    if (body instanceof EdgeError) return body;
-    const refused = writable(id) ?? writeRefusal(await d.tenants.putTenant(id, body), 'tenant');
-    if (refused) return refused;
-    logChange(c, 'tenant.put', id, { ...(body as object), auth: authView(d.tenants.recordOf(id)?.auth) });
-    return { status: 200, body: await tenantDetail(d.tenants.byId(id)!) };
-  });
-
-  on('DELETE', '/admin/v1/tenants/:id', async (c) => {
-    const id = c.params.id!;
-    const refused = writable(id);
-    if (refused) return refused;
-    if (!(await d.tenants.deleteTenant(id))) return edgeError('not_found', `no tenant "${id}"`);
-    const keys = await revokeTenantKeys(d.keys, id);
-    logChange(c, 'tenant.delete', id, keys.length > 0 ? { keysRevoked: keys } : undefined);
-    return { status: 204 };
-  });
-
-  for (const [verb, status] of [
-    ['suspend', 'suspended'],
-    ['resume', 'active'],
-  ] as const) {
-    on('POST', `/admin/v1/tenants/:id/${verb}`, async (c) => {
-      const id = c.params.id!;
-      const t = existing(id);
-      if (t instanceof EdgeError) return t;
-      const refused = writable(id) ?? writeRefusal(await d.tenants.setStatus(id, status), 'status');
-      if (refused) return refused;
-      logChange(c, `tenant.${verb}`, id);
-      return { status: 200, body: await tenantDetail(d.tenants.byId(id)!) };
-    });
-  }
-
-  // Drops the admin API's overrides of a tenant of the file: its record and status are the file's again.
-  on('DELETE', '/admin/v1/tenants/:id/overrides', async (c) => {
-    const id = c.params.id!;
-    const t = existing(id);
-    if (t instanceof EdgeError) return t;
-    const refused = writable(id) ?? writeRefusal(await d.tenants.resetToFile(id), 'reset');
-    if (refused) return refused;
-    logChange(c, 'tenant.reset', id);
-    return { status: 200, body: await tenantDetail(d.tenants.byId(id)!) };
-  });
-
-  on('POST', '/admin/v1/tenants/:id/keys', async (c) => {
-    const body = await jsonBody(c.req);
-    const out = body instanceof EdgeError ? body : await createKey(d.keys, c.params.id!, body);
-    // The key id names it in the log; the key itself is in the answer only.
-    if (!(out instanceof EdgeError))
-      logChange(c, 'key.create', c.params.id!, { id: (out.body as { id: string }).id, roles: (body as { roles: unknown }).roles });
-    return out;
-  });
-
-  on('GET', '/admin/v1/tenants/:id/keys', async (c) => listKeys(d.keys, c.params.id!));
-
-  on('DELETE', '/admin/v1/tenants/:id/keys/:keyId', async (c) => {
-    const out = await revokeKey(d.keys, c.params.id!, c.params.keyId!);
-    if (!(out instanceof EdgeError)) logChange(c, 'key.revoke', c.params.id!, { id: c.params.keyId });
-    return out;
-  });
-
-  on('PUT', '/admin/v1/tenants/:id/storage', async (c) => {
-    const id = c.params.id!;
-    const t = existing(id);
-    if (t instanceof EdgeError) return t;
-    const body = await jsonBody(c.req);
-    if (body instanceof EdgeError) return body;
-    const keys = body && typeof body === 'object' && !Array.isArray(body) ? Object.keys(body) : null;
-    const usedBytes = (body as { usedBytes?: unknown } | null)?.usedBytes;
-    if (keys?.length !== 1 || typeof usedBytes !== 'number' || !Number.isSafeInteger(usedBytes) || usedBytes < 0) {
-      return edgeError('invalid_request', 'usedBytes: must be a non-negative integer (and the only field)', {
-        problems: ['usedBytes: must be a non-negative integer'],
-      });
-    }
-    const refused = writable(id) ?? writeRefusal(await d.tenants.setStorageUsed(id, usedBytes), 'storage');
-    if (refused) return refused;
-    logChange(c, 'tenant.storage', id, { usedBytes });
-    return { status: 200, body: tenantSummary(d.tenants.byId(id)!, d.tenants) };
-  });
-
-  on('GET', '/admin/v1/plans/:id', async (c) => {
-    const p = d.tenants.planById(c.params.id!);
-    return p ? { status: 200, body: planView(p) } : edgeError('not_found', `no plan "${c.params.id}"`);
-  });
-
-  on('PUT', '/admin/v1/plans/:id', async (c) => {
-    const id = c.params.id!;
-    const body = await jsonBody(c.req);
-    if (body instanceof EdgeError) return body;
-    const refused = writable(id) ?? writeRefusal(await d.tenants.putPlan(id, body), 'plan');
-    if (refused) return refused;
-    logChange(c, 'plan.put', id, body);
-    return { status: 200, body: planView(d.tenants.planById(id)!) };
-  });
-
-  on('GET', '/admin/v1/tenants/:id/usage', async (c) => {
-    const id = c.params.id!;
-    if (!ID_PATTERN.test(id) && !d.tenants.byId(id)) return edgeError('invalid_request', `id: must match ${ID_PATTERN.source}`);
-    const range = usageRange(c.query, d.clock());
-    if (range instanceof EdgeError) return range;
-    // Deleted tenants stay readable: their last period still has to be billed.
-    const hours = await d.usage(id, range.fromMs, range.toMs);
-    const total = sumOf(hours);
-    return {
-      status: 200,
-      body: {
-        tenant: id,
-        from: new Date(range.fromMs).toISOString(),
-        to: new Date(range.toMs).toISOString(),
-        granularity: range.granularity,
-        buckets: rollUp(hours, range.granularity).map((b) => ({ start: new Date(b.start).toISOString(), ...countsView(b.counts) })),
-        total: countsView(total),
-      },
-    };
-  });
-
-  // Every current tenant's totals over one range (default: this UTC month so far), in one call:
-  // what the console's Tenants page lists.
-  on('GET', '/admin/v1/usage', async (c) => {
-    const range = usageRange(c.query, d.clock(), 'month');
-    if (range instanceof EdgeError) return range;
-    const ids = [...d.tenants.all()].map((t) => t.id).sort();
-    const totals = await Promise.all(ids.map(async (id) => ({ tenant: id, total: countsView(sumOf(await d.usage(id, range.fromMs, range.toMs))) })));
-    return { status: 200, body: { from: new Date(range.fromMs).toISOString(), to: new Date(range.toMs).toISOString(), tenants: totals } };
-  });
-
-  on('GET', '/admin/v1/brokers', async () => ({ status: 200, body: { clusters: d.brokers() } }));
-
-  // Broker maintenance, for all of a tenant's brokers or the one named by `broker`; 502 when a
-  // broker could not be read or switched (the body still lists every broker's outcome).
-  const maintenanceTargets = (t: Tenant, broker: unknown): string[] | Refusal => {
-    if (broker === undefined || broker === null) return [...t.brokers];
-    return typeof broker === 'string' && t.brokers.includes(broker) ? [broker] : edgeError('invalid_request', `broker: not a broker of tenant "${t.id}"`);
-  };
-  // The error names each failed broker and what happened: down, or up and answering another status.
-  const maintenanceReply = (t: Tenant, brokers: BrokerMaintenanceState[]): Reply => {
-    const failed = brokers.filter((b) => 'error' in b).map((b) => `${b.url}: ${b.error}`);
-    return { status: failed.length ? 502 : 200, body: { tenant: t.id, brokers, ...(failed.length ? { error: failed.join('; '), code: 'bad_gateway' } : {}) } };
-  };
-  on('GET', '/admin/v1/tenants/:id/maintenance', async (c) => {
-    const t = existing(c.params.id!);
-    if (t instanceof EdgeError) return t;
-    const targets = maintenanceTargets(t, c.query.get('broker') ?? undefined);
-    if (targets instanceof EdgeError) return targets;
-    return maintenanceReply(t, await Promise.all(targets.map((url) => d.maintenance.read(url, t.id))));
-  });
-  on('PUT', '/admin/v1/tenants/:id/maintenance', async (c) => {
-    const t = existing(c.params.id!);
-    if (t instanceof EdgeError) return t;
-    const body = (await jsonBody(c.req)) as { mode?: unknown; enabled?: unknown; broker?: unknown } | Refusal;
-    if (body instanceof EdgeError) return body;
-    const mode = body?.mode ?? 'push';
-    if ((mode !== 'push' && mode !== 'pop') || typeof body?.enabled !== 'boolean') {
-      return edgeError('invalid_request', 'expected {"mode":"push"|"pop","enabled":true|false,"broker"?:URL}', {
-        problems: ['mode: push or pop', 'enabled: boolean'],
-      });
-    }
-    const targets = maintenanceTargets(t, body.broker);
-    if (targets instanceof EdgeError) return targets;
-    const enabled = body.enabled;
-    const states = await Promise.all(targets.map((url) => d.maintenance.set(url, t.id, mode as MaintenanceSwitch, enabled)));
-    // Logged after the brokers answered, with what they did: a refused switch is not recorded as done.
-    const failed = states.flatMap((b) => ('error' in b ? [{ url: b.url, error: b.error }] : []));
-    const outcome = failed.length === 0 ? 'done' : failed.length === states.length ? 'failed' : 'partial';
-    logChange(c, 'broker.maintenance', t.id, { mode, enabled, brokers: targets }, { outcome, ...(failed.length ? { failed } : {}) });
-    return maintenanceReply(t, states);
-  });
-
-  on('GET', '/admin/v1/plans', async () => {
-    const ids = [...new Set([...d.planIds(), ...[...d.tenants.all()].map((t) => t.plan.id)])].sort();
-    const plans = ids.map((id) => d.tenants.planById(id)).filter((p) => p !== undefined);
-    return { status: 200, body: { writable: d.tenants.backing !== 'static', backing: d.tenants.backing, plans: plans.map(planView) } };
-  });
-
-  on('GET', '/admin/v1/stats', async () => ({ status: 200, body: await d.stats() }));
-
-  on('GET', '/admin/v1/reloads', async () => ({
-    status: 200,
-    body: {
-      last: d.reloads?.last ?? null,
-      restartNeeded: d.reloads?.restartNeeded ?? [],
-      applied: d.reloads?.counts.applied ?? 0,
-      refused: d.reloads?.counts.refused ?? 0,
-    },
-  }));
-
-  on('GET', '/admin/v1/usage/export', async (c) => {
-    const range = usageRange(c.query, d.clock(), 'hour');
-    if (range instanceof EdgeError) return range;
-    if (range.granularity === 'month') return edgeError('invalid_request', 'granularity: must be hour or day');
-    const format = c.query.get('format') ?? 'csv';
-    if (format !== 'csv' && format !== 'jsonl') return edgeError('invalid_request', 'format: must be csv or jsonl');
-    const named = c.query.getAll('tenant');
-    const bad = named.find((id) => !ID_PATTERN.test(id));
-    if (bad !== undefined) return edgeError('invalid_request', `tenant: must match ${ID_PATTERN.source}`);
-    const granularity = range.granularity as ExportGranularity;
-    const aligned = alignRange(range.fromMs, range.toMs, granularity);
-    // Named tenants may be deleted ones (their last period is still billed); else every current tenant.
-    const tenants = named.length > 0 ? [...new Set(named)] : [...d.tenants.all()].map((t) => t.id).sort();
-    await d.usageExport.flush();
-    const name = `usage-${new Date(aligned.fromMs).toISOString().slice(0, 13)}-${granularity}.${format}`;
-    return {
-      status: 200,
-      headers: {
-        'content-type': format === 'csv' ? 'text/csv; charset=utf-8' : 'application/jsonl; charset=utf-8',
-        'content-disposition': `attachment; filename="${name}"`,
-        'cache-control': 'no-store',
-      },
-      stream: Readable.from(exportChunks({ tenants, ...aligned, granularity, format: format as ExportFormat }, d.usageExport.read)),
-    };
-  });
-
-  const authorized = (req: IncomingMessage): boolean => {
-    const header = req.headers.authorization;
-    if (expected === null || typeof header !== 'string' || !/^bearer /i.test(header)) return false;
-    return timingSafeEqual(sha256(header.slice(7).trim()), expected);
-  };
-
-  const serve = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const url = req.url ?? '/';
-    const q = url.indexOf('?');
-    const path = q === -1 ? url : url.slice(0, q);
-    if (expected !== null ? await serveConsole(path, req, res) : serveConsoleOff(path, req, res)) return;
-    if (path === '/metrics' && req.method === 'GET') {
-      const text = await d.metricsText();
-      res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8', 'cache-control': 'no-store' });
-      res.end(text);
-      return;
-    }
-    if (!(path === '/admin' || path.startsWith('/admin/'))) return sendError(res, edgeError('not_found', 'not found'));
-    if (expected === null) return sendError(res, edgeError('admin_disabled'));
-    // renderError adds `WWW-Authenticate: Bearer` to every `unauthorized`.
-    if (!authorized(req)) return sendError(res, edgeError('unauthorized', 'missing or invalid admin token'));
-    const found = router.find(req.method as 'GET', path);
-    if (!found) return sendError(res, edgeError('not_found', 'no such admin route'));
-    const call: Call = { req, params: found.params, query: new URLSearchParams(q === -1 ? '' : url.slice(q + 1)), who };
-    let out: Reply | Refusal;
-    try {
-      out = await (found.store as Action)(call);
-    } catch (err) {
-      d.log.warn({ err, path }, 'admin API: store unavailable');
-      out = edgeError('unavailable');
-    }
-    if (out instanceof EdgeError) sendError(res, out);
-    else if ('stream' in out) {
-      res.writeHead(out.status, out.headers);
-      // A store failure mid-stream cuts the response before its last chunk: clients see a truncated
-      // transfer as an error instead of a short export.
-      await pipeline(out.stream, res).catch((err: unknown) => d.log.warn({ err, path }, 'admin API: usage export interrupted'));
-    } else send(res, out.status, out.body);
-  };
-
   return (req, res) => {
     if (duplicatedSingleton(req.rawHeaders) === 'host' || !adminHostAllowed(req.headers.host, d.hostNames)) return refuseHost(res);
     if (answerProbe(req, res, d.readiness)) return;
-    serve(req, res).catch((err: unknown) => {
+    serve(state, req, res).catch((err: unknown) => {
       d.log.error({ err }, 'admin handler failure');
       if (!res.headersSent) sendError(res, edgeError('unavailable', 'internal error'));
       else res.destroy();
     });
   };
 }
+
+/** The console, `/metrics`, then the admin API behind the token. */
+async function serve(s: AdminState, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const url = req.url ?? '/';
+  const q = url.indexOf('?');
+  const path = q === -1 ? url : url.slice(0, q);
+  if (s.expected !== null ? await serveConsole(path, req, res) : serveConsoleOff(path, req, res)) return;
+  if (path === '/metrics' && req.method === 'GET') return serveMetrics(s.d, res);
+  if (!(path === '/admin' || path.startsWith('/admin/'))) return sendError(res, edgeError('not_found', 'not found'));
+  if (s.expected === null) return sendError(res, edgeError('admin_disabled'));
+  // renderError adds `WWW-Authenticate: Bearer` to every `unauthorized`.
+  if (!authorized(req, s.expected)) return sendError(res, edgeError('unauthorized', 'missing or invalid admin token'));
+  const found = s.router.find(req.method as 'GET', path);
+  if (!found) return sendError(res, edgeError('not_found', 'no such admin route'));
+  const call: Call = { d: s.d, req, params: found.params, query: new URLSearchParams(q === -1 ? '' : url.slice(q + 1)), who: s.who, sortedIds: s.sortedIds };
+  let out: Reply | Refusal;
+  try {
+    out = await (found.store as Action)(call);
+  } catch (err) {
+    s.d.log.warn({ err, path }, 'admin API: store unavailable');
+    out = edgeError('unavailable');
+  }
+  return writeReply(s.d, res, path, out);
+}
+
+async function serveMetrics(d: AdminDeps, res: ServerResponse): Promise<void> {
+  const text = await d.metricsText();
+  res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8', 'cache-control': 'no-store' });
+  res.end(text);
+}
+
+function authorized(req: IncomingMessage, expected: Buffer): boolean {
+  const header = req.headers.authorization;
+  if (typeof header !== 'string' || !/^bearer /i.test(header)) return false;
+  return timingSafeEqual(sha256(header.slice(7).trim()), expected);
+}
+
+async function writeReply(d: AdminDeps, res: ServerResponse, path: string, out: Reply | Refusal): Promise<void> {
+  if (out instanceof EdgeError) return sendError(res, out);
+  if (!('stream' in out)) return send(res, out.status, out.body);
+  res.writeHead(out.status, out.headers);
+  // A store failure mid-stream cuts the response before its last chunk: clients see a truncated
+  // transfer as an error instead of a short export.
+  await pipeline(out.stream, res).catch((err: unknown) => d.log.warn({ err, path }, 'admin API: usage export interrupted'));
+}
+
+function logChange(c: Call, action: string, target: string, change?: unknown, result: { outcome: string } = { outcome: 'done' }): void {
+  c.d.log[result.outcome === 'done' ? 'info' : 'warn'](
+    { admin: c.who, action, target, ...(change === undefined ? {} : { change }), ...result },
+    'admin change',
+  );
+}
+
+/** Guards every write: the store refuses them without Redis; ids must fit keys and URLs. */
+function writable(d: AdminDeps, id: string): Refusal | null {
+  if (d.tenants.backing === 'static') return edgeError('read_only');
+  if (!ID_PATTERN.test(id)) return edgeError('invalid_request', `id: must match ${ID_PATTERN.source}`);
+  return null;
+}
+
+async function tenantDetail(d: AdminDeps, t: Tenant): Promise<Record<string, unknown>> {
+  const record = await d.tenantRecord(t.id);
+  return {
+    ...tenantSummary(t, d.tenants),
+    cors: { origins: record?.cors.origins ?? [] },
+    limits: record?.limits ?? {},
+    boundedLoadFactor: t.boundedLoadFactor,
+    auth: authView(record?.auth),
+    effectiveLimits: t.limits,
+  };
+}
+
+function existing(d: AdminDeps, id: string): Tenant | Refusal {
+  return d.tenants.byId(id) ?? edgeError('not_found', `no tenant "${id}"`);
+}
+
+/** A page of the tenants in id order, filtered (tenant-list.ts); `next` is the cursor of the page after it, null after the last. */
+async function listTenants(c: Call): Promise<Reply | Refusal> {
+  const q = listQuery(c.query);
+  if (q instanceof EdgeError) return q;
+  const ids = tenantIds(c);
+  const page = tenantPage(
+    ids,
+    (id) => c.d.tenants.byId(id),
+    q,
+    (t) => tenantSummary(t, c.d.tenants),
+  );
+  return { status: 200, body: { tenants: page.tenants, next: page.next, total: ids.length } };
+}
+
+function tenantIds(c: Call): readonly string[] {
+  return c.sortedIds.of(c.d.tenants.generation, () => c.d.tenants.all());
+}
+
+async function getTenant(c: Call): Promise<Reply | Refusal> {
+  const t = existing(c.d, c.params.id!);
+  return t instanceof EdgeError ? t : { status: 200, body: await tenantDetail(c.d, t) };
+}
+
+async function putTenant(c: Call): Promise<Reply | Refusal> {
+  const id = c.params.id!;
+  const body = await jsonBody(c.req);
+  if (body instanceof EdgeError) return body;
+  const refused = writable(c.d, id) ?? writeRefusal(await c.d.tenants.putTenant(id, body), 'tenant');
+  if (refused) return refused;
+  logChange(c, 'tenant.put', id, { ...(body as object), auth: authView(c.d.tenants.recordOf(id)?.auth) });
+  return { status: 200, body: await tenantDetail(c.d, c.d.tenants.byId(id)!) };
+}
+
+async function deleteTenant(c: Call): Promise<Reply | Refusal> {
+  const id = c.params.id!;
+  const refused = writable(c.d, id);
+  if (refused) return refused;
+  if (!(await c.d.tenants.deleteTenant(id))) return edgeError('not_found', `no tenant "${id}"`);
+  const keys = await revokeTenantKeys(c.d.keys, id);
+  logChange(c, 'tenant.delete', id, keys.length > 0 ? { keysRevoked: keys } : undefined);
+  return { status: 204 };
+}
+
+/** `suspend` and `resume`: the same switch, to another status. */
+function switchStatus(verb: 'suspend' | 'resume', status: 'suspended' | 'active'): Action {
+  return async (c) => {
+    const id = c.params.id!;
+    const t = existing(c.d, id);
+    if (t instanceof EdgeError) return t;
+    const refused = writable(c.d, id) ?? writeRefusal(await c.d.tenants.setStatus(id, status), 'status');
+    if (refused) return refused;
+    logChange(c, `tenant.${verb}`, id);
+    return { status: 200, body: await tenantDetail(c.d, c.d.tenants.byId(id)!) };
+  };
+}
+
+/** Drops the admin API's overrides of a tenant of the file: its record and status are the file's again. */
+async function resetTenant(c: Call): Promise<Reply | Refusal> {
+  const id = c.params.id!;
+  const t = existing(c.d, id);
+  if (t instanceof EdgeError) return t;
+  const refused = writable(c.d, id) ?? writeRefusal(await c.d.tenants.resetToFile(id), 'reset');
+  if (refused) return refused;
+  logChange(c, 'tenant.reset', id);
+  return { status: 200, body: await tenantDetail(c.d, c.d.tenants.byId(id)!) };
+}
+
+async function putStorage(c: Call): Promise<Reply | Refusal> {
+  const id = c.params.id!;
+  const t = existing(c.d, id);
+  if (t instanceof EdgeError) return t;
+  const body = await jsonBody(c.req);
+  if (body instanceof EdgeError) return body;
+  const keys = body && typeof body === 'object' && !Array.isArray(body) ? Object.keys(body) : null;
+  const usedBytes = (body as { usedBytes?: unknown } | null)?.usedBytes;
+  if (keys?.length !== 1 || typeof usedBytes !== 'number' || !Number.isSafeInteger(usedBytes) || usedBytes < 0) {
+    return edgeError('invalid_request', 'usedBytes: must be a non-negative integer (and the only field)', {
+      problems: ['usedBytes: must be a non-negative integer'],
+    });
+  }
+  const refused = writable(c.d, id) ?? writeRefusal(await c.d.tenants.setStorageUsed(id, usedBytes), 'storage');
+  if (refused) return refused;
+  logChange(c, 'tenant.storage', id, { usedBytes });
+  return { status: 200, body: tenantSummary(c.d.tenants.byId(id)!, c.d.tenants) };
+}
+
+async function getPlan(c: Call): Promise<Reply | Refusal> {
+  const p = c.d.tenants.planById(c.params.id!);
+  return p ? { status: 200, body: planView(p) } : edgeError('not_found', `no plan "${c.params.id}"`);
+}
+
+async function putPlan(c: Call): Promise<Reply | Refusal> {
+  const id = c.params.id!;
+  const body = await jsonBody(c.req);
+  if (body instanceof EdgeError) return body;
+  const refused = writable(c.d, id) ?? writeRefusal(await c.d.tenants.putPlan(id, body), 'plan');
+  if (refused) return refused;
+  logChange(c, 'plan.put', id, body);
+  return { status: 200, body: planView(c.d.tenants.planById(id)!) };
+}
+
+async function listPlans(c: Call): Promise<Reply> {
+  const d = c.d;
+  const ids = [...new Set([...d.planIds(), ...[...d.tenants.all()].map((t) => t.plan.id)])].sort();
+  const plans = ids.map((id) => d.tenants.planById(id)).filter((p) => p !== undefined);
+  return { status: 200, body: { writable: d.tenants.backing !== 'static', backing: d.tenants.backing, plans: plans.map(planView) } };
+}
+
+async function tenantUsage(c: Call): Promise<Reply | Refusal> {
+  const id = c.params.id!;
+  if (!ID_PATTERN.test(id) && !c.d.tenants.byId(id)) return edgeError('invalid_request', `id: must match ${ID_PATTERN.source}`);
+  const range = usageRange(c.query, c.d.clock());
+  if (range instanceof EdgeError) return range;
+  // Deleted tenants stay readable: their last period still has to be billed.
+  const hours = await c.d.usage(id, range.fromMs, range.toMs);
+  const total = sumOf(hours);
+  return {
+    status: 200,
+    body: {
+      tenant: id,
+      from: new Date(range.fromMs).toISOString(),
+      to: new Date(range.toMs).toISOString(),
+      granularity: range.granularity,
+      buckets: rollUp(hours, range.granularity).map((b) => ({ start: new Date(b.start).toISOString(), ...countsView(b.counts) })),
+      total: countsView(total),
+    },
+  };
+}
+
+/**
+ * The totals over one range (default: this UTC month so far) of a page of tenants, chosen as
+ * `GET /admin/v1/tenants` chooses them (same cursor, limit and filters): what the console's
+ * Tenants page lists beside them.
+ */
+async function usageTotals(c: Call): Promise<Reply | Refusal> {
+  const range = usageRange(c.query, c.d.clock(), 'month');
+  if (range instanceof EdgeError) return range;
+  const q = listQuery(c.query);
+  if (q instanceof EdgeError) return q;
+  const page = tenantPage(
+    tenantIds(c),
+    (id) => c.d.tenants.byId(id),
+    q,
+    (t) => t.id,
+  );
+  const totals = await Promise.all(page.tenants.map(async (id) => ({ tenant: id, total: countsView(sumOf(await c.d.usage(id, range.fromMs, range.toMs))) })));
+  return { status: 200, body: { from: new Date(range.fromMs).toISOString(), to: new Date(range.toMs).toISOString(), tenants: totals, next: page.next } };
+}
+
+async function usageExport(c: Call): Promise<Reply | Refusal> {
+  const range = usageRange(c.query, c.d.clock(), 'hour');
+  if (range instanceof EdgeError) return range;
+  if (range.granularity === 'month') return edgeError('invalid_request', 'granularity: must be hour or day');
+  const format = c.query.get('format') ?? 'csv';
+  if (format !== 'csv' && format !== 'jsonl') return edgeError('invalid_request', 'format: must be csv or jsonl');
+  const zeros = c.query.get('zeros') ?? 'include';
+  if (zeros !== 'include' && zeros !== 'omit') return edgeError('invalid_request', 'zeros: must be include or omit');
+  const named = c.query.getAll('tenant');
+  const bad = named.find((id) => !ID_PATTERN.test(id));
+  if (bad !== undefined) return edgeError('invalid_request', `tenant: must match ${ID_PATTERN.source}`);
+  const granularity = range.granularity as ExportGranularity;
+  const aligned = alignRange(range.fromMs, range.toMs, granularity);
+  // Named tenants may be deleted ones (their last period is still billed); else every current tenant.
+  const tenants = named.length > 0 ? [...new Set(named)] : tenantIds(c);
+  await c.d.usageExport.flush();
+  const name = `usage-${new Date(aligned.fromMs).toISOString().slice(0, 13)}-${granularity}.${format}`;
+  return {
+    status: 200,
+    headers: {
+      'content-type': format === 'csv' ? 'text/csv; charset=utf-8' : 'application/jsonl; charset=utf-8',
+      'content-disposition': `attachment; filename="${name}"`,
+      'cache-control': 'no-store',
+    },
+    stream: Readable.from(
+      exportChunks({ tenants, ...aligned, granularity, format: format as ExportFormat, omitZeros: zeros === 'omit' }, c.d.usageExport.read),
+    ),
+  };
+}
+
+async function listBrokers(c: Call): Promise<Reply> {
+  return { status: 200, body: { clusters: c.d.brokers() } };
+}
+
+// Broker maintenance, for all of a tenant's brokers or the one named by `broker`; 502 when a
+// broker could not be read or switched (the body still lists every broker's outcome).
+function maintenanceTargets(t: Tenant, broker: unknown): string[] | Refusal {
+  if (broker === undefined || broker === null) return [...t.brokers];
+  return typeof broker === 'string' && t.brokers.includes(broker) ? [broker] : edgeError('invalid_request', `broker: not a broker of tenant "${t.id}"`);
+}
+
+/** The error names each failed broker and what happened: down, or up and answering another status. */
+function maintenanceReply(t: Tenant, brokers: BrokerMaintenanceState[]): Reply {
+  const failed = brokers.filter((b) => 'error' in b).map((b) => `${b.url}: ${b.error}`);
+  return { status: failed.length ? 502 : 200, body: { tenant: t.id, brokers, ...(failed.length ? { error: failed.join('; '), code: 'bad_gateway' } : {}) } };
+}
+
+async function getMaintenance(c: Call): Promise<Reply | Refusal> {
+  const t = existing(c.d, c.params.id!);
+  if (t instanceof EdgeError) return t;
+  const targets = maintenanceTargets(t, c.query.get('broker') ?? undefined);
+  if (targets instanceof EdgeError) return targets;
+  return maintenanceReply(t, await Promise.all(targets.map((url) => c.d.maintenance.read(url, t.id))));
+}
+
+async function putMaintenance(c: Call): Promise<Reply | Refusal> {
+  const t = existing(c.d, c.params.id!);
+  if (t instanceof EdgeError) return t;
+  const body = (await jsonBody(c.req)) as { mode?: unknown; enabled?: unknown; broker?: unknown } | Refusal;
+  if (body instanceof EdgeError) return body;
+  const mode = body?.mode ?? 'push';
+  if ((mode !== 'push' && mode !== 'pop') || typeof body?.enabled !== 'boolean') {
+    return edgeError('invalid_request', 'expected {"mode":"push"|"pop","enabled":true|false,"broker"?:URL}', {
+      problems: ['mode: push or pop', 'enabled: boolean'],
+    });
+  }
+  const targets = maintenanceTargets(t, body.broker);
+  if (targets instanceof EdgeError) return targets;
+  const enabled = body.enabled;
+  const states = await Promise.all(targets.map((url) => c.d.maintenance.set(url, t.id, mode as MaintenanceSwitch, enabled)));
+  // Logged after the brokers answered, with what they did: a refused switch is not recorded as done.
+  const failed = states.flatMap((b) => ('error' in b ? [{ url: b.url, error: b.error }] : []));
+  const outcome = failed.length === 0 ? 'done' : failed.length === states.length ? 'failed' : 'partial';
+  logChange(c, 'broker.maintenance', t.id, { mode, enabled, brokers: targets }, { outcome, ...(failed.length ? { failed } : {}) });
+  return maintenanceReply(t, states);
+}
+
+async function liveStats(c: Call): Promise<Reply> {
+  return { status: 200, body: await c.d.stats() };
+}
+
+async function reloadsView(c: Call): Promise<Reply> {
+  const r = c.d.reloads;
+  return {
+    status: 200,
+    body: { last: r?.last ?? null, restartNeeded: r?.restartNeeded ?? [], applied: r?.counts.applied ?? 0, refused: r?.counts.refused ?? 0 },
+  };
+}
+
+async function postKey(c: Call): Promise<Reply | Refusal> {
+  const body = await jsonBody(c.req);
+  const out = body instanceof EdgeError ? body : await createKey(c.d.keys, c.params.id!, body);
+  // The key id names it in the log; the key itself is in the answer only.
+  if (!(out instanceof EdgeError)) logChange(c, 'key.create', c.params.id!, { id: (out.body as { id: string }).id, roles: (body as { roles: unknown }).roles });
+  return out;
+}
+
+async function getKeys(c: Call): Promise<Reply | Refusal> {
+  return listKeys(c.d.keys, c.params.id!);
+}
+
+async function deleteKey(c: Call): Promise<Reply | Refusal> {
+  const out = await revokeKey(c.d.keys, c.params.id!, c.params.keyId!);
+  if (!(out instanceof EdgeError)) logChange(c, 'key.revoke', c.params.id!, { id: c.params.keyId });
+  return out;
+}
+
+/** The admin API: one row per endpoint (docs/reference.md). */
+const ADMIN_ROUTES: readonly (readonly ['GET' | 'PUT' | 'POST' | 'DELETE', string, Action])[] = [
+  ['GET', '/admin/v1/tenants', listTenants],
+  ['GET', '/admin/v1/tenants/:id', getTenant],
+  ['PUT', '/admin/v1/tenants/:id', putTenant],
+  ['DELETE', '/admin/v1/tenants/:id', deleteTenant],
+  ['POST', '/admin/v1/tenants/:id/suspend', switchStatus('suspend', 'suspended')],
+  ['POST', '/admin/v1/tenants/:id/resume', switchStatus('resume', 'active')],
+  ['DELETE', '/admin/v1/tenants/:id/overrides', resetTenant],
+  ['POST', '/admin/v1/tenants/:id/keys', postKey],
+  ['GET', '/admin/v1/tenants/:id/keys', getKeys],
+  ['DELETE', '/admin/v1/tenants/:id/keys/:keyId', deleteKey],
+  ['PUT', '/admin/v1/tenants/:id/storage', putStorage],
+  ['GET', '/admin/v1/tenants/:id/usage', tenantUsage],
+  ['GET', '/admin/v1/tenants/:id/maintenance', getMaintenance],
+  ['PUT', '/admin/v1/tenants/:id/maintenance', putMaintenance],
+  ['GET', '/admin/v1/plans', listPlans],
+  ['GET', '/admin/v1/plans/:id', getPlan],
+  ['PUT', '/admin/v1/plans/:id', putPlan],
+  ['GET', '/admin/v1/usage', usageTotals],
+  ['GET', '/admin/v1/usage/export', usageExport],
+  ['GET', '/admin/v1/brokers', listBrokers],
+  ['GET', '/admin/v1/stats', liveStats],
+  ['GET', '/admin/v1/reloads', reloadsView],
+];
 
 /** A request whose Host does not name the listener: refused before any endpoint is looked at. */
 function refuseHost(res: ServerResponse): void {

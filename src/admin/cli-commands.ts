@@ -113,16 +113,34 @@ export const COMMANDS: readonly AdminCommand[] = [
   {
     words: ['tenants', 'list'],
     args: [],
-    summary: 'every tenant',
-    async run({ api }) {
-      const doc = await api('GET', '/admin/v1/tenants');
+    options: {
+      status: { type: 'string' },
+      plan: { type: 'string' },
+      prefix: { type: 'string' },
+      limit: { type: 'string' },
+      cursor: { type: 'string' },
+      all: { type: 'boolean' },
+    },
+    optionsHelp: '[--status active|suspended] [--plan ID] [--prefix ID-OR-HOST] [--limit N] [--cursor C | --all]',
+    summary: 'a page of tenants in id order (--all: every page), filtered',
+    async run({ api, values }) {
+      const q = new URLSearchParams();
+      for (const name of ['status', 'plan', 'prefix', 'limit', 'cursor'] as const) if (typeof values[name] === 'string') q.set(name, values[name]);
+      const doc = await api('GET', `/admin/v1/tenants?${q}`);
+      // --all follows the cursors: one page in memory at a time on the edge, the list here.
+      while (values.all === true && doc.next) {
+        q.set('cursor', doc.next);
+        const page = await api('GET', `/admin/v1/tenants?${q}`);
+        doc.tenants.push(...page.tenants);
+        doc.next = page.next;
+      }
       return {
         doc,
         human: () =>
           table(
             ['ID', 'STATUS', 'PLAN', 'HOSTS', 'BROKERS', 'SOURCE'],
             doc.tenants.map((t: Json) => [t.id, t.status, t.plan, t.hosts.join(',') || '-', String(t.brokers.length), sourceText(t.source)]),
-          ),
+          ) + (doc.next ? `more: --cursor ${doc.next} (or --all)\n` : ''),
       };
     },
   },
@@ -390,13 +408,15 @@ export const COMMANDS: readonly AdminCommand[] = [
       granularity: { type: 'string' },
       format: { type: 'string' },
       tenant: { type: 'string', multiple: true },
+      'omit-zeros': { type: 'boolean' },
     },
-    optionsHelp: '[--from ISO] [--to ISO] [--granularity hour|day] [--format csv|jsonl] [--tenant ID]...',
+    optionsHelp: '[--from ISO] [--to ISO] [--granularity hour|day] [--format csv|jsonl] [--tenant ID]... [--omit-zeros]',
     summary: "every tenant's usage per period, for billing (docs/usage-export.md)",
     async run({ download, values }) {
       const q = new URLSearchParams();
       for (const name of ['from', 'to', 'granularity', 'format'] as const) if (typeof values[name] === 'string') q.set(name, values[name]);
       for (const id of (values.tenant as string[] | undefined) ?? []) q.append('tenant', id);
+      if (values['omit-zeros'] === true) q.set('zeros', 'omit');
       await download(`/admin/v1/usage/export?${q}`);
       return null;
     },

@@ -15,6 +15,7 @@ import { decodeJwt } from 'jose';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { AuthConfig, RawTenantAuth } from '../config/schema.js';
 import type { Logger } from '../observability/log.js';
+import { foldByLabel } from '../observability/tenant-labels.js';
 import { createTokenVerifier, JwksKeys, tokenCache, type KeyContext, type TokenVerifier } from './jwt.js';
 import { KeyClaims } from './key-claims.js';
 
@@ -48,7 +49,7 @@ export interface TenantVerifiers {
    * Signature checks and token-cache bytes, by trust domain (`tenant` label: the tenant's id, or
    * "" for the global settings), read at scrape time.
    */
-  registerMetrics(registry: Registry): void;
+  registerMetrics(registry: Registry, tenantLabel?: (id: string) => string): void;
   /** Failed fetches of each JWKS URL in use (the global one and tenants' own). */
   jwksFailures(): ReadonlyMap<string, number>;
   close(): void;
@@ -191,7 +192,8 @@ class Verifiers implements TenantVerifiers {
     };
   }
 
-  registerMetrics(registry: Registry): void {
+  /** `tenantLabel` folds tenant ids into the label values /metrics may show (observability/tenant-labels.ts). */
+  registerMetrics(registry: Registry, tenantLabel: (id: string) => string = (id) => id): void {
     const checks = this.#checks;
     const shares = (): Iterable<[string, TokenVerifier]> => [['', this.global], ...[...this.#own].map(([id, o]): [string, TokenVerifier] => [id, o.verifier])];
     new Counter({
@@ -201,7 +203,7 @@ class Verifiers implements TenantVerifiers {
       registers: [registry],
       collect() {
         this.reset();
-        for (const [tenant, n] of checks) this.inc({ tenant }, n);
+        for (const [tenant, n] of checks) this.inc({ tenant: tenantLabel(tenant) }, n);
       },
     });
     new Gauge({
@@ -211,7 +213,7 @@ class Verifiers implements TenantVerifiers {
       registers: [registry],
       collect() {
         this.reset();
-        for (const [tenant, v] of shares()) this.set({ tenant }, v.cacheBytes);
+        for (const [tenant, n] of foldByLabel(shares(), tenantLabel, (v) => v.cacheBytes)) this.set({ tenant }, n);
       },
     });
   }

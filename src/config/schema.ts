@@ -243,6 +243,16 @@ export const configSchema = z
         levelNames: z.boolean().default(false),
       })
       .prefault({}),
+    /** added: what /metrics shows (docs/operating.md, "Tenant labels"). */
+    metrics: z
+      .strictObject({
+        /** `first:N`: the first N tenants seen by a process have a `tenant` label of their own, the rest are `_other`; `all` or `none`. */
+        tenantLabels: z
+          .string()
+          .regex(/^(all|none|first:([1-9][0-9]{0,4}|100000))$/, 'all, none or first:N (1 to 100000)')
+          .default('first:100'),
+      })
+      .prefault({}),
     /** added: how shared limits are decided (docs/limits.md, "Leased mode"). */
     limits: z
       .strictObject({

@@ -23,6 +23,8 @@ export interface ExportRequest {
   readonly toMs: number;
   readonly granularity: ExportGranularity;
   readonly format: ExportFormat;
+  /** Leave out rows where nothing was counted (`zeros=omit`); by default every tenant has a row per period. */
+  readonly omitZeros?: boolean;
 }
 
 const REFUSAL_CODES = Object.keys(ERROR_CATALOGUE) as ErrorCode[];
@@ -111,6 +113,13 @@ export function formatRow(format: ExportFormat, tenant: string, p: Period, c: Us
   return `${JSON.stringify(doc)}\n`;
 }
 
+/** Nothing counted: every field 0 and no refusal. */
+function isZero(c: UsageCounts): boolean {
+  if (c.requests + c.messagesPushed + c.messagesDelivered + c.acks + c.ingressBytes + c.egressBytes !== 0) return false;
+  for (const _ in c.refusals) return false;
+  return true;
+}
+
 /** Every period of the range, zeros included, so each tenant has exactly one line per period. */
 function periods(fromMs: number, toMs: number, granularity: ExportGranularity): Period[] {
   const step = granularity === 'hour' ? HOUR_MS : 24 * HOUR_MS;
@@ -119,7 +128,7 @@ function periods(fromMs: number, toMs: number, granularity: ExportGranularity): 
   return out;
 }
 
-/** The export as text chunks: the CSV header first (CSV only), then one chunk per tenant. */
+/** The export as text chunks: the CSV header first (CSV only), then one chunk per tenant (none for a tenant whose rows were all left out). */
 export async function* exportChunks(req: ExportRequest, read: HourlyReader): AsyncGenerator<string> {
   if (req.format === 'csv') yield `${EXPORT_COLUMNS.join(',')}\n`;
   const all = periods(req.fromMs, req.toMs, req.granularity);
@@ -131,8 +140,11 @@ export async function* exportChunks(req: ExportRequest, read: HourlyReader): Asy
     for (let k = 0; k < ids.length; k++) {
       const byStart = req.granularity === 'hour' ? hours[k]! : new Map(rollUp(hours[k]!, req.granularity).map((b) => [b.start, b.counts]));
       let chunk = '';
-      for (const p of all) chunk += formatRow(req.format, ids[k]!, p, byStart.get(p.start) ?? empty);
-      yield chunk;
+      for (const p of all) {
+        const c = byStart.get(p.start) ?? empty;
+        if (req.omitZeros !== true || !isZero(c)) chunk += formatRow(req.format, ids[k]!, p, c);
+      }
+      if (chunk !== '') yield chunk;
     }
   }
 }

@@ -9,10 +9,13 @@
  *
  * Cardinality: labels are tenant ids, route names, error codes, status classes and configured
  * broker URLs: all bounded by the configuration, never by client input (no queue names, no paths).
+ * Tenant ids are bounded further by `metrics.tenantLabels` (tenant-labels.ts): past its slots,
+ * tenants are counted under `_other`, so the series do not grow with the tenant list.
  */
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ErrorCode } from '../errors.js';
 import { redactUserInfo } from '../net/redact-url.js';
+import { foldByLabel, TenantLabels, tenantLabelSlots } from './tenant-labels.js';
 
 /** What the limiter decided for a request: admitted, its refusal code, or null (not consulted). */
 export type LimitOutcome = 'admitted' | ErrorCode | null;
@@ -72,6 +75,8 @@ export interface UsageTotals {
 /** The process's metrics: the pipeline hooks plus the registry and its text. */
 export interface EdgeMetrics extends RequestMetrics {
   readonly registry: Registry;
+  /** The `tenant` label value of a tenant id (its own, or `_other` past the slots). */
+  readonly tenantLabels: TenantLabels;
   /** A Redis client reported an error (connection loss, timeout). */
   redisError(client: string): void;
   /** The exposition text of this process's registry. */
@@ -81,6 +86,8 @@ export interface EdgeMetrics extends RequestMetrics {
 const LIMITER_MODES = ['redis', 'memory', 'open', 'closed', 'local'] as const;
 const STATUS_CLASSES = ['none', '1xx', '2xx', '3xx', '4xx', '5xx'] as const;
 const NO_TENANT = '-';
+/** metrics.tenantLabels' default (config/schema.ts). */
+export const DEFAULT_TENANT_LABELS = 'first:100';
 /** Latency buckets in seconds: 50 µs (overhead) to 60 s (a parked poll). */
 const LATENCY_BUCKETS = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
@@ -175,13 +182,59 @@ function statusClass(status: number): string {
   return cls >= 1 && cls <= 5 ? STATUS_CLASSES[cls]! : STATUS_CLASSES[0];
 }
 
-/** Registers every queen-edge family (and Node's process metrics) on `registry`. */
-export function createMetrics(sources: MetricSources, registry: Registry = new Registry()): EdgeMetrics {
-  const requests = new Tally();
-  const decisions = new Tally();
-  const parkedNow = new Map<string, number>();
-  const redisErrors = new Map<string, number>();
+/** What the pipeline recorded since the start, read by the families at scrape time. */
+class RequestTallies {
+  constructor(readonly labels: TenantLabels) {}
+  readonly requests = new Tally();
+  readonly decisions = new Tally();
+  readonly parkedNow = new Map<string, number>();
+  readonly redisErrors = new Map<string, number>();
+  readonly overhead = new RouteHistogram(
+    'queen_edge_proxy_overhead_seconds',
+    'Time spent in the edge per request (total minus upstream), by route name.',
+    LATENCY_BUCKETS,
+  );
+  readonly upstream = new RouteHistogram(
+    'queen_edge_upstream_duration_seconds',
+    'Time from dispatch to the last relayed byte of forwarded requests, by route name.',
+    LATENCY_BUCKETS,
+  );
+}
 
+/** Registers every queen-edge family (and Node's process metrics) on `registry`. */
+export function createMetrics(sources: MetricSources, registry: Registry = new Registry(), tenantLabels = DEFAULT_TENANT_LABELS): EdgeMetrics {
+  const labels = new TenantLabels(tenantLabelSlots(tenantLabels), new Set([NO_TENANT, '']));
+  const t = new RequestTallies(labels);
+  registerRequestFamilies(registry, t);
+  registerStateFamilies(registry, sources, t);
+  registerMeteringFamilies(registry, sources, labels);
+  registerReloadFamilies(registry, sources);
+  registerHealthFamilies(registry, sources);
+  collectDefaultMetrics({ register: registry });
+  return {
+    registry,
+    tenantLabels: labels,
+    request(tenantId, route, status, code, totalMs, upstreamMs, limit) {
+      const tenant = tenantId === null ? NO_TENANT : labels.label(tenantId);
+      const name = route ?? NO_TENANT;
+      t.requests.inc(tenant, name, statusClass(status), code ?? '', 1);
+      if (limit !== null) t.decisions.inc(tenant, limit, '', '', 1);
+      t.overhead.observe(name, Math.max(0, totalMs - upstreamMs) / 1000);
+      if (upstreamMs > 0) t.upstream.observe(name, upstreamMs / 1000);
+    },
+    parked(tenantId, delta) {
+      const tenant = labels.label(tenantId);
+      t.parkedNow.set(tenant, (t.parkedNow.get(tenant) ?? 0) + delta);
+    },
+    redisError(client) {
+      t.redisErrors.set(client, (t.redisErrors.get(client) ?? 0) + 1);
+    },
+    text: () => registry.metrics(),
+  };
+}
+
+/** Requests, latencies, parked polls and limiter decisions, from what the pipeline recorded. */
+function registerRequestFamilies(registry: Registry, t: RequestTallies): void {
   new Counter({
     name: 'queen_edge_requests_total',
     help: 'Requests by tenant, route name, status class and refusal code ("" when not refused).',
@@ -189,25 +242,14 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
     registers: [registry],
     collect() {
       this.reset();
-      requests.forEach((tenant, route, status, code, n) => {
+      t.requests.forEach((tenant, route, status, code, n) => {
         this.inc({ tenant, route, status, code }, n);
       });
     },
   });
-  const overhead = new RouteHistogram(
-    'queen_edge_proxy_overhead_seconds',
-    'Time spent in the edge per request (total minus upstream), by route name.',
-    LATENCY_BUCKETS,
-  );
-  const upstream = new RouteHistogram(
-    'queen_edge_upstream_duration_seconds',
-    'Time from dispatch to the last relayed byte of forwarded requests, by route name.',
-    LATENCY_BUCKETS,
-  );
   // prom-client's typings declare a numeric metric type its registry never uses (it reads the string).
-  registry.registerMetric(overhead as unknown as Parameters<Registry['registerMetric']>[0]);
-  registry.registerMetric(upstream as unknown as Parameters<Registry['registerMetric']>[0]);
-
+  registry.registerMetric(t.overhead as unknown as Parameters<Registry['registerMetric']>[0]);
+  registry.registerMetric(t.upstream as unknown as Parameters<Registry['registerMetric']>[0]);
   new Gauge({
     name: 'queen_edge_parked_polls',
     help: 'Long polls (wait=true pops) parked at a broker now, by tenant.',
@@ -215,7 +257,7 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
     registers: [registry],
     collect() {
       this.reset();
-      for (const [tenant, n] of parkedNow) this.set({ tenant }, n);
+      for (const [tenant, n] of t.parkedNow) this.set({ tenant }, n);
     },
   });
   new Counter({
@@ -225,11 +267,15 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
     registers: [registry],
     collect() {
       this.reset();
-      decisions.forEach((tenant, decision, _c, _d, n) => {
+      t.decisions.forEach((tenant, decision, _c, _d, n) => {
         this.inc({ tenant, decision }, n);
       });
     },
   });
+}
+
+/** The limiter mode, workers, brokers and Redis errors: live state read at scrape time. */
+function registerStateFamilies(registry: Registry, sources: MetricSources, t: RequestTallies): void {
   new Gauge({
     name: 'queen_edge_limiter_mode',
     help: 'The limiter mode in force (1) and the others (0): redis, memory, or the failMode while Redis is away.',
@@ -278,9 +324,14 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
     registers: [registry],
     collect() {
       this.reset();
-      for (const [client, n] of redisErrors) this.inc({ client }, n);
+      for (const [client, n] of t.redisErrors) this.inc({ client }, n);
     },
   });
+}
+
+/** Usage flushes and the metered totals by tenant. */
+function registerMeteringFamilies(registry: Registry, sources: MetricSources, labels: TenantLabels): void {
+  const label = (id: string) => labels.label(id);
   new Gauge({
     name: 'queen_edge_metering_flush_lag_seconds',
     help: 'Age of the oldest usage count not yet flushed to the usage store.',
@@ -316,7 +367,7 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
       registers: [registry],
       collect() {
         this.reset();
-        for (const [tenant, c] of sources.usage()) this.inc({ tenant }, c[field]);
+        for (const [tenant, n] of foldByLabel(sources.usage(), label, (c) => c[field])) this.inc({ tenant }, n);
       },
     });
   };
@@ -331,12 +382,15 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
     registers: [registry],
     collect() {
       this.reset();
-      for (const [tenant, c] of sources.usage()) {
-        this.inc({ tenant, direction: 'ingress' }, c.ingressBytes);
-        this.inc({ tenant, direction: 'egress' }, c.egressBytes);
-      }
+      const usage = sources.usage();
+      for (const [tenant, n] of foldByLabel(usage, label, (c) => c.ingressBytes)) this.inc({ tenant, direction: 'ingress' }, n);
+      for (const [tenant, n] of foldByLabel(usage, label, (c) => c.egressBytes)) this.inc({ tenant, direction: 'egress' }, n);
     },
   });
+}
+
+/** Configuration reloads: when, whether the last one applied, how many of each result. */
+function registerReloadFamilies(registry: Registry, sources: MetricSources): void {
   // Every worker applies the same reloads: a cluster's figure is the max (or min for success), not a sum.
   new Gauge({
     name: 'queen_edge_config_last_reload_timestamp_seconds',
@@ -356,17 +410,6 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
       this.set(sources.reloads?.().last?.result === 'refused' ? 0 : 1);
     },
   });
-  new Gauge({
-    name: 'queen_edge_config_restart_needed',
-    help: 'Settings (by dotted path) whose value in the file differs from what runs: they apply only after a restart (1 each; none when all applied).',
-    labelNames: ['setting'] as const,
-    registers: [registry],
-    aggregator: 'max',
-    collect() {
-      this.reset();
-      for (const setting of sources.reloads?.().restartNeeded ?? []) this.set({ setting }, 1);
-    },
-  });
   new Counter({
     name: 'queen_edge_config_reloads_total',
     help: 'Configuration reloads by result: applied or refused.',
@@ -380,6 +423,21 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
       this.inc({ result: 'refused' }, counts.refused);
     },
   });
+  new Gauge({
+    name: 'queen_edge_config_restart_needed',
+    help: 'Settings (by dotted path) whose value in the file differs from what runs: they apply only after a restart (1 each; none when all applied).',
+    labelNames: ['setting'] as const,
+    registers: [registry],
+    aggregator: 'max',
+    collect() {
+      this.reset();
+      for (const setting of sources.reloads?.().restartNeeded ?? []) this.set({ setting }, 1);
+    },
+  });
+}
+
+/** The listener's certificates and the JWKS fetches: what an operator renews or repairs before it breaks. */
+function registerHealthFamilies(registry: Registry, sources: MetricSources): void {
   // Every worker serves the same files: a cluster's figure is the earliest expiry.
   new Gauge({
     name: 'queen_edge_certificate_expiry_timestamp_seconds',
@@ -402,24 +460,4 @@ export function createMetrics(sources: MetricSources, registry: Registry = new R
       for (const [url, n] of sources.jwksFailures?.() ?? []) this.inc({ url }, n);
     },
   });
-  collectDefaultMetrics({ register: registry });
-
-  return {
-    registry,
-    request(tenantId, route, status, code, totalMs, upstreamMs, limit) {
-      const tenant = tenantId ?? NO_TENANT;
-      const name = route ?? NO_TENANT;
-      requests.inc(tenant, name, statusClass(status), code ?? '', 1);
-      if (limit !== null) decisions.inc(tenant, limit, '', '', 1);
-      overhead.observe(name, Math.max(0, totalMs - upstreamMs) / 1000);
-      if (upstreamMs > 0) upstream.observe(name, upstreamMs / 1000);
-    },
-    parked(tenantId, delta) {
-      parkedNow.set(tenantId, (parkedNow.get(tenantId) ?? 0) + delta);
-    },
-    redisError(client) {
-      redisErrors.set(client, (redisErrors.get(client) ?? 0) + 1);
-    },
-    text: () => registry.metrics(),
-  };
 }

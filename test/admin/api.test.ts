@@ -174,9 +174,14 @@ describe('admin API routes', () => {
   it('GET usage and GET brokers', async () => {
     const u = await admin(a, 'GET', '/admin/v1/tenants/acme/usage?from=2020-01-01T00:00:00Z&to=2020-02-01T00:00:00Z&granularity=month');
     expect(u.json).toMatchObject({ tenant: 'acme', granularity: 'month', buckets: [], total: { requests: 0 } });
-    // Every tenant's totals in one call (the console's Tenants page).
+    // A page of tenants' totals in one call (the console's Tenants page).
     const all = await admin(a, 'GET', '/admin/v1/usage?from=2020-01-01T00:00:00Z&to=2020-02-01T00:00:00Z');
-    expect(all.json).toEqual({ from: '2020-01-01T00:00:00.000Z', to: '2020-02-01T00:00:00.000Z', tenants: [{ tenant: 'acme', total: u.json.total }] });
+    expect(all.json).toEqual({
+      from: '2020-01-01T00:00:00.000Z',
+      to: '2020-02-01T00:00:00.000Z',
+      tenants: [{ tenant: 'acme', total: u.json.total }],
+      next: null,
+    });
     expect((await admin(a, 'GET', '/admin/v1/usage?from=2020-02-01T00:00:00Z&to=2020-01-01T00:00:00Z')).json.code).toBe('invalid_request');
     const brokers = await admin(a, 'GET', '/admin/v1/brokers');
     expect(brokers.json.clusters).toEqual([
