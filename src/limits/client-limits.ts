@@ -2,7 +2,7 @@
  * Per-client limits that protect the edge itself rather than meter a tenant: signature checks
  * (a token that is not yet cached costs one; RS256 and ES256 especially) and anonymous public
  * routes. rate-limiter-flexible's memory limiter, one per process, keyed by client address (an
- * IPv6 client by its /64, which one host usually owns whole). Design and bounds:
+ * IPv6 client by its /64, an IPv4 one carried in IPv6 by that IPv4 address, see clientKey). Design and bounds:
  * docs/decisions/0016-signature-check-throttle.md (why memory and not Redis: 0007).
  *
  * Signature checks are gated, not failures in general: a token refused without one (malformed,
@@ -109,16 +109,38 @@ function identityOf(token: string): string {
     .slice(0, 22);
 }
 
-/** The key a client is limited by: its address (see net/client-address.ts); IPv6 by its /64. */
+/**
+ * The key a client is limited by: its address (see net/client-address.ts); IPv6 by its /64, which
+ * one host usually owns whole. An IPv6 address that carries an IPv4 one is keyed as that IPv4
+ * address: IPv4-mapped `::ffff:a.b.c.d`, and NAT64's well-known prefix `64:ff9b::/96` (RFC 6052),
+ * behind which every IPv4 client of a NAT64 gateway shares one /64.
+ */
 export function clientKey(address: string): string {
   if (!isIPv6(address)) return address;
-  return `${ipv6Groups(address).slice(0, 4).join(':')}::/64`;
+  const groups = ipv6Groups(address);
+  const carried = carriedIpv4(groups);
+  return carried ?? `${groups.slice(0, 4).join(':')}::/64`;
 }
 
-/** The eight groups of an IPv6 address, `::` expanded, each without leading zeros. */
+/** The first 96 bits of the IPv6 forms that carry an IPv4 address in their last 32 (groups as ipv6Groups gives them). */
+const IPV4_CARRIERS: readonly string[] = ['0:0:0:0:0:ffff', '64:ff9b:0:0:0:0'];
+
+function carriedIpv4(groups: readonly string[]): string | null {
+  if (!IPV4_CARRIERS.includes(groups.slice(0, 6).join(':'))) return null;
+  const hi = Number.parseInt(groups[6]!, 16);
+  const lo = Number.parseInt(groups[7]!, 16);
+  return `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`;
+}
+
+/** The eight groups of an IPv6 address, `::` expanded, an embedded dotted IPv4 tail as two groups, each without leading zeros. */
 function ipv6Groups(ip: string): string[] {
   const zone = ip.indexOf('%');
-  const bare = zone === -1 ? ip : ip.slice(0, zone);
+  let bare = zone === -1 ? ip : ip.slice(0, zone);
+  const dotted = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(bare);
+  if (dotted !== null) {
+    const [a, b, c, d] = dotted.slice(1).map(Number) as [number, number, number, number];
+    bare = `${bare.slice(0, dotted.index)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+  }
   const [head, tail] = bare.split('::') as [string, string | undefined];
   const left = head === '' ? [] : head.split(':');
   const right = tail === undefined || tail === '' ? [] : tail.split(':');
