@@ -5,7 +5,9 @@
  * JWKS under another spelling (`?x`, `#x`, `LOCALHOST`, `127.0.0.1` for `localhost`, `:443`) or the
  * same PEM under another path.
  *
- * - HMAC secrets: their bytes (as the verifier encodes them), hashed.
+ * - HMAC secrets: the key HMAC really uses, per hash (RFC 2104: a key longer than the hash's
+ *   block is hashed first, a shorter one is zero-padded to the block), hashed. `secret\0` and
+ *   `secret` are one HMAC key: comparing the bytes as given would take them for two.
  * - PEM public keys: the RFC 7638 thumbprint of the key the file holds.
  * - JWKS endpoints: the canonical URL (lower-case host without a trailing dot, no user info,
  *   fragment or query, default port dropped, every loopback name one host). The query is dropped
@@ -91,11 +93,28 @@ export function trustedKeys(s: TrustSettings): ReadonlySet<string> {
   const known = recent.get(s);
   if (known !== undefined && now - known.at < RECENT_MS) return known.keys;
   const keys = new Set<string>();
-  if (s.secret !== null) keys.add(`hmac:${createHash('sha256').update(new TextEncoder().encode(s.secret)).digest('base64url')}`);
+  if (s.secret !== null) for (const k of hmacKeys(s.secret)) keys.add(k);
   if (s.publicKey !== null) keys.add(pemKey(s.publicKey));
   if (s.jwksUrl !== null) keys.add(`jwks:${canonicalJwksUrl(s.jwksUrl)}`);
   recent.set(s, { at: now, keys });
   return keys;
+}
+
+/** The hash and block size (bytes) of each HMAC algorithm a secret may verify. */
+const HMAC_HASHES: ReadonlyArray<readonly [alg: string, hash: string, block: number]> = [
+  ['HS256', 'sha256', 64],
+  ['HS384', 'sha384', 128],
+  ['HS512', 'sha512', 128],
+];
+
+/** `hmac:<alg>:<hash of the padded key>` for each HMAC algorithm: what a secret is as that algorithm's key. */
+export function hmacKeys(secret: string): string[] {
+  const raw = Buffer.from(new TextEncoder().encode(secret));
+  return HMAC_HASHES.map(([alg, hash, block]) => {
+    const padded = Buffer.alloc(block);
+    (raw.length > block ? createHash(hash).update(raw).digest() : raw).copy(padded);
+    return `hmac:${alg}:${createHash('sha256').update(padded).digest('base64url')}`;
+  });
 }
 
 /** True when the issuer or the audience tells the two settings' tokens apart (both set, no value in common). */

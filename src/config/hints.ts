@@ -16,6 +16,7 @@ const HINTS: ReadonlyArray<readonly [RegExp, (m: RegExpExecArray) => string]> = 
   [/Invalid URL/, () => 'a full URL with its scheme, e.g. http://10.0.0.1:6632'],
   [/more than one worker needs shared state/, () => 'set redis.url (or redis.cluster), or server.workers: 1'],
   [/(host|hosts).*(listed|claimed|already)/i, () => 'each host name belongs to one tenant: remove it from one of them'],
+  [/HMAC secret needs at least/, () => 'generate one: openssl rand -base64 32'],
   [/ENOENT|no such file/, () => 'check the path (--config FILE or $QUEEN_EDGE_CONFIG); config/default.yaml runs on a fresh clone'],
 ];
 

@@ -70,6 +70,9 @@ const ALGORITHMS = ['HS256', 'HS384', 'HS512', 'RS256', 'RS384', 'RS512', 'PS256
 const algorithms = z.array(z.enum(ALGORITHMS)).min(1);
 const claimValue = z.union([z.string(), z.array(z.string())]).nullable();
 
+/** The shortest HMAC secret a tenant's own `auth` may hold: 256 bits, the HS256 key size RFC 7518 §3.2 asks for. */
+export const TENANT_SECRET_MIN_BYTES = 32;
+
 /**
  * added: a tenant's own token settings (docs/tenancy.md). When present they replace the global
  * key, issuer and audience for this tenant alone: nothing is inherited but the algorithm
@@ -78,7 +81,14 @@ const claimValue = z.union([z.string(), z.array(z.string())]).nullable();
 export const tenantAuthSchema = z
   .strictObject({
     algorithms: algorithms.optional(),
-    secret: z.string().min(1).nullable().default(null),
+    /** At least TENANT_SECRET_MIN_BYTES: a tenant's secret is chosen by whoever writes its record, and a short one is guessed offline from any token. */
+    secret: z
+      .string()
+      .refine((s) => Buffer.byteLength(s) >= TENANT_SECRET_MIN_BYTES, {
+        message: `a tenant's HMAC secret needs at least ${TENANT_SECRET_MIN_BYTES} bytes`,
+      })
+      .nullable()
+      .default(null),
     publicKey: z.string().min(1).nullable().default(null),
     jwksUrl: url.nullable().default(null),
     issuer: claimValue.default(null),
