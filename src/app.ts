@@ -6,6 +6,7 @@ import type { Registry } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
 import { compileTables } from './tables.js';
 import { ConfigError } from './config/load.js';
+import type { DomainOrigin } from './auth/key-claims.js';
 import { createTenantVerifiers } from './auth/verifiers.js';
 import { createMinter } from './auth/mint.js';
 import { createClientLimits } from './limits/client-limits.js';
@@ -171,12 +172,14 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
 
   await Promise.all([verifiers.start(), limiter.start()]);
   clusters.start(tenants.all());
-  verifiers.sync(tenants.all());
+  // The file's tenants keep a key they share with a record, whatever was fetched first (key-claims.ts).
+  const origin = (id: string): DomainOrigin => (tenants.sourceOf(id)?.record === 'file' ? 'file' : 'record');
+  verifiers.sync(tenants.all(), origin);
   // Brokers and tenant keys follow the directory: removed brokers stop being probed and lose their
   // pools, and the verifiers and JWKS sets of removed or re-keyed tenants are dropped.
   tenants.onChange(() => {
     proxy.sync(tenants.all());
-    verifiers.sync(tenants.all());
+    verifiers.sync(tenants.all(), origin);
   });
   meter.start();
   const addresses = await listeners.listen();

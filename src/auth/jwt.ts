@@ -157,6 +157,12 @@ export function createTokenVerifier(cfg: AuthConfig, deps: { log: Logger; clock?
   return new Verifier(cfg, deps.log, clock, keys, true);
 }
 
+/** The PEM key of a verifier and its RFC 7638 thumbprint. */
+interface PemKey {
+  readonly key: KeyObject;
+  readonly thumbprint: string | null;
+}
+
 function deny(reason: string): EdgeError {
   return edgeError('unauthorized', reason);
 }
@@ -176,7 +182,7 @@ class Verifier implements TokenVerifier {
   readonly #checked: (() => void) | undefined;
   readonly #refusedKeys: () => ReadonlySet<string>;
   readonly #anyKey: boolean;
-  #pem: Promise<KeyObject> | null = null;
+  #pem: Promise<PemKey> | null = null;
   /**
    * Verifications under way, by token: a burst of requests carrying one new token (h2 streams
    * opened at once) costs one signature check and one place in the signature gate, not one each.
@@ -295,20 +301,23 @@ class Verifier implements TokenVerifier {
   async #keyFor(alg: string, header: ProtectedHeaderParameters): Promise<Uint8Array | KeyObject | CryptoKey | EdgeError> {
     if (alg.startsWith('HS')) return this.#secret ?? deny('no key for this algorithm');
     if (this.#pemPath !== null && (header.kid === undefined || this.#jwks === null)) {
-      let pem: KeyObject;
+      let pem: PemKey;
       try {
         pem = await this.#pemKey(this.#pemPath);
       } catch {
         return deny('verification key unavailable');
       }
-      if (pemSuits(pem, alg)) return pem;
+      if (pemSuits(pem.key, alg)) {
+        // A domain configured earlier holds this key too (key-claims.ts): it is theirs.
+        return pem.thumbprint !== null && this.#refusedKeys().has(pem.thumbprint) ? deny('key not trusted for this tenant') : pem.key;
+      }
     }
     return this.#jwks ? this.#jwks.keyFor(header, this.#refusedKeys) : deny('no key for this algorithm');
   }
 
   /** Read once, by start() or by the first verification that needs it. */
-  #pemKey(path: string): Promise<KeyObject> {
-    this.#pem ??= loadPublicKey(path);
+  #pemKey(path: string): Promise<PemKey> {
+    this.#pem ??= loadPublicKey(path).then((key) => ({ key, thumbprint: jwkThumbprint(key.export({ format: 'jwk' }) as JWK) }));
     return this.#pem;
   }
 }

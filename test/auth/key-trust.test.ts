@@ -131,7 +131,7 @@ describe('through the edge', () => {
     expect(r.status).toBe(401);
     expect(r.json).toMatchObject({ code: 'unauthorized', error: 'key not trusted for this tenant' });
     expect(forwarded(lateBroker).length).toBe(before);
-    const refusal = logs.lines.find((l: LogLine) => l.msg.startsWith('JWKS serves a key another trust domain already trusts'));
+    const refusal = logs.lines.find((l: LogLine) => l.msg.startsWith('a key another trust domain configured earlier also holds'));
     expect(refusal).toMatchObject({ level: 50, tenant: 'late', trustedBy: 'tenant "victim"', kid: ec.kid });
     // Its own key still works; the victim's tokens still work on the victim's host.
     expect((await pop(await signWith(lateKey, claimless()), 'late.localhost')).status).toBe(204);
