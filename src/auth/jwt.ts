@@ -17,6 +17,12 @@
  *   fetches for JWKS_FAILURE_BACKOFF_MS; that also paces retries when the IdP is down at start.
  * - Keys older than JWKS_MAX_AGE_MS are refreshed in the background on the next verification, so
  *   keys the IdP removed stop verifying without a restart.
+ * - Whatever starts them, a set is fetched JWKS_FETCH_BURST times in a row at most, then once per
+ *   JWKS_FETCH_REFILL_MS: an IdP that adds a new kid before every token cannot make the edge
+ *   fetch and parse its set per token.
+ * - A set is bounded (`auth.jwks`): its document in bytes (jwks-fetch.ts) and its members in
+ *   number, and a token's key is looked up by kid in a map, so a token costs the same against a
+ *   set of 2 keys as of the largest allowed.
  * All of these use the injected clock.
  *
  * Cache: verified tokens by exact string, bounded LRU in entries and bytes, valid until exp +
@@ -28,10 +34,10 @@
 import { createPublicKey, type KeyObject } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import {
-  createLocalJWKSet,
   decodeJwt,
   decodeProtectedHeader,
   errors,
+  importJWK,
   jwtVerify,
   type CryptoKey,
   type JWK,
@@ -40,6 +46,7 @@ import {
   type ProtectedHeaderParameters,
 } from 'jose';
 import { ExpiringMap } from '../cache/expiring-map.js';
+import { fetchJwksDocument, type JwksFetchPolicy } from './jwks-fetch.js';
 import { jwkThumbprint } from './key-trust.js';
 import type { AuthConfig } from '../config/schema.js';
 import { edgeError, EdgeError } from '../errors.js';
@@ -63,6 +70,9 @@ const JWKS_FAILURE_BACKOFF_MS = 5_000;
 const JWKS_MAX_AGE_MS = 10 * 60_000;
 /** One JWKS request may take this long. */
 const JWKS_FETCH_TIMEOUT_MS = 5_000;
+/** Fetches of one set in a burst (a start, a rotation and another right after it), then one per refill period. */
+const JWKS_FETCH_BURST = 4;
+const JWKS_FETCH_REFILL_MS = 10_000;
 /** A roles claim by this name may hold one role as a string (a list claim must be an array). */
 const SINGLE_ROLE_CLAIM = 'role';
 /** Curve names as node:crypto reports them, to the ES* algorithm that uses each. */
@@ -152,7 +162,7 @@ export function createTokenVerifier(cfg: AuthConfig, deps: { log: Logger; clock?
   const own = new Map<string, JwksKeys>();
   const keys: KeyContext = {
     cache: tokenCache(cfg.cacheSize, cfg.cacheBytes),
-    jwks: (url) => own.get(url) ?? own.set(url, new JwksKeys(url, deps.log, clock)).get(url)!,
+    jwks: (url) => own.get(url) ?? own.set(url, new JwksKeys(url, deps.log, clock, undefined, { ...cfg.jwks, tenant: null })).get(url)!,
   };
   return new Verifier(cfg, deps.log, clock, keys, true);
 }
@@ -440,39 +450,59 @@ export function readRoles(payload: JWTPayload, listClaim: string, singleClaim: s
   return { roles, from: `roles read from claim "${singleClaim}" ("${listClaim}" absent)` };
 }
 
-type JwksLookup = (header: ProtectedHeaderParameters) => Promise<CryptoKey>;
-
 /** One signing key of a JWKS and its RFC 7638 thumbprint (null: a key type without one). */
 export interface JwksMember {
   readonly jwk: JWK;
   readonly thumbprint: string | null;
 }
 
+/** A member as held: its imported key per algorithm, imported on first use. */
+interface HeldMember extends JwksMember {
+  readonly imported: Map<string, Promise<CryptoKey | null>>;
+}
+
 const NO_KEYS: ReadonlySet<string> = new Set();
+
+/** What a set may fetch and hold (`auth.jwks`; a tenant's endpoint also where it may go, jwks-fetch.ts). */
+export interface JwksPolicy extends JwksFetchPolicy {
+  readonly maxKeys: number;
+}
+
+/** The operator's endpoint under the defaults: for a verifier built without a policy. */
+const OPERATOR_DEFAULTS: JwksPolicy = { maxBytes: 256 * 1024, maxKeys: 100, tenant: null };
 
 /** The JWKS as last fetched, with the refetch policy described at the top of this file. */
 export class JwksKeys {
   readonly #url: string;
   readonly #log: Logger;
   readonly #clock: () => number;
+  readonly #policy: JwksPolicy;
   readonly #abort = new AbortController();
-  #lookup: JwksLookup | null = null;
-  #members: readonly JwksMember[] = [];
-  /** Lookups over the members minus a refused set, by that set (few: one per conflicting trust domain). */
-  #screened = new Map<string, JwksLookup>();
+  #loaded = false;
+  #members: readonly HeldMember[] = [];
+  /**
+   * The members that may verify a token, by its alg and kid (indexKey): a token's key is found at
+   * the same cost in a set of 2 keys as of maxKeys, also when many members share a kid.
+   */
+  #index = new Map<string, HeldMember[]>();
   readonly #onLoad: ((members: readonly JwksMember[]) => void) | undefined;
   /** Bumped on every successful load, so a waiter can tell whether the set changed under it. */
   #generation = 0;
   #loadedAt = 0;
   #nextFetchAt = 0;
   #inflight: Promise<boolean> | null = null;
+  /** Fetches left in the burst, refilled one per JWKS_FETCH_REFILL_MS: however its kids are chosen, a set is fetched that often at most. */
+  #fetchTokens = JWKS_FETCH_BURST;
+  #fetchTokensAt: number;
 
   /** `onLoad` sees every newly loaded set before any token is verified with it. */
-  constructor(url: string, log: Logger, clock: () => number, onLoad?: (members: readonly JwksMember[]) => void) {
+  constructor(url: string, log: Logger, clock: () => number, onLoad?: (members: readonly JwksMember[]) => void, policy: JwksPolicy = OPERATOR_DEFAULTS) {
     this.#url = url;
     this.#log = log;
     this.#clock = clock;
     this.#onLoad = onLoad;
+    this.#policy = policy;
+    this.#fetchTokensAt = clock();
   }
 
   /** The signing keys last loaded. */
@@ -480,21 +510,35 @@ export class JwksKeys {
     return this.#members;
   }
 
-  /** Fetches now unless a fetch is in flight (joined) or backoff/cooldown holds; true when keys were loaded. */
+  /** Fetches now unless a fetch is in flight (joined) or backoff, cooldown or the fetch budget holds; true when keys were loaded. */
   refresh(): Promise<boolean> {
     if (this.#inflight) return this.#inflight;
-    if (this.#abort.signal.aborted || this.#clock() < this.#nextFetchAt) return Promise.resolve(false);
+    if (this.#abort.signal.aborted || this.#clock() < this.#nextFetchAt || !this.#takeFetch()) return Promise.resolve(false);
     this.#inflight = this.#fetch().finally(() => {
       this.#inflight = null;
     });
     return this.#inflight;
   }
 
-  /** The key for `header`, never one whose thumbprint is in `refused()` (read after any refetch: a load may change it). */
+  /**
+   * The key for `header`, never one whose thumbprint is in `refused()` (read after any refetch: a
+   * load may change it). A tenant's set answers every failure to find a key with one text, so the
+   * 401 does not tell what its endpoint answered.
+   */
   async keyFor(header: ProtectedHeaderParameters, refused: () => ReadonlySet<string> = () => NO_KEYS): Promise<CryptoKey | EdgeError> {
-    if (this.#lookup === null) {
+    const found = await this.#keyFor(header, refused);
+    if (this.#policy.tenant !== null && found instanceof EdgeError && NOT_FOUND.has(found.message)) return deny('unknown key');
+    return found;
+  }
+
+  close(): void {
+    this.#abort.abort();
+  }
+
+  async #keyFor(header: ProtectedHeaderParameters, refused: () => ReadonlySet<string>): Promise<CryptoKey | EdgeError> {
+    if (!this.#loaded) {
       await this.refresh();
-      if (this.#lookup === null) return deny('verification keys unavailable');
+      if (!this.#loaded) return deny('verification keys unavailable');
     } else if (this.#clock() - this.#loadedAt >= JWKS_MAX_AGE_MS) {
       // Background: the loaded keys keep serving while the refresh runs (or fails).
       void this.refresh();
@@ -510,63 +554,70 @@ export class JwksKeys {
     return deny('unknown key');
   }
 
-  close(): void {
-    this.#abort.abort();
-  }
-
-  /** The key for the header; undefined when no member matches; EdgeError when the match is unusable. */
+  /**
+   * The key for the header; undefined when no member matches; EdgeError when the match is
+   * unusable. Costs one map lookup and at most `refused.size + 1` members, whatever the set's size.
+   */
   async #find(header: ProtectedHeaderParameters, refused: ReadonlySet<string>): Promise<CryptoKey | EdgeError | undefined> {
+    const alg = header.alg as string;
+    const candidates = this.#index.get(indexKey(alg, header.kid));
+    if (candidates === undefined) return undefined;
+    // More candidates than refused keys plus one: ambiguous whichever are refused.
+    if (candidates.length > refused.size + 1) return deny('ambiguous key: token needs a kid');
+    const usable = candidates.filter((m) => m.thumbprint === null || !refused.has(m.thumbprint));
     // A refused key is known, not missing: no refetch, and a reason the client can act on.
-    if (
-      refused.size > 0 &&
-      header.kid !== undefined &&
-      this.#members.some((m) => m.jwk.kid === header.kid && m.thumbprint !== null && refused.has(m.thumbprint))
-    ) {
-      return deny('key not trusted for this tenant');
+    if (usable.length === 0) return deny('key not trusted for this tenant');
+    if (usable.length > 1) return deny('ambiguous key: token needs a kid');
+    const member = usable[0]!;
+    let key = member.imported.get(alg);
+    if (key === undefined) {
+      key = importJWK(member.jwk, alg).then(
+        (k) => (k instanceof Uint8Array ? null : k),
+        () => null,
+      );
+      member.imported.set(alg, key);
     }
-    const lookup = this.#lookupWithout(refused);
-    if (lookup === null) return undefined;
-    try {
-      return await lookup(header);
-    } catch (err) {
-      if (err instanceof errors.JWKSNoMatchingKey) return undefined;
-      if (err instanceof errors.JWKSMultipleMatchingKeys) return deny('ambiguous key: token needs a kid');
-      return deny('unknown key');
-    }
+    return (await key) ?? deny('unknown key');
   }
 
-  #lookupWithout(refused: ReadonlySet<string>): JwksLookup | null {
-    if (this.#lookup === null || refused.size === 0) return this.#lookup;
-    const key = [...refused].sort().join(' ');
-    let lookup = this.#screened.get(key);
-    if (lookup === undefined) {
-      lookup = createLocalJWKSet({ keys: this.#members.filter((m) => m.thumbprint === null || !refused.has(m.thumbprint)).map((m) => m.jwk) });
-      this.#screened.set(key, lookup);
+  #takeFetch(): boolean {
+    const periods = Math.floor((this.#clock() - this.#fetchTokensAt) / JWKS_FETCH_REFILL_MS);
+    if (periods > 0) {
+      this.#fetchTokens = Math.min(JWKS_FETCH_BURST, this.#fetchTokens + periods);
+      this.#fetchTokensAt += periods * JWKS_FETCH_REFILL_MS;
     }
-    return lookup;
+    if (this.#fetchTokens === 0) return false;
+    this.#fetchTokens--;
+    return true;
   }
 
   async #fetch(): Promise<boolean> {
     let doc: unknown;
     try {
-      const res = await fetch(this.#url, {
-        headers: { accept: 'application/json' },
-        signal: AbortSignal.any([this.#abort.signal, AbortSignal.timeout(JWKS_FETCH_TIMEOUT_MS)]),
-      });
-      if (!res.ok) {
-        await res.body?.cancel();
-        return this.#failed(`HTTP ${res.status}`);
-      }
-      doc = await res.json();
+      doc = await fetchJwksDocument(this.#url, this.#policy, AbortSignal.any([this.#abort.signal, AbortSignal.timeout(JWKS_FETCH_TIMEOUT_MS)]));
     } catch (err) {
       return this.#failed((err as Error).message);
     }
-    const keys = signingKeys(doc);
-    if (keys === null) return this.#failed('not a JSON Web Key Set');
-    this.#members = keys.map((jwk) => ({ jwk, thumbprint: jwkThumbprint(jwk) }));
-    this.#screened = new Map();
-    this.#onLoad?.(this.#members);
-    this.#lookup = createLocalJWKSet({ keys });
+    const keys = signingKeys(doc, this.#policy.maxKeys);
+    if (typeof keys === 'string') return this.#failed(keys);
+    const members = keys.map((jwk): HeldMember => ({ jwk, thumbprint: jwkThumbprint(jwk), imported: new Map() }));
+    const index = new Map<string, HeldMember[]>();
+    const add = (key: string, m: HeldMember): void => {
+      const same = index.get(key);
+      if (same === undefined) index.set(key, [m]);
+      else same.push(m);
+    };
+    for (const m of members) {
+      for (const alg of ASYMMETRIC_ALGORITHMS) {
+        if (!memberSuits(m.jwk, alg)) continue;
+        add(indexKey(alg, undefined), m);
+        if (typeof m.jwk.kid === 'string') add(indexKey(alg, m.jwk.kid), m);
+      }
+    }
+    this.#members = members;
+    this.#index = index;
+    this.#onLoad?.(members);
+    this.#loaded = true;
     this.#generation++;
     this.#loadedAt = this.#clock();
     this.#log.info({ jwksUrl: this.#url, keys: keys.length }, 'JWKS loaded');
@@ -576,17 +627,43 @@ export class JwksKeys {
   #failed(reason: string): false {
     this.#nextFetchAt = this.#clock() + JWKS_FAILURE_BACKOFF_MS;
     if (!this.#abort.signal.aborted) {
-      this.#log.warn({ jwksUrl: this.#url, reason, staleKeys: this.#lookup !== null }, 'JWKS fetch failed; keeping the keys already loaded');
+      this.#log.warn({ jwksUrl: this.#url, reason, staleKeys: this.#loaded }, 'JWKS fetch failed; keeping the keys already loaded');
     }
     return false;
   }
 }
 
-/** The public asymmetric members of a JWKS document; null when it is not one. */
-function signingKeys(doc: unknown): JWK[] | null {
-  if (typeof doc !== 'object' || doc === null) return null;
+/** Refusals a tenant's set answers with one text (see JwksKeys.keyFor). */
+const NOT_FOUND: ReadonlySet<string> = new Set(['unknown key', 'verification keys unavailable']);
+
+/** The algorithms a JWKS member can verify (memberSuits). */
+const ASYMMETRIC_ALGORITHMS = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA'] as const;
+
+/** The index entry of a token's alg and kid; a token without a kid may use any member that suits its alg. */
+function indexKey(alg: string, kid: string | undefined): string {
+  return kid === undefined ? `${alg} *` : `${alg} kid:${kid}`;
+}
+
+/** Curve of each ES* algorithm, as a JWK names it. */
+const JWK_CURVE: Readonly<Record<string, string>> = { ES256: 'P-256', ES384: 'P-384', ES512: 'P-521' };
+
+/** True when `jwk` may verify a token signed with `alg` (what jose's local JWKS matches on). */
+function memberSuits(jwk: JWK, alg: string): boolean {
+  if (jwk.alg !== undefined && jwk.alg !== alg) return false;
+  if (jwk.use !== undefined && jwk.use !== 'sig') return false;
+  if (Array.isArray(jwk.key_ops) && !jwk.key_ops.includes('verify')) return false;
+  if (alg.startsWith('RS') || alg.startsWith('PS')) return jwk.kty === 'RSA';
+  if (alg.startsWith('ES')) return jwk.kty === 'EC' && jwk.crv === JWK_CURVE[alg];
+  if (alg === 'EdDSA') return jwk.kty === 'OKP' && (jwk.crv === 'Ed25519' || jwk.crv === 'Ed448');
+  return false;
+}
+
+/** The public asymmetric members of a JWKS document; a reason (for the log) when it is not one or has more than `maxKeys` members. */
+function signingKeys(doc: unknown, maxKeys: number): JWK[] | string {
+  if (typeof doc !== 'object' || doc === null) return 'not a JSON Web Key Set';
   const { keys } = doc as { keys?: unknown };
-  if (!Array.isArray(keys)) return null;
+  if (!Array.isArray(keys)) return 'not a JSON Web Key Set';
+  if (keys.length > maxKeys) return `${keys.length} keys, more than auth.jwks.maxKeys (${maxKeys})`;
   // `oct` members (secrets) and private members never verify anything here.
   return keys.filter((k): k is JWK => typeof k === 'object' && k !== null && (k.kty === 'RSA' || k.kty === 'EC' || k.kty === 'OKP') && k.d === undefined);
 }

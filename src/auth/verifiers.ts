@@ -201,7 +201,10 @@ class Verifiers implements TenantVerifiers {
   #jwksFor(url: string): JwksKeys {
     let keys = this.#jwks.get(url);
     if (keys === undefined) {
-      keys = new JwksKeys(url, this.#log, this.#clock, (members) => this.#claims.loaded(url, members));
+      // The operator's own endpoint may be anywhere; a tenant's is held to auth.jwks (jwks-fetch.ts).
+      const { maxBytes, maxKeys, allowHttp, allowPrivateAddresses } = this.#cfg.jwks;
+      const tenant = url === this.#cfg.jwksUrl ? null : { allowHttp, allowPrivateAddresses };
+      keys = new JwksKeys(url, this.#log, this.#clock, (members) => this.#claims.loaded(url, members), { maxBytes, maxKeys, tenant });
       this.#jwks.set(url, keys);
     }
     return keys;

@@ -289,6 +289,26 @@ export const configSchema = z
           .min(64)
           .max(64 * 1024)
           .default(8 * 1024),
+        /**
+         * added: what a JWKS fetch may bring in and where a tenant's may go (docs/security.md, "JWKS
+         * endpoints"). The operator's own `auth.jwksUrl` may be any http(s) address.
+         */
+        jwks: z
+          .strictObject({
+            /** A larger document is refused before it is parsed; the keys already loaded stay. */
+            maxBytes: z
+              .number()
+              .int()
+              .min(1024)
+              .default(256 * 1024),
+            /** A set with more members is refused whole. */
+            maxKeys: z.number().int().min(1).default(100),
+            /** Tenants' `jwksUrl` may be plain http (off: https only). For tests and closed networks. */
+            allowHttp: z.boolean().default(false),
+            /** Tenants' `jwksUrl` may reach loopback, private, link-local and other non-public addresses (off: refused, also when a name resolves to one at fetch time). */
+            allowPrivateAddresses: z.boolean().default(false),
+          })
+          .prefault({}),
         /** added: refuse tokens without `exp` (they would never expire). */
         requireExp: z.boolean().default(true),
         /** added: refuse tokens whose `iat` is older than this (and tokens without `iat`); null = no age limit. */
