@@ -7,6 +7,7 @@ import type { RawConfig } from './config/schema.js';
 import { compileTables } from './tables.js';
 import { ConfigError } from './config/load.js';
 import type { DomainOrigin } from './auth/key-claims.js';
+import { inlineKeyFiles } from './auth/key-files.js';
 import { createTenantVerifiers } from './auth/verifiers.js';
 import { createMinter } from './auth/mint.js';
 import { createClientLimits } from './limits/client-limits.js';
@@ -66,7 +67,9 @@ export interface App {
 /** Sections a reload does not apply: listeners, Redis, keys and pools are built once, at start. */
 const RESTART_SECTIONS = ['server', 'log', 'limits', 'redis', 'auth', 'upstreamIdentity', 'upstream'] as const;
 
-export async function startApp(config: RawConfig, opts: AppOptions = {}): Promise<App> {
+export async function startApp(given: RawConfig, opts: AppOptions = {}): Promise<App> {
+  // A config not read by loadConfigFile (tests, embedders) may still name key files: read them now, safely.
+  const config = await inlineKeyFiles(given);
   const log = opts.log ?? processLogger(config.log);
   const clock = opts.clock ?? Date.now;
   const tables = compileTables(config);

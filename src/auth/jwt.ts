@@ -31,8 +31,7 @@
  * header decode and at most one signature check, bounded by `auth.maxTokenBytes`, and caching
  * garbage would only let an attacker evict good entries.
  */
-import { createPublicKey, type KeyObject } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
+import { createPublicKey, type JsonWebKeyInput, type KeyObject } from 'node:crypto';
 import {
   decodeJwt,
   decodeProtectedHeader,
@@ -46,6 +45,7 @@ import {
   type ProtectedHeaderParameters,
 } from 'jose';
 import { ExpiringMap } from '../cache/expiring-map.js';
+import { isInlineKey, readKeyFile } from './key-files.js';
 import { fetchJwksDocument, type JwksFetchPolicy } from './jwks-fetch.js';
 import { jwkThumbprint } from './key-trust.js';
 import type { AuthConfig } from '../config/schema.js';
@@ -332,15 +332,22 @@ class Verifier implements TokenVerifier {
   }
 }
 
-/** Reads an SPKI public key or an X.509 certificate; refuses private keys and unsupported types. */
-async function loadPublicKey(path: string): Promise<KeyObject> {
-  const pem = await readFile(path, 'utf8');
+/**
+ * The public key `ref` holds (PEM text: SPKI or an X.509 certificate; or a JWK as JSON) or, when it
+ * is a path (a verifier built from a config not loaded by loadConfigFile), the key in that file,
+ * read as key-files.ts reads them. Refuses private keys and unsupported types.
+ */
+async function loadPublicKey(ref: string): Promise<KeyObject> {
+  const text = isInlineKey(ref) ? ref.trim() : await readKeyFile(ref);
+  const where = isInlineKey(ref) ? 'auth.publicKey' : `auth.publicKey ${ref}`;
   // createPublicKey would derive the public half of a private key; a private key has no business here.
-  if (pem.includes('PRIVATE KEY-----')) throw new Error(`auth.publicKey ${path}: expected a public key or certificate, found a private key`);
-  const key = createPublicKey(pem);
+  if (text.includes('PRIVATE KEY-----') || (text.startsWith('{') && /"d"\s*:/.test(text))) {
+    throw new Error(`${where}: expected a public key or certificate, found a private key`);
+  }
+  const key = text.startsWith('{') ? createPublicKey({ key: JSON.parse(text) as JsonWebKeyInput['key'], format: 'jwk' }) : createPublicKey(text);
   const type = key.asymmetricKeyType;
   const supported = type === 'rsa' || type === 'ed25519' || (type === 'ec' && EC_ALGORITHM[key.asymmetricKeyDetails?.namedCurve ?? ''] !== undefined);
-  if (!supported) throw new Error(`auth.publicKey ${path}: unsupported key type ${type ?? 'unknown'}`);
+  if (!supported) throw new Error(`${where}: unsupported key type ${type ?? 'unknown'}`);
   return key;
 }
 

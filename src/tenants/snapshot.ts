@@ -15,6 +15,7 @@
  * A rejected Redis record never takes effect: the previous version (the file's, or none) stays.
  */
 import type { z } from 'zod';
+import { recordKeyProblems } from '../auth/key-files.js';
 import { planSchema, tenantSchema, type RawPlan, type RawTenant } from '../config/schema.js';
 import { brokerIdentity } from './brokers.js';
 import { sameTrust, type TrustSettings } from './tenancy.js';
@@ -145,7 +146,8 @@ export function buildSnapshot(file: FileDirectory, records: RedisRecords, previo
   for (const id of [...records.tenants.keys()].sort()) {
     if (records.deleted.has(id)) continue;
     const parsed = parseRecord(records.tenants.get(id)!, tenantSchema);
-    const problems = Array.isArray(parsed) ? parsed : check(id, parsed);
+    // A record's key is inline: no admin write makes the edge open a file (src/auth/key-files.ts).
+    const problems = Array.isArray(parsed) ? parsed : [...check(id, parsed), ...recordKeyProblems(parsed.auth)];
     if (problems.length > 0) reject(`tenant:${id}`, 'redis', problems);
     else fromRedis.set(id, parsed as RawTenant);
   }

@@ -14,7 +14,14 @@ import { epochSec, keyPair, signWith, type TestKeyPair } from '../helpers/tokens
 import { waitFor } from '../helpers/wait.js';
 
 const now = () => epochSec(Date.now());
-const claims = (tenant?: string, iss?: string) => ({ sub: 'u', roles: ['read-write'], iat: now(), exp: now() + 600, ...(tenant ? { tenant } : {}), ...(iss ? { iss } : {}) });
+const claims = (tenant?: string, iss?: string) => ({
+  sub: 'u',
+  roles: ['read-write'],
+  iat: now(),
+  exp: now() + 600,
+  ...(tenant ? { tenant } : {}),
+  ...(iss ? { iss } : {}),
+});
 
 let port = 20;
 /** A tenant with its own IdP; its issuer tells it apart from others naming one endpoint in other spellings. */
