@@ -8,16 +8,9 @@
  * allows them (`auth.jwks.allowHttp`, `auth.jwks.allowPrivateAddresses`).
  */
 import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
-import { isIP } from 'node:net';
 import { Agent, request } from 'undici';
 import { isPublicAddress } from '../net/public-address.js';
-
-/** What a JWKS set may fetch. */
-export interface JwksFetchPolicy {
-  readonly maxBytes: number;
-  /** null: the operator's own endpoint (any http(s) address); else a tenant's, with these allowances. */
-  readonly tenant: { readonly allowHttp: boolean; readonly allowPrivateAddresses: boolean } | null;
-}
+import { jwksUrlRefusal, type JwksFetchPolicy } from './jwks-url.js';
 
 type LookupCallback = (err: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void;
 
@@ -36,24 +29,6 @@ function publicOnlyLookup(hostname: string, options: { all?: boolean; family?: n
 
 const anyAddress = new Agent({ connect: { timeout: 5_000 } });
 const publicOnly = new Agent({ connect: { timeout: 5_000, lookup: publicOnlyLookup as never } });
-
-/** Why `url` may not be fetched under `policy` before any connection is tried; null when it may. */
-export function jwksUrlRefusal(url: string, policy: JwksFetchPolicy): string | null {
-  let parsed: URL;
-  try {
-    parsed = new URL(url);
-  } catch {
-    return 'not a URL';
-  }
-  if (parsed.protocol !== 'https:' && parsed.protocol !== 'http:') return 'not http(s)';
-  if (policy.tenant === null) return null;
-  if (parsed.protocol !== 'https:' && !policy.tenant.allowHttp) return 'a tenant JWKS must be https (auth.jwks.allowHttp)';
-  const host = parsed.hostname.replace(/^\[|\]$/g, '');
-  if (!policy.tenant.allowPrivateAddresses && isIP(host) !== 0 && !isPublicAddress(host)) {
-    return 'a tenant JWKS may not name a non-public address (auth.jwks.allowPrivateAddresses)';
-  }
-  return null;
-}
 
 /** The parsed document at `url`; throws an Error whose message says why not (for the log only). */
 export async function fetchJwksDocument(url: string, policy: JwksFetchPolicy, signal: AbortSignal): Promise<unknown> {

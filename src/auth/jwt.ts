@@ -46,7 +46,8 @@ import {
 } from 'jose';
 import { ExpiringMap } from '../cache/expiring-map.js';
 import { isInlineKey, readKeyFile } from './key-files.js';
-import { fetchJwksDocument, type JwksFetchPolicy } from './jwks-fetch.js';
+import { fetchJwksDocument } from './jwks-fetch.js';
+import type { JwksFetchPolicy } from './jwks-url.js';
 import { jwkThumbprint } from './key-trust.js';
 import type { AuthConfig } from '../config/schema.js';
 import { edgeError, EdgeError } from '../errors.js';

@@ -11,6 +11,7 @@ import { constants } from 'node:fs';
 import { open } from 'node:fs/promises';
 import type { RawConfig, RawTenantAuth } from '../config/schema.js';
 import { ConfigError } from '../config/load.js';
+import { jwksUrlRefusal, type TenantJwksAllowances } from './jwks-url.js';
 
 /** The largest key file read: a PEM certificate chain is a few KiB. */
 export const KEY_FILE_MAX_BYTES = 64 * 1024;
@@ -62,8 +63,16 @@ export async function inlineKeyFiles(config: RawConfig): Promise<RawConfig> {
   return { ...config, auth: { ...config.auth, publicKey }, tenants };
 }
 
-/** Problems of a tenant record's own `auth` that the schema cannot see: a key named by path. */
-export function recordKeyProblems(auth: Pick<RawTenantAuth, 'publicKey'> | null): string[] {
-  if (auth?.publicKey == null || isInlineKey(auth.publicKey)) return [];
-  return ['auth.publicKey: a tenant record holds its key itself (PEM text, or a JWK as JSON); a file path is read only from the configuration file'];
+/**
+ * Problems of a tenant record's own `auth` that the schema cannot see: a key named by path, and a
+ * `jwksUrl` the edge would refuse to fetch (jwks-url.ts) under the operator's `auth.jwks`.
+ */
+export function recordAuthProblems(auth: Pick<RawTenantAuth, 'publicKey' | 'jwksUrl'> | null, allowances: TenantJwksAllowances | undefined): string[] {
+  const problems: string[] = [];
+  if (auth?.publicKey != null && !isInlineKey(auth.publicKey)) {
+    problems.push('auth.publicKey: a tenant record holds its key itself (PEM text, or a JWK as JSON); a file path is read only from the configuration file');
+  }
+  const refusal = auth?.jwksUrl == null || allowances === undefined ? null : jwksUrlRefusal(auth.jwksUrl, { tenant: allowances });
+  if (refusal !== null) problems.push(`auth.jwksUrl: ${refusal}`);
+  return problems;
 }

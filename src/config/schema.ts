@@ -2,6 +2,7 @@
  * The configuration contract (README.md, Configuration) as a schema. The documented keys are kept as they are;
  * additions are marked "added". Strict objects, so a typo is reported instead of ignored.
  */
+import { jwksUrlRefusal } from '../auth/jwks-url.js';
 import { z } from 'zod';
 import { invalidProxyRanges } from '../net/client-address.js';
 
@@ -365,6 +366,8 @@ export const configSchema = z
   .superRefine((cfg, ctx) => {
     for (const [id, t] of Object.entries(cfg.tenants)) {
       if (!cfg.plans[t.plan]) ctx.addIssue({ code: 'custom', path: ['tenants', id, 'plan'], message: `unknown plan "${t.plan}"` });
+      const refusal = t.auth?.jwksUrl ? jwksUrlRefusal(t.auth.jwksUrl, { tenant: cfg.auth.jwks }) : null;
+      if (refusal !== null) ctx.addIssue({ code: 'custom', path: ['tenants', id, 'auth', 'jwksUrl'], message: refusal });
     }
     if (cfg.auth.defaultTenant && !cfg.tenants[cfg.auth.defaultTenant]) {
       ctx.addIssue({ code: 'custom', path: ['auth', 'defaultTenant'], message: `unknown tenant "${cfg.auth.defaultTenant}"` });
