@@ -6,9 +6,8 @@ import type { Registry } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
 import { compileTables } from './tables.js';
 import { ConfigError } from './config/load.js';
-import type { DomainOrigin } from './auth/key-claims.js';
 import { inlineKeyFiles } from './auth/key-files.js';
-import { createTenantVerifiers } from './auth/verifiers.js';
+import { createTenantVerifiers, type DomainRank } from './auth/verifiers.js';
 import { createMinter } from './auth/mint.js';
 import { createClientLimits } from './limits/client-limits.js';
 import { LeasedLimiter } from './limits/leased.js';
@@ -175,8 +174,9 @@ export async function startApp(given: RawConfig, opts: AppOptions = {}): Promise
 
   await Promise.all([verifiers.start(), limiter.start()]);
   clusters.start(tenants.all());
-  // The file's tenants keep a key they share with a record, whatever was fetched first (key-claims.ts).
-  const origin = (id: string): DomainOrigin => (tenants.sourceOf(id)?.record === 'file' ? 'file' : 'record');
+  // Who keeps a key two tenants hold: the file's tenants, then records by age, whatever was fetched first (key-claims.ts).
+  const origin = (id: string): DomainRank =>
+    tenants.sourceOf(id)?.record === 'file' ? { origin: 'file' } : { origin: 'record', since: tenants.authSince(id) };
   verifiers.sync(tenants.all(), origin);
   // Brokers and tenant keys follow the directory: removed brokers stop being probed and lose their
   // pools, and the verifiers and JWKS sets of removed or re-keyed tenants are dropped.

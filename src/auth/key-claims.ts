@@ -5,8 +5,8 @@
  * endpoint is fetched. A key two domains hold (a PEM key, or a member a JWKS serves), with no
  * distinct issuer or audience between them, belongs to the one configured first, whatever was
  * fetched first: the operator's global settings, then the file's tenants in file order, then
- * tenant records by the age of their settings in this process (records that arrive together, as at
- * start, by id). The other domain is refused that key for as long as both hold it, and every new
+ * tenant records by the age of their `auth` settings as the directory keeps it in Redis (so every
+ * instance, and a restarted one, agrees), equal ages by id. The other domain is refused that key for as long as both hold it, and every new
  * refusal is logged at error level.
  *
  * Ownership is recomputed from every domain's settings and every loaded set each time a set loads
@@ -29,7 +29,7 @@ interface Domain {
   /** Thumbprints of the PEM keys its settings name. */
   readonly pem: readonly string[];
   origin: DomainOrigin;
-  /** Among domains of one origin: file order for file tenants, first sight for records. */
+  /** Among domains of one origin: file order for file tenants, when its `auth` was written for records. */
   seq: number;
 }
 
@@ -41,32 +41,31 @@ export class KeyClaims {
   /** The members each JWKS URL served at its last load. */
   readonly #served = new Map<string, readonly JwksMember[]>();
   readonly #refused = new Map<string, ReadonlySet<string>>();
-  /** Hands out `seq` to records in the order they are first seen. */
-  #seen = 0;
 
   constructor(log: Logger) {
     this.#log = log;
   }
 
   /**
-   * Registers a domain's settings; changed settings are new settings (a record's age starts
-   * again). Without `origin` (a tenant not yet synced) a new domain is taken for a record and a
-   * known one keeps its place.
+   * Registers a domain's settings. `order` places it among domains of its origin: file order for
+   * the file's tenants, the time its `auth` was written for records (none known: written before
+   * ages were kept, so older than any that is). Without `origin` (a tenant not yet synced) a new
+   * domain is taken for the newest record until the next sync, and a known one keeps its place.
    */
-  set(domain: string, settings: TrustSettings, origin?: DomainOrigin, order = 0): void {
+  set(domain: string, settings: TrustSettings, origin?: DomainOrigin, order?: number): void {
     const sig = JSON.stringify([settings.secret, settings.publicKey, settings.jwksUrl, settings.issuer, settings.audience]);
     const known = this.#domains.get(domain);
     if (known?.sig === sig) {
-      // A record keeps its first-seen place; the file's tenants follow the file's order.
-      if (origin !== undefined && !(origin === 'record' && known.origin === 'record')) {
+      if (origin !== undefined) {
         known.origin = origin;
-        known.seq = origin === 'record' ? this.#seen++ : order;
+        known.seq = order ?? 0;
       }
       return;
     }
     const from = origin ?? (domain === '' ? 'global' : 'record');
+    const seq = origin === undefined && from === 'record' ? Number.MAX_SAFE_INTEGER : (order ?? 0);
     const pem = [...trustedKeys(settings)].filter((k) => k.startsWith('jwk:')).map((k) => k.slice(4));
-    this.#domains.set(domain, { id: domain, sig, settings, pem, origin: from, seq: from === 'record' ? this.#seen++ : order });
+    this.#domains.set(domain, { id: domain, sig, settings, pem, origin: from, seq });
   }
 
   /** Forgets every tenant domain not in `live` (the global one stays). */

@@ -18,6 +18,12 @@ import type { Logger } from '../observability/log.js';
 import { createTokenVerifier, JwksKeys, tokenCache, type KeyContext, type TokenVerifier } from './jwt.js';
 import { KeyClaims, type DomainOrigin } from './key-claims.js';
 
+/** Where a tenant's settings come from and, for a record, when its `auth` was written (ms; undefined: not known). */
+export interface DomainRank {
+  readonly origin: DomainOrigin;
+  readonly since?: number;
+}
+
 /** The part of a tenant the verifiers read. */
 export interface AuthScope {
   readonly id: string;
@@ -32,10 +38,10 @@ export interface TenantVerifiers {
   /**
    * Forgets the verifiers and JWKS sets of tenants that are gone or changed their settings, and
    * starts fetching the sets of new ones in the background (a slow IdP then delays no request).
-   * `origin` tells the file's tenants from records (key-claims.ts: who keeps a key two tenants
-   * hold); the tenants come in the directory's order (the file's in file order).
+   * `rank` tells the file's tenants from records and a record's age (key-claims.ts: who keeps a
+   * key two tenants hold); the tenants come in the directory's order (the file's in file order).
    */
-  sync(tenants: Iterable<AuthScope>, origin?: (id: string) => DomainOrigin): void;
+  sync(tenants: Iterable<AuthScope>, rank?: (id: string) => DomainRank): void;
   /** Starts the global verifier (tenant verifiers load their keys on first use). */
   start(): Promise<void>;
   /**
@@ -128,7 +134,7 @@ class Verifiers implements TenantVerifiers {
     return verifier;
   }
 
-  sync(tenants: Iterable<AuthScope>, origin: (id: string) => DomainOrigin = () => 'record'): void {
+  sync(tenants: Iterable<AuthScope>, rank: (id: string) => DomainRank = () => ({ origin: 'record' })): void {
     const live = new Map<string, string>();
     const urls = new Set<string>();
     if (this.#cfg.jwksUrl) urls.add(this.#cfg.jwksUrl);
@@ -136,7 +142,9 @@ class Verifiers implements TenantVerifiers {
     for (const t of tenants) {
       if (t.auth === null) continue;
       live.set(t.id, JSON.stringify(t.auth));
-      this.#claims.set(t.id, t.auth, origin(t.id), order++);
+      const { origin, since } = rank(t.id);
+      this.#claims.set(t.id, t.auth, origin, origin === 'file' ? order : since);
+      order++;
       if (t.auth.jwksUrl) urls.add(t.auth.jwksUrl);
     }
     for (const [id, own] of this.#own) if (live.get(id) !== own.sig) this.#own.delete(id);

@@ -38,6 +38,8 @@ export interface RedisRecords {
   readonly deleted: ReadonlySet<string>;
   readonly status: Readonly<Record<string, string>>;
   readonly storage: Readonly<Record<string, string>>;
+  /** When each record's own `auth` was written as it is (ms); read by the verifiers only (src/auth/key-claims.ts). */
+  readonly authSince?: Readonly<Record<string, string>>;
 }
 
 export const NO_RECORDS: RedisRecords = Object.freeze({ tenants: new Map(), plans: new Map(), deleted: new Set<string>(), status: {}, storage: {} });

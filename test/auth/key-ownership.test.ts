@@ -2,7 +2,8 @@
  * Who keeps a key two trust domains hold, through real sockets: the domain configured first, never
  * the one whose set was fetched first. A tenant that copies the shared issuer's new key into its
  * own JWKS and gets it fetched first (one unknown-kid token) takes nothing from the tenants on the
- * shared issuer; a record copying a file tenant's key likewise.
+ * shared issuer; a record copying a file tenant's key likewise, and a record copying an older
+ * record's key, also on an instance started after both were written.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
@@ -12,6 +13,7 @@ import { capturingLogger } from '../helpers/logs.js';
 import { SHARED_REDIS_URL, connectTest, flushPrefix, uniquePrefix } from '../helpers/redis.js';
 import { ADMIN_TOKEN, admin } from '../admin/admin-call.js';
 import { craftToken, epochSec, keyPair, signWith, type TestKeyPair } from '../helpers/tokens.js';
+import { waitFor, waitForValue } from '../helpers/wait.js';
 
 const now = () => epochSec(Date.now());
 const claims = (tenant?: string) => ({ sub: 'u', roles: ['read-write'], iat: now(), exp: now() + 600, ...(tenant ? { tenant } : {}) });
@@ -108,6 +110,50 @@ describe("a record serving a file tenant's key, fetched first", () => {
     } finally {
       await edge.close();
       await Promise.all([broker.close(), victimBroker.close(), victimIdp.close(), intruderIdp.close()]);
+      await flushPrefix(redis, prefix);
+      redis.disconnect();
+    }
+  });
+});
+
+describe('two records holding one key', () => {
+  it('the older record keeps it, on a restarted instance too, whichever id sorts first', async () => {
+    const prefix = uniquePrefix();
+    const [broker, olderBroker, newerBroker, shared, newerOwn] = await Promise.all([
+      startBrokerDouble(),
+      startBrokerDouble(),
+      startBrokerDouble(),
+      keyPair('ES256'),
+      keyPair('ES256'),
+    ]);
+    const [olderIdp, newerIdp] = await Promise.all([startJwksServer([shared.publicJwk]), startJwksServer([newerOwn.publicJwk])]);
+    const redis = await connectTest(SHARED_REDIS_URL);
+    const config = testConfig([broker.url], {
+      redis: { url: SHARED_REDIS_URL, keyPrefix: prefix, timeoutMs: 1000 },
+      server: { admin: { token: ADMIN_TOKEN } },
+    });
+    let edge = await startEdge(config);
+    try {
+      const put = (id: string, brokerUrl: string, jwksUrl: string) =>
+        admin(edge, 'PUT', `/admin/v1/tenants/${id}`, { body: { plan: 'test', hosts: [`${id}.localhost`], brokers: [brokerUrl], auth: { jwksUrl } } });
+      // "zeta" first, "alpha" later: alpha sorts first by id but is the newer record.
+      expect((await put('zeta', olderBroker.url, olderIdp.url)).status).toBe(200);
+      const zetaSince = await waitForValue(async () => (await redis.hget(`${prefix}{dir}:auth-since`, 'zeta')) ?? undefined, 5000, 'the age of zeta kept');
+      // Two writes in one millisecond would tie (then the lower id wins).
+      await waitFor(() => Date.now() > Number(zetaSince), 1000, 'the clock past the first write');
+      expect((await put('alpha', newerBroker.url, newerIdp.url)).status).toBe(200);
+      newerIdp.setKeys([newerOwn.publicJwk, shared.publicJwk]);
+      // A restarted instance: nothing of the first one's order survives but what Redis keeps.
+      await edge.close();
+      edge = await startEdge(config);
+      expect((await call(edge, 'GET', '/api/v1/pop/queue/q', { token: probe(shared.kid), host: 'alpha.localhost' })).status).toBe(401);
+      const older = await call(edge, 'GET', '/api/v1/pop/queue/q', { token: await signWith(shared, claims()), host: 'zeta.localhost' });
+      expect(older.status).toBe(204);
+      const newer = await call(edge, 'GET', '/api/v1/pop/queue/q', { token: await signWith(shared, claims()), host: 'alpha.localhost' });
+      expect(newer.json).toMatchObject({ code: 'unauthorized', error: 'key not trusted for this tenant' });
+    } finally {
+      await edge.close();
+      await Promise.all([broker.close(), olderBroker.close(), newerBroker.close(), olderIdp.close(), newerIdp.close()]);
       await flushPrefix(redis, prefix);
       redis.disconnect();
     }
