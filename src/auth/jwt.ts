@@ -7,7 +7,8 @@
  * public key or JWKS members, which jose refuses to use for HMAC. That closes the classic
  * "HS256 signed with the RSA public key" confusion.
  *
- * JWKS semantics (own fetch + jose `createLocalJWKSet`, so the refetch policy is ours):
+ * JWKS semantics (own fetch, own index of the members, jose `importJWK` per member, so the refetch
+ * policy and the cost of a lookup are ours):
  * - start() pre-warms; a failure is logged and start() still resolves.
  * - An unknown `kid` triggers one refetch, shared by every request waiting on it (single-flight).
  * - A refetch that still does not know the `kid` starts a cooldown (JWKS_COOLDOWN_MS) during which
@@ -487,7 +488,6 @@ export class JwksKeys {
   readonly #policy: JwksPolicy;
   readonly #abort = new AbortController();
   #loaded = false;
-  #members: readonly HeldMember[] = [];
   /**
    * The members that may verify a token, by its alg and kid (indexKey): a token's key is found at
    * the same cost in a set of 2 keys as of maxKeys, also when many members share a kid.
@@ -511,11 +511,6 @@ export class JwksKeys {
     this.#onLoad = onLoad;
     this.#policy = policy;
     this.#fetchTokensAt = clock();
-  }
-
-  /** The signing keys last loaded. */
-  get members(): readonly JwksMember[] {
-    return this.#members;
   }
 
   /** Fetches now unless a fetch is in flight (joined) or backoff, cooldown or the fetch budget holds; true when keys were loaded. */
@@ -622,7 +617,6 @@ export class JwksKeys {
         if (typeof m.jwk.kid === 'string') add(indexKey(alg, m.jwk.kid), m);
       }
     }
-    this.#members = members;
     this.#index = index;
     this.#onLoad?.(members);
     this.#loaded = true;
