@@ -7,7 +7,8 @@ import type { RawConfig } from './config/schema.js';
 import { compileTables, compileTablesResolved } from './tables.js';
 import { BrokerAddresses, brokerUrlsOf } from './tenants/broker-addresses.js';
 import { ConfigError } from './config/load.js';
-import { createTenantVerifiers } from './auth/verifiers.js';
+import { inlineKeyFiles } from './auth/key-files.js';
+import { createTenantVerifiers, type DomainRank } from './auth/verifiers.js';
 import { createMinter } from './auth/mint.js';
 import { createClientLimits } from './limits/client-limits.js';
 import { LeasedLimiter } from './limits/leased.js';
@@ -70,7 +71,9 @@ export interface App {
   close(drainMs?: number): Promise<void>;
 }
 
-export async function startApp(config: RawConfig, opts: AppOptions = {}): Promise<App> {
+export async function startApp(given: RawConfig, opts: AppOptions = {}): Promise<App> {
+  // A config not read by loadConfigFile (tests, embedders) may still name key files: read them now, safely.
+  const config = await inlineKeyFiles(given);
   const log = opts.log ?? processLogger(config.log);
   const clock = opts.clock ?? Date.now;
   // Broker names resolved for the directory's shared-broker rule, kept for reloads and admin writes.
@@ -190,12 +193,15 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
 
   await Promise.all([verifiers.start(), limiter.start()]);
   clusters.start(tenants.all());
-  verifiers.sync(tenants.all());
+  // Who keeps a key two tenants hold: the file's tenants, then records by age, whatever was fetched first (key-claims.ts).
+  const origin = (id: string): DomainRank =>
+    tenants.sourceOf(id)?.record === 'file' ? { origin: 'file' } : { origin: 'record', since: tenants.authSince(id) };
+  verifiers.sync(tenants.all(), origin);
   // Brokers and tenant keys follow the directory: removed brokers stop being probed and lose their
   // pools, and the verifiers and JWKS sets of removed or re-keyed tenants are dropped.
   tenants.onChange(() => {
     proxy.sync(tenants.all());
-    verifiers.sync(tenants.all());
+    verifiers.sync(tenants.all(), origin);
   });
   meter.start();
   const addresses = await listeners.listen();
@@ -203,7 +209,20 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
 
   let reloading: Promise<void> = Promise.resolve();
   /** Prepares everything that can fail (tables, certificates, keys), then swaps it all synchronously. */
-  async function applyReload(next: RawConfig): Promise<void> {
+  /** Records a refused reload; the error to throw. */
+  function refuse(err: unknown): ConfigError {
+    const problems = err instanceof ConfigError ? err.problems : [String((err as Error)?.message ?? err)];
+    reloads.refused(problems);
+    return err instanceof ConfigError ? err : new ConfigError(problems);
+  }
+  async function applyReload(given: RawConfig): Promise<void> {
+    let next: RawConfig;
+    try {
+      // Key files named by a config not read by loadConfigFile are read now, as at start.
+      next = await inlineKeyFiles(given);
+    } catch (err) {
+      throw refuse(err);
+    }
     // Broker names resolved first (off the request path), so the shared-broker rule sees addresses.
     await brokerAddresses.learn(brokerUrlsOf(Object.values(next.tenants)));
     const plan = planReload(config, current, next);
@@ -227,14 +246,12 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
       if (!swapped.ok) throw new ConfigError([...swapped.problems]);
     } catch (err) {
       certs?.close();
-      const problems = err instanceof ConfigError ? err.problems : [String((err as Error)?.message ?? err)];
-      reloads.refused(problems);
-      throw err instanceof ConfigError ? err : new ConfigError(problems);
+      throw refuse(err);
     }
     routes = nextRoutes;
     keyVerifier.setFileKeys(fileKeyRecords(next.apiKeys));
     commitAuth?.();
-    verifiers.sync(tenants.all());
+    verifiers.sync(tenants.all(), origin);
     if (certs !== null) listeners.replaceCertificates(certs);
     if (redis !== null && plan.applied.includes('redis.url')) useCredentials(redis, next.redis.url!);
     if (next.server.admin.token !== current.server.admin.token) admin = createAdminHandler({ ...adminDeps, token: next.server.admin.token });

@@ -7,7 +7,8 @@
  * public key or JWKS members, which jose refuses to use for HMAC. That closes the classic
  * "HS256 signed with the RSA public key" confusion.
  *
- * JWKS semantics (own fetch + jose `createLocalJWKSet`, so the refetch policy is ours):
+ * JWKS semantics (own fetch, own index of the members, jose `importJWK` per member, so the refetch
+ * policy and the cost of a lookup are ours):
  * - start() pre-warms; a failure is logged and start() still resolves.
  * - An unknown `kid` triggers one refetch, shared by every request waiting on it (single-flight).
  * - A refetch that still does not know the `kid` starts a cooldown (JWKS_COOLDOWN_MS) during which
@@ -17,6 +18,12 @@
  *   fetches for JWKS_FAILURE_BACKOFF_MS; that also paces retries when the IdP is down at start.
  * - Keys older than JWKS_MAX_AGE_MS are refreshed in the background on the next verification, so
  *   keys the IdP removed stop verifying without a restart.
+ * - Whatever starts them, a set is fetched JWKS_FETCH_BURST times in a row at most, then once per
+ *   JWKS_FETCH_REFILL_MS: an IdP that adds a new kid before every token cannot make the edge
+ *   fetch and parse its set per token.
+ * - A set is bounded (`auth.jwks`): its document in bytes (jwks-fetch.ts) and its members in
+ *   number, and a token's key is looked up by kid in a map, so a token costs the same against a
+ *   set of 2 keys as of the largest allowed.
  * All of these use the injected clock.
  *
  * Cache: verified tokens by exact string, bounded LRU in entries and bytes, valid until exp +
@@ -25,13 +32,12 @@
  * header decode and at most one signature check, bounded by `auth.maxTokenBytes`, and caching
  * garbage would only let an attacker evict good entries.
  */
-import { createPublicKey, type KeyObject } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
+import { createPublicKey, type JsonWebKeyInput, type KeyObject } from 'node:crypto';
 import {
-  createLocalJWKSet,
   decodeJwt,
   decodeProtectedHeader,
   errors,
+  importJWK,
   jwtVerify,
   type CryptoKey,
   type JWK,
@@ -40,6 +46,9 @@ import {
   type ProtectedHeaderParameters,
 } from 'jose';
 import { ExpiringMap } from '../cache/expiring-map.js';
+import { isInlineKey, readKeyFile } from './key-files.js';
+import { fetchJwksDocument } from './jwks-fetch.js';
+import type { JwksFetchPolicy } from './jwks-url.js';
 import { jwkThumbprint } from './key-trust.js';
 import type { AuthConfig } from '../config/schema.js';
 import { edgeError, EdgeError } from '../errors.js';
@@ -63,6 +72,9 @@ const JWKS_FAILURE_BACKOFF_MS = 5_000;
 const JWKS_MAX_AGE_MS = 10 * 60_000;
 /** One JWKS request may take this long. */
 const JWKS_FETCH_TIMEOUT_MS = 5_000;
+/** Fetches of one set in a burst (a start, a rotation and another right after it), then one per refill period. */
+const JWKS_FETCH_BURST = 4;
+const JWKS_FETCH_REFILL_MS = 10_000;
 /** A roles claim by this name may hold one role as a string (a list claim must be an array). */
 const SINGLE_ROLE_CLAIM = 'role';
 /** Curve names as node:crypto reports them, to the ES* algorithm that uses each. */
@@ -152,9 +164,15 @@ export function createTokenVerifier(cfg: AuthConfig, deps: { log: Logger; clock?
   const own = new Map<string, JwksKeys>();
   const keys: KeyContext = {
     cache: tokenCache(cfg.cacheSize, cfg.cacheBytes),
-    jwks: (url) => own.get(url) ?? own.set(url, new JwksKeys(url, deps.log, clock)).get(url)!,
+    jwks: (url) => own.get(url) ?? own.set(url, new JwksKeys(url, deps.log, clock, undefined, { ...cfg.jwks, tenant: null })).get(url)!,
   };
   return new Verifier(cfg, deps.log, clock, keys, true);
+}
+
+/** The PEM key of a verifier and its RFC 7638 thumbprint. */
+interface PemKey {
+  readonly key: KeyObject;
+  readonly thumbprint: string | null;
 }
 
 function deny(reason: string): EdgeError {
@@ -176,7 +194,7 @@ class Verifier implements TokenVerifier {
   readonly #checked: (() => void) | undefined;
   readonly #refusedKeys: () => ReadonlySet<string>;
   readonly #anyKey: boolean;
-  #pem: Promise<KeyObject> | null = null;
+  #pem: Promise<PemKey> | null = null;
   /**
    * Verifications under way, by token: a burst of requests carrying one new token (h2 streams
    * opened at once) costs one signature check and one place in the signature gate, not one each.
@@ -295,33 +313,43 @@ class Verifier implements TokenVerifier {
   async #keyFor(alg: string, header: ProtectedHeaderParameters): Promise<Uint8Array | KeyObject | CryptoKey | EdgeError> {
     if (alg.startsWith('HS')) return this.#secret ?? deny('no key for this algorithm');
     if (this.#pemPath !== null && (header.kid === undefined || this.#jwks === null)) {
-      let pem: KeyObject;
+      let pem: PemKey;
       try {
         pem = await this.#pemKey(this.#pemPath);
       } catch {
         return deny('verification key unavailable');
       }
-      if (pemSuits(pem, alg)) return pem;
+      if (pemSuits(pem.key, alg)) {
+        // A domain configured earlier holds this key too (key-claims.ts): it is theirs.
+        return pem.thumbprint !== null && this.#refusedKeys().has(pem.thumbprint) ? deny('key not trusted for this tenant') : pem.key;
+      }
     }
     return this.#jwks ? this.#jwks.keyFor(header, this.#refusedKeys) : deny('no key for this algorithm');
   }
 
   /** Read once, by start() or by the first verification that needs it. */
-  #pemKey(path: string): Promise<KeyObject> {
-    this.#pem ??= loadPublicKey(path);
+  #pemKey(path: string): Promise<PemKey> {
+    this.#pem ??= loadPublicKey(path).then((key) => ({ key, thumbprint: jwkThumbprint(key.export({ format: 'jwk' }) as JWK) }));
     return this.#pem;
   }
 }
 
-/** Reads an SPKI public key or an X.509 certificate; refuses private keys and unsupported types. */
-export async function loadPublicKey(path: string): Promise<KeyObject> {
-  const pem = await readFile(path, 'utf8');
+/**
+ * The public key `ref` holds (PEM text: SPKI or an X.509 certificate; or a JWK as JSON) or, when it
+ * is a path (a verifier built from a config not loaded by loadConfigFile), the key in that file,
+ * read as key-files.ts reads them. Refuses private keys and unsupported types.
+ */
+export async function loadPublicKey(ref: string): Promise<KeyObject> {
+  const text = isInlineKey(ref) ? ref.trim() : await readKeyFile(ref);
+  const where = isInlineKey(ref) ? 'auth.publicKey' : `auth.publicKey ${ref}`;
   // createPublicKey would derive the public half of a private key; a private key has no business here.
-  if (pem.includes('PRIVATE KEY-----')) throw new Error(`auth.publicKey ${path}: expected a public key or certificate, found a private key`);
-  const key = createPublicKey(pem);
+  if (text.includes('PRIVATE KEY-----') || (text.startsWith('{') && /"d"\s*:/.test(text))) {
+    throw new Error(`${where}: expected a public key or certificate, found a private key`);
+  }
+  const key = text.startsWith('{') ? createPublicKey({ key: JSON.parse(text) as JsonWebKeyInput['key'], format: 'jwk' }) : createPublicKey(text);
   const type = key.asymmetricKeyType;
   const supported = type === 'rsa' || type === 'ed25519' || (type === 'ec' && EC_ALGORITHM[key.asymmetricKeyDetails?.namedCurve ?? ''] !== undefined);
-  if (!supported) throw new Error(`auth.publicKey ${path}: unsupported key type ${type ?? 'unknown'}`);
+  if (!supported) throw new Error(`${where}: unsupported key type ${type ?? 'unknown'}`);
   return key;
 }
 
@@ -431,26 +459,40 @@ export function readRoles(payload: JWTPayload, listClaim: string, singleClaim: s
   return { roles, from: `roles read from claim "${singleClaim}" ("${listClaim}" absent)` };
 }
 
-type JwksLookup = (header: ProtectedHeaderParameters) => Promise<CryptoKey>;
-
 /** One signing key of a JWKS and its RFC 7638 thumbprint (null: a key type without one). */
 export interface JwksMember {
   readonly jwk: JWK;
   readonly thumbprint: string | null;
 }
 
+/** A member as held: its imported key per algorithm, imported on first use. */
+interface HeldMember extends JwksMember {
+  readonly imported: Map<string, Promise<CryptoKey | null>>;
+}
+
 const NO_KEYS: ReadonlySet<string> = new Set();
+
+/** What a set may fetch and hold (`auth.jwks`; a tenant's endpoint also where it may go, jwks-fetch.ts). */
+export interface JwksPolicy extends JwksFetchPolicy {
+  readonly maxKeys: number;
+}
+
+/** The operator's endpoint under the defaults: for a verifier built without a policy. */
+const OPERATOR_DEFAULTS: JwksPolicy = { maxBytes: 256 * 1024, maxKeys: 100, tenant: null };
 
 /** The JWKS as last fetched, with the refetch policy described at the top of this file. */
 export class JwksKeys {
   readonly #url: string;
   readonly #log: Logger;
   readonly #clock: () => number;
+  readonly #policy: JwksPolicy;
   readonly #abort = new AbortController();
-  #lookup: JwksLookup | null = null;
-  #members: readonly JwksMember[] = [];
-  /** Lookups over the members minus a refused set, by that set (few: one per conflicting trust domain). */
-  #screened = new Map<string, JwksLookup>();
+  #loaded = false;
+  /**
+   * The members that may verify a token, by its alg and kid (indexKey): a token's key is found at
+   * the same cost in a set of 2 keys as of maxKeys, also when many members share a kid.
+   */
+  #index = new Map<string, HeldMember[]>();
   readonly #onLoad: ((members: readonly JwksMember[]) => void) | undefined;
   /** Bumped on every successful load, so a waiter can tell whether the set changed under it. */
   #generation = 0;
@@ -458,18 +500,18 @@ export class JwksKeys {
   #nextFetchAt = 0;
   #inflight: Promise<boolean> | null = null;
   #failures = 0;
+  /** Fetches left in the burst, refilled one per JWKS_FETCH_REFILL_MS: however its kids are chosen, a set is fetched that often at most. */
+  #fetchTokens = JWKS_FETCH_BURST;
+  #fetchTokensAt: number;
 
   /** `onLoad` sees every newly loaded set before any token is verified with it. */
-  constructor(url: string, log: Logger, clock: () => number, onLoad?: (members: readonly JwksMember[]) => void) {
+  constructor(url: string, log: Logger, clock: () => number, onLoad?: (members: readonly JwksMember[]) => void, policy: JwksPolicy = OPERATOR_DEFAULTS) {
     this.#url = url;
     this.#log = log;
     this.#clock = clock;
     this.#onLoad = onLoad;
-  }
-
-  /** The signing keys last loaded. */
-  get members(): readonly JwksMember[] {
-    return this.#members;
+    this.#policy = policy;
+    this.#fetchTokensAt = clock();
   }
 
   /** Fetches that failed since this set was created (for the JWKS failure counter). */
@@ -477,21 +519,35 @@ export class JwksKeys {
     return this.#failures;
   }
 
-  /** Fetches now unless a fetch is in flight (joined) or backoff/cooldown holds; true when keys were loaded. */
+  /** Fetches now unless a fetch is in flight (joined) or backoff, cooldown or the fetch budget holds; true when keys were loaded. */
   refresh(): Promise<boolean> {
     if (this.#inflight) return this.#inflight;
-    if (this.#abort.signal.aborted || this.#clock() < this.#nextFetchAt) return Promise.resolve(false);
+    if (this.#abort.signal.aborted || this.#clock() < this.#nextFetchAt || !this.#takeFetch()) return Promise.resolve(false);
     this.#inflight = this.#fetch().finally(() => {
       this.#inflight = null;
     });
     return this.#inflight;
   }
 
-  /** The key for `header`, never one whose thumbprint is in `refused()` (read after any refetch: a load may change it). */
+  /**
+   * The key for `header`, never one whose thumbprint is in `refused()` (read after any refetch: a
+   * load may change it). A tenant's set answers every failure to find a key with one text, so the
+   * 401 does not tell what its endpoint answered.
+   */
   async keyFor(header: ProtectedHeaderParameters, refused: () => ReadonlySet<string> = () => NO_KEYS): Promise<CryptoKey | EdgeError> {
-    if (this.#lookup === null) {
+    const found = await this.#keyFor(header, refused);
+    if (this.#policy.tenant !== null && found instanceof EdgeError && NOT_FOUND.has(found.message)) return deny('unknown key');
+    return found;
+  }
+
+  close(): void {
+    this.#abort.abort();
+  }
+
+  async #keyFor(header: ProtectedHeaderParameters, refused: () => ReadonlySet<string>): Promise<CryptoKey | EdgeError> {
+    if (!this.#loaded) {
       await this.refresh();
-      if (this.#lookup === null) return deny('verification keys unavailable');
+      if (!this.#loaded) return deny('verification keys unavailable');
     } else if (this.#clock() - this.#loadedAt >= JWKS_MAX_AGE_MS) {
       // Background: the loaded keys keep serving while the refresh runs (or fails).
       void this.refresh();
@@ -507,63 +563,69 @@ export class JwksKeys {
     return deny('unknown key');
   }
 
-  close(): void {
-    this.#abort.abort();
-  }
-
-  /** The key for the header; undefined when no member matches; EdgeError when the match is unusable. */
+  /**
+   * The key for the header; undefined when no member matches; EdgeError when the match is
+   * unusable. Costs one map lookup and at most `refused.size + 1` members, whatever the set's size.
+   */
   async #find(header: ProtectedHeaderParameters, refused: ReadonlySet<string>): Promise<CryptoKey | EdgeError | undefined> {
+    const alg = header.alg as string;
+    const candidates = this.#index.get(indexKey(alg, header.kid));
+    if (candidates === undefined) return undefined;
+    // More candidates than refused keys plus one: ambiguous whichever are refused.
+    if (candidates.length > refused.size + 1) return deny('ambiguous key: token needs a kid');
+    const usable = candidates.filter((m) => m.thumbprint === null || !refused.has(m.thumbprint));
     // A refused key is known, not missing: no refetch, and a reason the client can act on.
-    if (
-      refused.size > 0 &&
-      header.kid !== undefined &&
-      this.#members.some((m) => m.jwk.kid === header.kid && m.thumbprint !== null && refused.has(m.thumbprint))
-    ) {
-      return deny('key not trusted for this tenant');
+    if (usable.length === 0) return deny('key not trusted for this tenant');
+    if (usable.length > 1) return deny('ambiguous key: token needs a kid');
+    const member = usable[0]!;
+    let key = member.imported.get(alg);
+    if (key === undefined) {
+      key = importJWK(member.jwk, alg).then(
+        (k) => (k instanceof Uint8Array ? null : k),
+        () => null,
+      );
+      member.imported.set(alg, key);
     }
-    const lookup = this.#lookupWithout(refused);
-    if (lookup === null) return undefined;
-    try {
-      return await lookup(header);
-    } catch (err) {
-      if (err instanceof errors.JWKSNoMatchingKey) return undefined;
-      if (err instanceof errors.JWKSMultipleMatchingKeys) return deny('ambiguous key: token needs a kid');
-      return deny('unknown key');
-    }
+    return (await key) ?? deny('unknown key');
   }
 
-  #lookupWithout(refused: ReadonlySet<string>): JwksLookup | null {
-    if (this.#lookup === null || refused.size === 0) return this.#lookup;
-    const key = [...refused].sort().join(' ');
-    let lookup = this.#screened.get(key);
-    if (lookup === undefined) {
-      lookup = createLocalJWKSet({ keys: this.#members.filter((m) => m.thumbprint === null || !refused.has(m.thumbprint)).map((m) => m.jwk) });
-      this.#screened.set(key, lookup);
+  #takeFetch(): boolean {
+    const periods = Math.floor((this.#clock() - this.#fetchTokensAt) / JWKS_FETCH_REFILL_MS);
+    if (periods > 0) {
+      this.#fetchTokens = Math.min(JWKS_FETCH_BURST, this.#fetchTokens + periods);
+      this.#fetchTokensAt += periods * JWKS_FETCH_REFILL_MS;
     }
-    return lookup;
+    if (this.#fetchTokens === 0) return false;
+    this.#fetchTokens--;
+    return true;
   }
 
   async #fetch(): Promise<boolean> {
     let doc: unknown;
     try {
-      const res = await fetch(this.#url, {
-        headers: { accept: 'application/json' },
-        signal: AbortSignal.any([this.#abort.signal, AbortSignal.timeout(JWKS_FETCH_TIMEOUT_MS)]),
-      });
-      if (!res.ok) {
-        await res.body?.cancel();
-        return this.#failed(`HTTP ${res.status}`);
-      }
-      doc = await res.json();
+      doc = await fetchJwksDocument(this.#url, this.#policy, AbortSignal.any([this.#abort.signal, AbortSignal.timeout(JWKS_FETCH_TIMEOUT_MS)]));
     } catch (err) {
       return this.#failed((err as Error).message);
     }
-    const keys = signingKeys(doc);
-    if (keys === null) return this.#failed('not a JSON Web Key Set');
-    this.#members = keys.map((jwk) => ({ jwk, thumbprint: jwkThumbprint(jwk) }));
-    this.#screened = new Map();
-    this.#onLoad?.(this.#members);
-    this.#lookup = createLocalJWKSet({ keys });
+    const keys = signingKeys(doc, this.#policy.maxKeys);
+    if (typeof keys === 'string') return this.#failed(keys);
+    const members = keys.map((jwk): HeldMember => ({ jwk, thumbprint: jwkThumbprint(jwk), imported: new Map() }));
+    const index = new Map<string, HeldMember[]>();
+    const add = (key: string, m: HeldMember): void => {
+      const same = index.get(key);
+      if (same === undefined) index.set(key, [m]);
+      else same.push(m);
+    };
+    for (const m of members) {
+      for (const alg of ASYMMETRIC_ALGORITHMS) {
+        if (!memberSuits(m.jwk, alg)) continue;
+        add(indexKey(alg, undefined), m);
+        if (typeof m.jwk.kid === 'string') add(indexKey(alg, m.jwk.kid), m);
+      }
+    }
+    this.#index = index;
+    this.#onLoad?.(members);
+    this.#loaded = true;
     this.#generation++;
     this.#loadedAt = this.#clock();
     this.#log.info({ jwksUrl: this.#url, keys: keys.length }, 'JWKS loaded');
@@ -574,17 +636,43 @@ export class JwksKeys {
     this.#nextFetchAt = this.#clock() + JWKS_FAILURE_BACKOFF_MS;
     if (!this.#abort.signal.aborted) {
       this.#failures++;
-      this.#log.warn({ jwksUrl: this.#url, reason, staleKeys: this.#lookup !== null }, 'JWKS fetch failed; keeping the keys already loaded');
+      this.#log.warn({ jwksUrl: this.#url, reason, staleKeys: this.#loaded }, 'JWKS fetch failed; keeping the keys already loaded');
     }
     return false;
   }
 }
 
-/** The public asymmetric members of a JWKS document; null when it is not one. */
-function signingKeys(doc: unknown): JWK[] | null {
-  if (typeof doc !== 'object' || doc === null) return null;
+/** Refusals a tenant's set answers with one text (see JwksKeys.keyFor). */
+const NOT_FOUND: ReadonlySet<string> = new Set(['unknown key', 'verification keys unavailable']);
+
+/** The algorithms a JWKS member can verify (memberSuits). */
+const ASYMMETRIC_ALGORITHMS = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA'] as const;
+
+/** The index entry of a token's alg and kid; a token without a kid may use any member that suits its alg. */
+function indexKey(alg: string, kid: string | undefined): string {
+  return kid === undefined ? `${alg} *` : `${alg} kid:${kid}`;
+}
+
+/** Curve of each ES* algorithm, as a JWK names it. */
+const JWK_CURVE: Readonly<Record<string, string>> = { ES256: 'P-256', ES384: 'P-384', ES512: 'P-521' };
+
+/** True when `jwk` may verify a token signed with `alg` (what jose's local JWKS matches on). */
+function memberSuits(jwk: JWK, alg: string): boolean {
+  if (jwk.alg !== undefined && jwk.alg !== alg) return false;
+  if (jwk.use !== undefined && jwk.use !== 'sig') return false;
+  if (Array.isArray(jwk.key_ops) && !jwk.key_ops.includes('verify')) return false;
+  if (alg.startsWith('RS') || alg.startsWith('PS')) return jwk.kty === 'RSA';
+  if (alg.startsWith('ES')) return jwk.kty === 'EC' && jwk.crv === JWK_CURVE[alg];
+  if (alg === 'EdDSA') return jwk.kty === 'OKP' && (jwk.crv === 'Ed25519' || jwk.crv === 'Ed448');
+  return false;
+}
+
+/** The public asymmetric members of a JWKS document; a reason (for the log) when it is not one or has more than `maxKeys` members. */
+function signingKeys(doc: unknown, maxKeys: number): JWK[] | string {
+  if (typeof doc !== 'object' || doc === null) return 'not a JSON Web Key Set';
   const { keys } = doc as { keys?: unknown };
-  if (!Array.isArray(keys)) return null;
+  if (!Array.isArray(keys)) return 'not a JSON Web Key Set';
+  if (keys.length > maxKeys) return `${keys.length} keys, more than auth.jwks.maxKeys (${maxKeys})`;
   // `oct` members (secrets) and private members never verify anything here.
   return keys.filter((k): k is JWK => typeof k === 'object' && k !== null && (k.kty === 'RSA' || k.kty === 'EC' || k.kty === 'OKP') && k.d === undefined);
 }

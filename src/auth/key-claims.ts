@@ -1,19 +1,36 @@
 /**
- * Which trust domain (the global settings, '', or a tenant with its own `auth`) may use each key a
- * JWKS serves. The directory refuses settings that share key material up front (key-trust.ts);
- * this is the same rule for keys that only appear later, when an endpoint is fetched: a JWKS
- * member whose thumbprint another domain already trusts (its PEM key, or a JWKS member it was
- * serving first) is refused for this domain, unless issuer or audience tell the two domains'
- * tokens apart. Refusals are logged at error level each time the set is loaded.
+ * Which trust domain (the global settings, '', or a tenant with its own `auth`) may use each key
+ * it holds (docs/tenancy.md, "Who keeps a key"). The directory refuses settings that share key
+ * material up front (key-trust.ts); this is the same rule for keys that only appear later, when an
+ * endpoint is fetched. A key two domains hold (a PEM key, or a member a JWKS serves), with no
+ * distinct issuer or audience between them, belongs to the one configured first, whatever was
+ * fetched first: the operator's global settings, then the file's tenants in file order, then
+ * tenant records by the age of their `auth` settings as the directory keeps it in Redis (so every
+ * instance, and a restarted one, agrees), equal ages by id. The other domain is refused that key for as long as both hold it, and every new
+ * refusal is logged at error level.
+ *
+ * Ownership is recomputed from every domain's settings and every loaded set each time a set loads
+ * or the directory changes, through an index by thumbprint, so it costs the keys held, not the
+ * square of the domains.
  */
 import type { Logger } from '../observability/log.js';
 import type { JwksMember } from './jwt.js';
 import { separable, trustedKeys, type TrustSettings } from './key-trust.js';
 
+/** Where a domain's settings come from; earlier in this list is older. */
+export type DomainOrigin = 'global' | 'file' | 'record';
+
+const ORIGIN_RANK: Readonly<Record<DomainOrigin, number>> = { global: 0, file: 1, record: 2 };
+
 interface Domain {
+  readonly id: string;
   readonly sig: string;
   readonly settings: TrustSettings;
-  readonly keys: ReadonlySet<string>;
+  /** Thumbprints of the PEM keys its settings name. */
+  readonly pem: readonly string[];
+  origin: DomainOrigin;
+  /** Among domains of one origin: file order for file tenants, when its `auth` was written for records. */
+  seq: number;
 }
 
 const NONE: ReadonlySet<string> = new Set();
@@ -21,59 +38,46 @@ const NONE: ReadonlySet<string> = new Set();
 export class KeyClaims {
   readonly #log: Logger;
   readonly #domains = new Map<string, Domain>();
-  /** JWKS member thumbprint -> the domain that was served it first. */
-  readonly #owner = new Map<string, string>();
-  readonly #refused = new Map<string, Set<string>>();
+  /** The members each JWKS URL served at its last load. */
+  readonly #served = new Map<string, readonly JwksMember[]>();
+  readonly #refused = new Map<string, ReadonlySet<string>>();
 
   constructor(log: Logger) {
     this.#log = log;
   }
 
-  /** Registers a domain's settings; changed settings give up the keys it claimed. */
-  set(domain: string, settings: TrustSettings): void {
+  /**
+   * Registers a domain's settings. `order` places it among domains of its origin: file order for
+   * the file's tenants, the time its `auth` was written for records (none known: written before
+   * ages were kept, so older than any that is). Without `origin` (a tenant not yet synced) a new
+   * domain is taken for the newest record until the next sync, and a known one keeps its place.
+   */
+  set(domain: string, settings: TrustSettings, origin?: DomainOrigin, order?: number): void {
     const sig = JSON.stringify([settings.secret, settings.publicKey, settings.jwksUrl, settings.issuer, settings.audience]);
-    if (this.#domains.get(domain)?.sig === sig) return;
-    this.remove(domain);
-    this.#domains.set(domain, { sig, settings, keys: trustedKeys(settings) });
+    const known = this.#domains.get(domain);
+    if (known?.sig === sig) {
+      if (origin !== undefined) {
+        known.origin = origin;
+        known.seq = order ?? 0;
+      }
+      return;
+    }
+    const from = origin ?? (domain === '' ? 'global' : 'record');
+    const seq = origin === undefined && from === 'record' ? Number.MAX_SAFE_INTEGER : (order ?? 0);
+    const pem = [...trustedKeys(settings)].filter((k) => k.startsWith('jwk:')).map((k) => k.slice(4));
+    this.#domains.set(domain, { id: domain, sig, settings, pem, origin: from, seq });
   }
 
   /** Forgets every tenant domain not in `live` (the global one stays). */
   retain(live: ReadonlySet<string>): void {
-    for (const id of [...this.#domains.keys()]) if (id !== '' && !live.has(id)) this.remove(id);
+    for (const id of [...this.#domains.keys()]) if (id !== '' && !live.has(id)) this.#domains.delete(id);
   }
 
-  remove(domain: string): void {
-    this.#domains.delete(domain);
-    this.#refused.delete(domain);
-    for (const [t, owner] of this.#owner) if (owner === domain) this.#owner.delete(t);
-  }
-
-  /** Every domain whose own settings name `url`, or only `only`, screens the set just loaded from it. */
-  screen(url: string, members: readonly JwksMember[], only?: string): void {
-    for (const [id, d] of this.#domains) {
-      if (d.settings.jwksUrl !== url || (only !== undefined && id !== only)) continue;
-      const refused = new Set<string>();
-      for (const m of members) {
-        if (m.thumbprint === null) continue;
-        const holder = this.#holder(id, d, m.thumbprint);
-        if (holder === null) {
-          if (!this.#owner.has(m.thumbprint)) this.#owner.set(m.thumbprint, id);
-          continue;
-        }
-        refused.add(m.thumbprint);
-        this.#log.error(
-          {
-            tenant: id === '' ? null : id,
-            trustedBy: holder === '' ? 'global auth settings' : `tenant "${holder}"`,
-            jwksUrl: url,
-            kid: m.jwk.kid ?? null,
-            thumbprint: m.thumbprint,
-          },
-          'JWKS serves a key another trust domain already trusts, with no distinct issuer or audience: that key is refused for this tenant',
-        );
-      }
-      this.#refused.set(id, refused);
-    }
+  /** Records the members `url` serves now (`null`: the set is gone) and recomputes ownership. */
+  loaded(url: string, members: readonly JwksMember[] | null): void {
+    if (members === null) this.#served.delete(url);
+    else this.#served.set(url, members);
+    this.rescreen();
   }
 
   /** The thumbprints `domain` must not use. */
@@ -81,13 +85,58 @@ export class KeyClaims {
     return this.#refused.get(domain) ?? NONE;
   }
 
-  /** The other domain that holds `thumbprint` and whose tokens cannot be told apart from `d`'s; null when none. */
-  #holder(id: string, d: Domain, thumbprint: string): string | null {
-    const owner = this.#owner.get(thumbprint);
-    for (const [other, o] of this.#domains) {
-      if (other === id || separable(d.settings, o.settings)) continue;
-      if (owner === other || o.keys.has(`jwk:${thumbprint}`)) return other;
+  /** Recomputes every domain's refused keys from the settings and sets as they are now. */
+  rescreen(): void {
+    const holders = new Map<string, Domain[]>();
+    const hold = (t: string, d: Domain): void => {
+      const list = holders.get(t);
+      if (list === undefined) holders.set(t, [d]);
+      else if (!list.includes(d)) list.push(d);
+    };
+    for (const d of this.#domains.values()) for (const t of this.#held(d)) hold(t, d);
+    const next = new Map<string, ReadonlySet<string>>();
+    for (const d of this.#domains.values()) {
+      let refused: Set<string> | undefined;
+      for (const t of this.#held(d)) {
+        const owner = holders.get(t)!.find((o) => o !== d && older(o, d) && !separable(d.settings, o.settings));
+        if (owner === undefined) continue;
+        refused ??= new Set();
+        refused.add(t);
+        if (!this.refused(d.id).has(t)) this.#report(d, owner, t);
+      }
+      if (refused !== undefined) next.set(d.id, refused);
     }
-    return null;
+    this.#refused.clear();
+    for (const [id, r] of next) this.#refused.set(id, r);
   }
+
+  /** The thumbprints `d` holds: its PEM keys and the members its JWKS serves. */
+  *#held(d: Domain): Iterable<string> {
+    yield* d.pem;
+    const url = d.settings.jwksUrl;
+    if (url === null) return;
+    for (const m of this.#served.get(url) ?? []) if (m.thumbprint !== null) yield m.thumbprint;
+  }
+
+  #report(d: Domain, owner: Domain, thumbprint: string): void {
+    const url = d.settings.jwksUrl;
+    const member = url === null ? undefined : this.#served.get(url)?.find((m) => m.thumbprint === thumbprint);
+    this.#log.error(
+      {
+        tenant: d.id === '' ? null : d.id,
+        trustedBy: owner.id === '' ? 'global auth settings' : `tenant "${owner.id}"`,
+        jwksUrl: member === undefined ? null : url,
+        kid: member?.jwk.kid ?? null,
+        thumbprint,
+      },
+      'a key another trust domain configured earlier also holds, with no distinct issuer or audience: that key is refused for this tenant',
+    );
+  }
+}
+
+/** True when `a` was configured before `b` (see the top of this file). */
+function older(a: Domain, b: Domain): boolean {
+  if (a.origin !== b.origin) return ORIGIN_RANK[a.origin] < ORIGIN_RANK[b.origin];
+  if (a.seq !== b.seq) return a.seq < b.seq;
+  return a.id < b.id;
 }

@@ -3,21 +3,24 @@
  * (docs/tenancy.md, "Key trust"): two settings trust the same tokens when they share a key and
  * neither the issuer nor the audience tells their tokens apart. Text would be fooled by the same
  * JWKS under another spelling (`?x`, `#x`, `LOCALHOST`, `127.0.0.1` for `localhost`, `:443`) or the
- * same PEM under another path.
+ * same key in another file or encoding.
  *
- * - HMAC secrets: their bytes (as the verifier encodes them), hashed.
- * - PEM public keys: the RFC 7638 thumbprint of the key the file holds.
+ * - HMAC secrets: the key HMAC really uses, per hash (RFC 2104: a key longer than the hash's
+ *   block is hashed first, a shorter one is zero-padded to the block), hashed. `secret\0` and
+ *   `secret` are one HMAC key: comparing the bytes as given would take them for two.
+ * - Public keys (PEM text or a JWK; key files are read in when the configuration is loaded,
+ *   key-files.ts): the RFC 7638 thumbprint of the key.
  * - JWKS endpoints: the canonical URL (lower-case host without a trailing dot, no user info,
  *   fragment or query, default port dropped, every loopback name one host). The query is dropped
  *   on purpose: endpoints that differ only there are taken for one key source; tenants sharing an
  *   IdP tell their tokens apart by issuer or audience. The keys a JWKS serves are compared by
  *   thumbprint when fetched (verifiers.ts).
  */
-import { createHash, createPublicKey } from 'node:crypto';
-import { readFileSync, statSync } from 'node:fs';
+import { createHash, createPublicKey, type JsonWebKeyInput } from 'node:crypto';
 import type { JWK } from 'jose';
 import type { RawTenantAuth } from '../config/schema.js';
 import { defaultPort, urlHost, urlPort } from '../net/url-host.js';
+import { isInlineKey } from './key-files.js';
 
 /** What decides which tokens a set of `auth` settings accepts (a tenant's own, or the global ones). */
 export type TrustSettings = Pick<RawTenantAuth, 'secret' | 'publicKey' | 'jwksUrl' | 'issuer' | 'audience'>;
@@ -52,50 +55,50 @@ export function jwkThumbprint(jwk: JWK): string | null {
   return createHash('sha256').update(JSON.stringify(required)).digest('base64url');
 }
 
-/** The thumbprint of the key in a PEM file; null when it cannot be read as a public key. */
-function pemThumbprint(path: string): string | null {
+/** The key material of a `publicKey` setting: the thumbprint of the key it holds (PEM text or a JWK). */
+function publicKeyMaterial(value: string): string {
+  if (!isInlineKey(value)) return `file:${value}`;
   try {
-    return jwkThumbprint(createPublicKey(readFileSync(path, 'utf8')).export({ format: 'jwk' }) as JWK);
+    const text = value.trim();
+    const key = text.startsWith('{') ? createPublicKey({ key: JSON.parse(text) as JsonWebKeyInput['key'], format: 'jwk' }) : createPublicKey(text);
+    const thumbprint = jwkThumbprint(key.export({ format: 'jwk' }) as JWK);
+    if (thumbprint !== null) return `jwk:${thumbprint}`;
   } catch {
-    return null;
+    // Not a key: the verifier refuses every token anyway.
   }
+  return `text:${createHash('sha256').update(value).digest('base64url')}`;
 }
 
-/** PEM thumbprints by path, kept while the file's size and mtime are unchanged (directory builds run every few seconds). */
-const pemCache = new Map<string, { readonly stamp: string; readonly thumbprint: string | null }>();
+/** Key sets by settings object: one directory build compares every pair of tenants, and should parse each key once. */
+const known = new WeakMap<TrustSettings, ReadonlySet<string>>();
 
-function pemKey(path: string): string {
-  let stamp: string;
-  try {
-    const st = statSync(path);
-    stamp = `${st.size}:${st.mtimeMs}:${st.ino}`;
-  } catch {
-    return `file:${path}`;
-  }
-  let known = pemCache.get(path);
-  if (known?.stamp !== stamp) {
-    known = { stamp, thumbprint: pemThumbprint(path) };
-    pemCache.set(path, known);
-  }
-  // Unreadable as a key: the verifier refuses every token anyway; compare by path meanwhile.
-  return known.thumbprint === null ? `file:${path}` : `jwk:${known.thumbprint}`;
-}
-
-/** Key sets by settings object, briefly: one directory build compares every pair of tenants, and should stat each PEM file once. */
-const recent = new WeakMap<TrustSettings, { readonly at: number; readonly keys: ReadonlySet<string> }>();
-const RECENT_MS = 1000;
-
-/** The key material `s` trusts: `hmac:<hash>`, `jwk:<thumbprint>` (PEM) and `jwks:<canonical URL>`. */
+/** The key material `s` trusts: `hmac:<alg>:<hash>` (hmacKeys), `jwk:<thumbprint>` (public key) and `jwks:<canonical URL>`. */
 export function trustedKeys(s: TrustSettings): ReadonlySet<string> {
-  const now = Date.now();
-  const known = recent.get(s);
-  if (known !== undefined && now - known.at < RECENT_MS) return known.keys;
+  const cached = known.get(s);
+  if (cached !== undefined) return cached;
   const keys = new Set<string>();
-  if (s.secret !== null) keys.add(`hmac:${createHash('sha256').update(new TextEncoder().encode(s.secret)).digest('base64url')}`);
-  if (s.publicKey !== null) keys.add(pemKey(s.publicKey));
+  if (s.secret !== null) for (const k of hmacKeys(s.secret)) keys.add(k);
+  if (s.publicKey !== null) keys.add(publicKeyMaterial(s.publicKey));
   if (s.jwksUrl !== null) keys.add(`jwks:${canonicalJwksUrl(s.jwksUrl)}`);
-  recent.set(s, { at: now, keys });
+  known.set(s, keys);
   return keys;
+}
+
+/** The hash and block size (bytes) of each HMAC algorithm a secret may verify. */
+const HMAC_HASHES: ReadonlyArray<readonly [alg: string, hash: string, block: number]> = [
+  ['HS256', 'sha256', 64],
+  ['HS384', 'sha384', 128],
+  ['HS512', 'sha512', 128],
+];
+
+/** `hmac:<alg>:<hash of the padded key>` for each HMAC algorithm: what a secret is as that algorithm's key. */
+export function hmacKeys(secret: string): string[] {
+  const raw = Buffer.from(new TextEncoder().encode(secret));
+  return HMAC_HASHES.map(([alg, hash, block]) => {
+    const padded = Buffer.alloc(block);
+    (raw.length > block ? createHash(hash).update(raw).digest() : raw).copy(padded);
+    return `hmac:${alg}:${createHash('sha256').update(padded).digest('base64url')}`;
+  });
 }
 
 /** True when the issuer or the audience tells the two settings' tokens apart (both set, no value in common). */

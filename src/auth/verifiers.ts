@@ -7,7 +7,7 @@
  * (`auth.cacheSize`, and `auth.cacheBytes` for the global settings, `auth.tenantCacheBytes` for each
  * tenant's), so a tenant whose IdP mints many large tokens only evicts its own. Shared: one JWKS set
  * per distinct URL, with jwt.ts's single-flight and stale-on-error policy; every set loaded is
- * screened for keys another trust domain holds (key-claims.ts). sync() drops the
+ * screened for keys a trust domain configured earlier holds (key-claims.ts). sync() drops the
  * verifiers and JWKS sets that no current tenant (nor the global settings) uses, so their number
  * is bounded by the directory.
  */
@@ -17,7 +17,13 @@ import type { AuthConfig, RawTenantAuth } from '../config/schema.js';
 import type { Logger } from '../observability/log.js';
 import { foldByLabel } from '../observability/tenant-labels.js';
 import { createTokenVerifier, JwksKeys, tokenCache, type KeyContext, type TokenVerifier } from './jwt.js';
-import { KeyClaims } from './key-claims.js';
+import { KeyClaims, type DomainOrigin } from './key-claims.js';
+
+/** Where a tenant's settings come from and, for a record, when its `auth` was written (ms; undefined: not known). */
+export interface DomainRank {
+  readonly origin: DomainOrigin;
+  readonly since?: number;
+}
 
 /** The part of a tenant the verifiers read. */
 export interface AuthScope {
@@ -33,8 +39,10 @@ export interface TenantVerifiers {
   /**
    * Forgets the verifiers and JWKS sets of tenants that are gone or changed their settings, and
    * starts fetching the sets of new ones in the background (a slow IdP then delays no request).
+   * `rank` tells the file's tenants from records and a record's age (key-claims.ts: who keeps a
+   * key two tenants hold); the tenants come in the directory's order (the file's in file order).
    */
-  sync(tenants: Iterable<AuthScope>): void;
+  sync(tenants: Iterable<AuthScope>, rank?: (id: string) => DomainRank): void;
   /** Starts the global verifier (tenant verifiers load their keys on first use). */
   start(): Promise<void>;
   /**
@@ -109,7 +117,7 @@ class Verifiers implements TenantVerifiers {
     this.#log = log;
     this.#clock = clock;
     this.#claims = new KeyClaims(log);
-    this.#claims.set('', cfg);
+    this.#claims.set('', cfg, 'global');
     this.global = createTokenVerifier(cfg, { log, clock, keys: this.#context('', cfg.cacheBytes) });
   }
 
@@ -125,10 +133,9 @@ class Verifiers implements TenantVerifiers {
         return known.verifier;
       }
     }
-    // A tenant not yet synced: its JWKS set may already be loaded for another domain.
+    // A tenant not yet synced (a record, as far as is known): its keys may already be held by another domain.
     this.#claims.set(tenant.id, auth);
-    const loaded = auth.jwksUrl === null ? undefined : this.#jwks.get(auth.jwksUrl);
-    if (loaded !== undefined) this.#claims.screen(auth.jwksUrl!, loaded.members, tenant.id);
+    this.#claims.rescreen();
     const verifier = createTokenVerifier(tenantAuthConfig(this.#cfg, auth), {
       log: this.#log,
       clock: this.#clock,
@@ -138,14 +145,17 @@ class Verifiers implements TenantVerifiers {
     return verifier;
   }
 
-  sync(tenants: Iterable<AuthScope>): void {
+  sync(tenants: Iterable<AuthScope>, rank: (id: string) => DomainRank = () => ({ origin: 'record' })): void {
     const live = new Map<string, string>();
     const urls = new Set<string>();
     if (this.#cfg.jwksUrl) urls.add(this.#cfg.jwksUrl);
+    let order = 0;
     for (const t of tenants) {
       if (t.auth === null) continue;
       live.set(t.id, JSON.stringify(t.auth));
-      this.#claims.set(t.id, t.auth);
+      const { origin, since } = rank(t.id);
+      this.#claims.set(t.id, t.auth, origin, origin === 'file' ? order : since);
+      order++;
       if (t.auth.jwksUrl) urls.add(t.auth.jwksUrl);
     }
     for (const [id, own] of this.#own) if (live.get(id) !== own.sig) this.#own.delete(id);
@@ -155,9 +165,10 @@ class Verifiers implements TenantVerifiers {
       if (urls.has(url)) continue;
       keys.close();
       this.#jwks.delete(url);
+      this.#claims.loaded(url, null);
     }
-    // Sets already loaded are screened again for the domains as they now are.
-    for (const [url, keys] of this.#jwks) this.#claims.screen(url, keys.members);
+    // Keys already loaded are owned again by the domains as they now are.
+    this.#claims.rescreen();
     for (const url of urls) if (!this.#jwks.has(url)) void this.#jwksFor(url).refresh();
   }
 
@@ -225,7 +236,10 @@ class Verifiers implements TenantVerifiers {
   #jwksFor(url: string): JwksKeys {
     let keys = this.#jwks.get(url);
     if (keys === undefined) {
-      keys = new JwksKeys(url, this.#log, this.#clock, (members) => this.#claims.screen(url, members));
+      // The operator's own endpoint may be anywhere; a tenant's is held to auth.jwks (jwks-fetch.ts).
+      const { maxBytes, maxKeys, allowHttp, allowPrivateAddresses } = this.#cfg.jwks;
+      const tenant = url === this.#cfg.jwksUrl ? null : { allowHttp, allowPrivateAddresses };
+      keys = new JwksKeys(url, this.#log, this.#clock, (members) => this.#claims.loaded(url, members), { maxBytes, maxKeys, tenant });
       this.#jwks.set(url, keys);
     }
     return keys;

@@ -26,6 +26,7 @@ const HINTS: ReadonlyArray<readonly [RegExp, (m: RegExpExecArray) => string]> = 
     () => 'the key must be the private key of that certificate: openssl x509 -noout -pubkey -in CERT and openssl pkey -pubout -in KEY must print the same',
   ],
   [/publicKey: \S+: /, () => "a PEM public key (-----BEGIN PUBLIC KEY-----) or certificate of the tokens' issuer"],
+  [/HMAC secret needs at least/, () => 'generate one: openssl rand -base64 32'],
   [/ENOENT|no such file/, () => 'check the path (--config FILE or $QUEEN_EDGE_CONFIG); config/default.yaml runs on a fresh clone'],
 ];
 

@@ -6,6 +6,7 @@
 import { readFile } from 'node:fs/promises';
 import { parseDocument } from 'yaml';
 import type { z } from 'zod';
+import { inlineKeyFiles } from '../auth/key-files.js';
 import { configSchema, type RawConfig } from './schema.js';
 
 /** A configuration that cannot be used; `problems` lists each as `path: message`. */
@@ -120,7 +121,7 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   return result.data;
 }
 
-/** Reads, substitutes and validates a YAML file. */
+/** Reads, substitutes and validates a YAML file, with its key files read in (key-files.ts). */
 export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = process.env): Promise<RawConfig> {
   let text: string;
   try {
@@ -133,5 +134,6 @@ export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = proc
     // After a syntax error the parser is lost: the errors that follow it only echo the first.
     throw new ConfigError([`${path}: ${doc.errors[0]!.message.trimEnd()}`]);
   }
-  return parseConfig(doc.toJS(), env);
+  // Key files named in the file are read now, so that nothing later opens a file (src/auth/key-files.ts).
+  return inlineKeyFiles(parseConfig(doc.toJS(), env));
 }

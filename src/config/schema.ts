@@ -2,6 +2,7 @@
  * The configuration contract (README.md, Configuration) as a schema. The documented keys are kept as they are;
  * additions are marked "added". Strict objects, so a typo is reported instead of ignored.
  */
+import { jwksUrlRefusal } from '../auth/jwks-url.js';
 import { z } from 'zod';
 import { invalidProxyRanges } from '../net/client-address.js';
 
@@ -70,6 +71,9 @@ const ALGORITHMS = ['HS256', 'HS384', 'HS512', 'RS256', 'RS384', 'RS512', 'PS256
 const algorithms = z.array(z.enum(ALGORITHMS)).min(1);
 const claimValue = z.union([z.string(), z.array(z.string())]).nullable();
 
+/** The shortest HMAC secret a tenant's own `auth` may hold: 256 bits, the HS256 key size RFC 7518 §3.2 asks for. */
+export const TENANT_SECRET_MIN_BYTES = 32;
+
 /**
  * added: a tenant's own token settings (docs/tenancy.md). When present they replace the global
  * key, issuer and audience for this tenant alone: nothing is inherited but the algorithm
@@ -78,7 +82,14 @@ const claimValue = z.union([z.string(), z.array(z.string())]).nullable();
 export const tenantAuthSchema = z
   .strictObject({
     algorithms: algorithms.optional(),
-    secret: z.string().min(1).nullable().default(null),
+    /** At least TENANT_SECRET_MIN_BYTES: a tenant's secret is chosen by whoever writes its record, and a short one is guessed offline from any token. */
+    secret: z
+      .string()
+      .refine((s) => Buffer.byteLength(s) >= TENANT_SECRET_MIN_BYTES, {
+        message: `a tenant's HMAC secret needs at least ${TENANT_SECRET_MIN_BYTES} bytes`,
+      })
+      .nullable()
+      .default(null),
     publicKey: z.string().min(1).nullable().default(null),
     jwksUrl: url.nullable().default(null),
     issuer: claimValue.default(null),
@@ -311,6 +322,26 @@ export const configSchema = z
           .min(64)
           .max(64 * 1024)
           .default(8 * 1024),
+        /**
+         * added: what a JWKS fetch may bring in and where a tenant's may go (docs/security.md, "JWKS
+         * endpoints"). The operator's own `auth.jwksUrl` may be any http(s) address.
+         */
+        jwks: z
+          .strictObject({
+            /** A larger document is refused before it is parsed; the keys already loaded stay. */
+            maxBytes: z
+              .number()
+              .int()
+              .min(1024)
+              .default(256 * 1024),
+            /** A set with more members is refused whole. */
+            maxKeys: z.number().int().min(1).default(100),
+            /** Tenants' `jwksUrl` may be plain http (off: https only). For tests and closed networks. */
+            allowHttp: z.boolean().default(false),
+            /** Tenants' `jwksUrl` may reach loopback, private, link-local and other non-public addresses (off: refused, also when a name resolves to one at fetch time). */
+            allowPrivateAddresses: z.boolean().default(false),
+          })
+          .prefault({}),
         /** added: refuse tokens without `exp` (they would never expire). */
         requireExp: z.boolean().default(true),
         /** added: refuse tokens whose `iat` is older than this (and tokens without `iat`); null = no age limit. */
@@ -373,6 +404,8 @@ export const configSchema = z
   .superRefine((cfg, ctx) => {
     for (const [id, t] of Object.entries(cfg.tenants)) {
       if (!cfg.plans[t.plan]) ctx.addIssue({ code: 'custom', path: ['tenants', id, 'plan'], message: `unknown plan "${t.plan}"` });
+      const refusal = t.auth?.jwksUrl ? jwksUrlRefusal(t.auth.jwksUrl, { tenant: cfg.auth.jwks }) : null;
+      if (refusal !== null) ctx.addIssue({ code: 'custom', path: ['tenants', id, 'auth', 'jwksUrl'], message: refusal });
     }
     const keyIds = new Set<string>();
     for (const [i, k] of cfg.apiKeys.entries()) {

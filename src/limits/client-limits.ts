@@ -2,7 +2,7 @@
  * Per-client limits that protect the edge itself rather than meter a tenant: signature checks
  * (a token that is not yet cached costs one; RS256 and ES256 especially) and anonymous public
  * routes. rate-limiter-flexible's memory limiter, one per process, keyed by client address (an
- * IPv6 client by its /64, which one host usually owns whole). Design and bounds:
+ * IPv6 client by its /64, an IPv4 one carried in IPv6 by that IPv4 address, see clientKey). Design and bounds:
  * docs/decisions/0016-signature-check-throttle.md (why memory and not Redis: 0007).
  *
  * Signature checks are gated, not failures in general: a token refused without one (malformed,
@@ -23,6 +23,7 @@ import type { RawConfig } from '../config/schema.js';
 import type { SignatureGate } from '../auth/jwt.js';
 import { ExpiringMap } from '../cache/expiring-map.js';
 import { isApiKey, keyId } from '../keys/format.js';
+import { carriedIpv4, ipv6Groups } from '../net/ipv6.js';
 import { edgeError, type EdgeError } from '../errors.js';
 
 export interface ClientLimits {
@@ -112,19 +113,13 @@ function identityOf(token: string): string {
     .slice(0, 22);
 }
 
-/** The key a client is limited by: its address (see net/client-address.ts); IPv6 by its /64. */
+/**
+ * The key a client is limited by: its address (see net/client-address.ts); IPv6 by its /64, which
+ * one host usually owns whole. An IPv6 address that carries an IPv4 one is keyed as that IPv4
+ * address: IPv4-mapped `::ffff:a.b.c.d`, and NAT64's well-known prefix `64:ff9b::/96` (RFC 6052),
+ * behind which every IPv4 client of a NAT64 gateway shares one /64.
+ */
 export function clientKey(address: string): string {
   if (!isIPv6(address)) return address;
-  return `${ipv6Groups(address).slice(0, 4).join(':')}::/64`;
-}
-
-/** The eight groups of an IPv6 address, `::` expanded, each without leading zeros. */
-function ipv6Groups(ip: string): string[] {
-  const zone = ip.indexOf('%');
-  const bare = zone === -1 ? ip : ip.slice(0, zone);
-  const [head, tail] = bare.split('::') as [string, string | undefined];
-  const left = head === '' ? [] : head.split(':');
-  const right = tail === undefined || tail === '' ? [] : tail.split(':');
-  const fill = tail === undefined ? [] : Array<string>(8 - left.length - right.length).fill('0');
-  return [...left, ...fill, ...right].map((g) => g.replace(/^0+(?=.)/, '').toLowerCase());
+  return carriedIpv4(address) ?? `${ipv6Groups(address).slice(0, 4).join(':')}::/64`;
 }

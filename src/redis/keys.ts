@@ -24,6 +24,7 @@
  *   <p>{dir}:plans            SET of ids that have a plan record
  *   <p>{dir}:status           HASH id → active | suspended (overrides any record's status)
  *   <p>{dir}:storage          HASH id → storage bytes used, from the control plane
+ *   <p>{dir}:auth-since       HASH id → ms when the record's own `auth` was written as it is (who keeps a shared key: src/auth/key-claims.ts)
  *   <p>changes                pub/sub channel; a message means "reload the directory"
  *
  * Tenant API keys (one hash tag: a create or a revoke is one MULTI on Redis Cluster too):
@@ -89,6 +90,7 @@ export interface DirectoryKeys {
   readonly plans: string;
   readonly status: string;
   readonly storage: string;
+  readonly authSince: string;
   readonly changes: string;
 }
 
@@ -103,6 +105,7 @@ export function directoryKeys(prefix: string): DirectoryKeys {
     plans: `${base}plans`,
     status: `${base}status`,
     storage: `${base}storage`,
+    authSince: `${base}auth-since`,
     changes: `${prefix}changes`,
   };
 }

@@ -16,6 +16,8 @@
  * A rejected Redis record never takes effect: the previous version (the file's, or none) stays.
  */
 import type { z } from 'zod';
+import { recordAuthProblems } from '../auth/key-files.js';
+import type { TenantJwksAllowances } from '../auth/jwks-url.js';
 import { planSchema, tenantSchema, type RawPlan, type RawTenant } from '../config/schema.js';
 import { brokerIdentity } from './brokers.js';
 import { sameTrust, type TrustSettings } from './tenancy.js';
@@ -26,8 +28,8 @@ import { canonicalHost, compilePlan, compileTenant, ID_PATTERN, type Plan, type 
 export interface FileDirectory {
   readonly plans: Readonly<Record<string, RawPlan>>;
   readonly tenants: Readonly<Record<string, RawTenant>>;
-  /** The global token settings, which no tenant's own `auth` may repeat. */
-  readonly auth?: TrustSettings;
+  /** The global token settings, which no tenant's own `auth` may repeat; `jwks`: where records' JWKS may be. */
+  readonly auth?: TrustSettings & { readonly jwks?: TenantJwksAllowances };
 }
 
 /** What one reload reads from Redis (record texts are JSON, not yet validated). */
@@ -37,6 +39,8 @@ export interface RedisRecords {
   readonly deleted: ReadonlySet<string>;
   readonly status: Readonly<Record<string, string>>;
   readonly storage: Readonly<Record<string, string>>;
+  /** When each record's own `auth` was written as it is (ms); read by the verifiers only (src/auth/key-claims.ts). */
+  readonly authSince?: Readonly<Record<string, string>>;
 }
 
 export const NO_RECORDS: RedisRecords = Object.freeze({ tenants: new Map(), plans: new Map(), deleted: new Set<string>(), status: {}, storage: {} });
@@ -152,7 +156,8 @@ export function buildSnapshot(file: FileDirectory, records: RedisRecords, previo
   for (const id of [...records.tenants.keys()].sort()) {
     if (records.deleted.has(id)) continue;
     const parsed = parseRecord(records.tenants.get(id)!, tenantSchema);
-    const problems = Array.isArray(parsed) ? parsed : check(id, parsed);
+    // A record's key is inline and its JWKS one the edge may fetch (src/auth/key-files.ts).
+    const problems = Array.isArray(parsed) ? parsed : [...check(id, parsed), ...recordAuthProblems(parsed.auth, file.auth?.jwks)];
     if (problems.length > 0) reject(`tenant:${id}`, 'redis', problems);
     else fromRedis.set(id, parsed as RawTenant);
   }

@@ -31,6 +31,8 @@ export interface TenantStore extends TenantDirectory {
   planById(id: string): Plan | undefined;
   /** The tenant record in force (Redis record or file entry, before a status override), for the admin view. */
   recordOf(id: string): RawTenant | undefined;
+  /** When a record's own `auth` was written as it is now (ms); undefined for file tenants and records written before this was kept. */
+  authSince(id: string): number | undefined;
   /** Creates or replaces a tenant record (tenantSchema); clears a status override and a tombstone. */
   putTenant(id: string, raw: unknown): Promise<WriteResult>;
   /** Removes a tenant (Redis record and, via a tombstone, the file's); false when it did not exist. */
@@ -150,6 +152,11 @@ class Directory implements TenantStore {
     return this.#snap.records.get(id);
   }
 
+  authSince(id: string): number | undefined {
+    const text = this.#records.authSince?.[id];
+    return text === undefined ? undefined : Number(text);
+  }
+
   sourceOf(id: string): ReturnType<TenantStore['sourceOf']> {
     const record = this.#snap.records.get(id);
     if (record === undefined) return undefined;
@@ -172,7 +179,7 @@ class Directory implements TenantStore {
     const k = this.#keys;
     await this.#commit(
       { ...r, tenants, deleted, status },
-      (redis) => redis.multi().del(k.tenant(id)).srem(k.tenants, id).srem(k.deleted, id).hdel(k.status, id).exec(),
+      (redis) => redis.multi().del(k.tenant(id)).srem(k.tenants, id).srem(k.deleted, id).hdel(k.status, id).hdel(k.authSince, id).exec(),
       `tenant:${id}`,
     );
     return { ok: true };
@@ -273,7 +280,12 @@ class Directory implements TenantStore {
     deleted.delete(id);
     const status = { ...r.status };
     delete status[id];
-    const next = { ...r, tenants: new Map(r.tenants).set(id, text), deleted, status };
+    // A record's `auth` keeps its age while unchanged: the older of two holders keeps a shared key (src/auth/key-claims.ts).
+    const before = r.tenants.get(id);
+    const authText = JSON.stringify(parsed.data.auth);
+    const sameAuth = before !== undefined && JSON.stringify((JSON.parse(before) as RawTenant).auth ?? null) === authText;
+    const authSince = sameAuth ? r.authSince : { ...r.authSince, [id]: String(Date.now()) };
+    const next = { ...r, tenants: new Map(r.tenants).set(id, text), deleted, status, authSince };
     const trial = this.#build(this.#file, next);
     const refused = trial.rejected.find((x) => x.kind === 'tenant' && x.id === id && x.source === 'redis');
     if (refused) return refused.conflict ? { ok: false, problems: refused.problems, conflict: true } : { ok: false, problems: refused.problems };
@@ -286,7 +298,10 @@ class Directory implements TenantStore {
     const k = this.#keys;
     await this.#commit(
       next,
-      (redis) => redis.multi().set(k.tenant(id), text).sadd(k.tenants, id).srem(k.deleted, id).hdel(k.status, id).exec(),
+      (redis) => {
+        const m = redis.multi().set(k.tenant(id), text).sadd(k.tenants, id).srem(k.deleted, id).hdel(k.status, id);
+        return (sameAuth ? m : m.hset(k.authSince, id, authSince![id]!)).exec();
+      },
       `tenant:${id}`,
     );
     return { ok: true };
@@ -306,7 +321,7 @@ class Directory implements TenantStore {
     const next = { ...r, tenants, deleted: new Set(r.deleted).add(id), status, storage };
     await this.#commit(
       next,
-      (redis) => redis.multi().del(k.tenant(id)).srem(k.tenants, id).sadd(k.deleted, id).hdel(k.status, id).hdel(k.storage, id).exec(),
+      (redis) => redis.multi().del(k.tenant(id)).srem(k.tenants, id).sadd(k.deleted, id).hdel(k.status, id).hdel(k.storage, id).hdel(k.authSince, id).exec(),
       `tenant:${id}`,
     );
     return existed;
@@ -390,11 +405,19 @@ class Directory implements TenantStore {
   async #load(): Promise<void> {
     const redis = this.#redis!;
     const k = this.#keys;
-    const first = await redis.pipeline().smembers(k.tenants).smembers(k.plans).smembers(k.deleted).hgetall(k.status).hgetall(k.storage).exec();
-    const [tenantIds, planIds, deleted, status, storage] = (first ?? []).map(([err, value]) => {
+    const first = await redis
+      .pipeline()
+      .smembers(k.tenants)
+      .smembers(k.plans)
+      .smembers(k.deleted)
+      .hgetall(k.status)
+      .hgetall(k.storage)
+      .hgetall(k.authSince)
+      .exec();
+    const [tenantIds, planIds, deleted, status, storage, authSince] = (first ?? []).map(([err, value]) => {
       if (err) throw err;
       return value;
-    }) as [string[], string[], string[], Record<string, string>, Record<string, string>];
+    }) as [string[], string[], string[], Record<string, string>, Record<string, string>, Record<string, string>];
     // Every directory key shares the {dir} hash tag, so one MGET serves Redis Cluster too.
     const keys = [...tenantIds.map((id) => k.tenant(id)), ...planIds.map((id) => k.plan(id))];
     const values = keys.length > 0 ? await redis.mget(keys) : [];
@@ -408,7 +431,7 @@ class Directory implements TenantStore {
     };
     const tenants = zip(tenantIds, 0);
     await this.#addresses.learn(brokerUrlsOf(tenants.values()));
-    this.#records = { tenants, plans: zip(planIds, tenantIds.length), deleted: new Set(deleted), status, storage };
+    this.#records = { tenants, plans: zip(planIds, tenantIds.length), deleted: new Set(deleted), status, storage, authSince };
     this.#install(this.#build(this.#file, this.#records));
   }
 

@@ -117,7 +117,9 @@ describe('queen-edge tenants / usage', () => {
     await h.app.reload({ ...h.config, server: { ...h.config.server, drainTimeoutMs: h.config.server.drainTimeoutMs + 1 } });
     const applied = await cli('reloads');
     expect(applied.code).toBe(0);
-    expect(applied.out).toMatch(/^last reload \S+: applied\nchanged, applied only after a restart:\n {2}server\.drainTimeoutMs\nsince the start: applied 1, refused 0\n$/);
+    expect(applied.out).toMatch(
+      /^last reload \S+: applied\nchanged, applied only after a restart:\n {2}server\.drainTimeoutMs\nsince the start: applied 1, refused 0\n$/,
+    );
     const acme = h.config.tenants.acme!;
     await expect(h.app.reload({ ...h.config, tenants: { ...h.config.tenants, acme: { ...acme, plan: 'nope' } } })).rejects.toThrow();
     const refused = await cli('reloads');

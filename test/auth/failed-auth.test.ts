@@ -97,6 +97,17 @@ describe('trusted proxies', () => {
     expect(forwarded(broker)[before]!.headers['x-forwarded-for']).toBe('203.0.113.99, 198.51.100.32, 127.0.0.1');
   });
 
+  it('IPv4 clients seen through NAT64 (64:ff9b::/96) have a budget each, as their IPv4 address; IPv6 clients share their /64', async () => {
+    // One identity's failures lock it out from one client; the NAT64 neighbour of that client is another client.
+    for (let i = 0; i < 5; i++) expect((await pop(proxied, await garbage('oscar'), '64:ff9b::198.51.100.40')).status).toBe(401);
+    expect((await pop(proxied, await garbage('oscar'), '64:ff9b::c633:6428')).status).toBe(429);
+    expect((await pop(proxied, await garbage('oscar'), '198.51.100.40')).status).toBe(429);
+    expect((await pop(proxied, await garbage('oscar'), '64:ff9b::198.51.100.41')).status).toBe(401);
+    // Two addresses in one native /64 are one client.
+    for (let i = 0; i < 5; i++) expect((await pop(proxied, await garbage('peggy'), `2001:db8:40:1::${i + 1}`)).status).toBe(401);
+    expect((await pop(proxied, await garbage('peggy'), '2001:db8:40:1::ffff')).status).toBe(429);
+  });
+
   it('reached directly, a client cannot choose its address by X-Forwarded-For', async () => {
     const statuses: number[] = [];
     for (let i = 0; i < 8; i++) statuses.push((await pop(direct, await garbage('trudy'), `198.51.100.${100 + i}`)).status);

@@ -46,9 +46,10 @@ describe('key material', () => {
     expect(jwkThumbprint({ kty: 'oct', k: 'c2VjcmV0' })).toBeNull();
   });
 
-  it('the same JWKS under another spelling, the same PEM under another path, the same secret: same trust unless issuer or audience differ', async () => {
-    const [a, b] = await Promise.all([dir.write('a.pem', rsa.spkiPem), dir.write('copy-of-a.pem', rsa.spkiPem)]);
-    const other = await dir.write('ec.pem', ec.spkiPem);
+  it('the same JWKS under another spelling, the same key as PEM or JWK, the same secret: same trust unless issuer or audience differ', async () => {
+    // Key files are read in when the configuration is loaded: what is compared is the key's text.
+    const [a, b] = [rsa.spkiPem, JSON.stringify(rsa.publicJwk)];
+    const other = ec.spkiPem;
     expect(sameTrust(trust({ publicKey: a }), trust({ publicKey: b }))).toBe(true);
     expect(sameTrust(trust({ publicKey: a }), trust({ publicKey: other }))).toBe(false);
     expect(sameTrust(trust({ jwksUrl: 'http://127.0.0.1:9/jwks' }), trust({ jwksUrl: 'http://LOCALHOST:9/jwks?x#y' }))).toBe(true);
@@ -131,7 +132,7 @@ describe('through the edge', () => {
     expect(r.status).toBe(401);
     expect(r.json).toMatchObject({ code: 'unauthorized', error: 'key not trusted for this tenant' });
     expect(forwarded(lateBroker).length).toBe(before);
-    const refusal = logs.lines.find((l: LogLine) => l.msg.startsWith('JWKS serves a key another trust domain already trusts'));
+    const refusal = logs.lines.find((l: LogLine) => l.msg.startsWith('a key another trust domain configured earlier also holds'));
     expect(refusal).toMatchObject({ level: 50, tenant: 'late', trustedBy: 'tenant "victim"', kid: ec.kid });
     // Its own key still works; the victim's tokens still work on the victim's host.
     expect((await pop(await signWith(lateKey, claimless()), 'late.localhost')).status).toBe(204);
@@ -140,7 +141,7 @@ describe('through the edge', () => {
 });
 
 describe('admin writes', () => {
-  it("a PUT naming the global JWKS under another spelling, or a file tenant's PEM under another path, is 409 conflict", async () => {
+  it("a PUT naming the global JWKS under another spelling, or a file tenant's PEM key inline, is 409 conflict; a key file path is 400", async () => {
     const prefix = uniquePrefix();
     const [broker, idp] = await Promise.all([startBrokerDouble(), startJwksServer([rsa.publicJwk])]);
     const redis = await connectTest(SHARED_REDIS_URL);
@@ -161,11 +162,17 @@ describe('admin writes', () => {
       const respelled = await put({ jwksUrl: `${idp.url.replace('127.0.0.1', 'localhost')}?x` });
       expect(respelled.status).toBe(409);
       expect(respelled.json.problems).toEqual(['auth: trusts the same tokens as the global auth settings (same key, no distinct issuer or audience)']);
-      const copied = await put({ publicKey: copy });
+      const copied = await put({ publicKey: ed.spkiPem });
       expect(copied.status).toBe(409);
       expect(copied.json.problems).toEqual(['auth: trusts the same tokens as tenant "owner" (same key, no distinct issuer or audience)']);
       // An issuer on one side only tells no tokens apart: the owner's accept any issuer.
-      expect((await put({ publicKey: copy, issuer: 'https://intruder.example' })).status).toBe(409);
+      expect((await put({ publicKey: JSON.stringify(ed.publicJwk), issuer: 'https://intruder.example' })).status).toBe(409);
+      // A record never names a file: the edge would open whatever the path is.
+      const path = await put({ publicKey: copy });
+      expect(path.status).toBe(400);
+      expect(path.json.problems).toEqual([
+        'auth.publicKey: a tenant record holds its key itself (PEM text, or a JWK as JSON); a file path is read only from the configuration file',
+      ]);
     } finally {
       await edge.close();
       await Promise.all([broker.close(), idp.close()]);

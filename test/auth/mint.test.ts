@@ -173,6 +173,7 @@ describe('createMinter with a private key', () => {
         requireExp: true,
         maxTokenAgeSec: null,
         failedAuth: { attempts: 60, windowSec: 60, signaturesPerSec: 100 },
+        jwks: { maxBytes: 262144, maxKeys: 100, allowHttp: false, allowPrivateAddresses: false },
       },
       { log: silentLogger(), clock: clock.now },
     );

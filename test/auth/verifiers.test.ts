@@ -18,7 +18,7 @@ const PLAN = {
 };
 const cfg: AuthConfig = parseConfig(
   {
-    auth: { secret: GLOBAL_SECRET, issuer: 'https://global.example', rolesClaim: 'perms' },
+    auth: { secret: GLOBAL_SECRET, issuer: 'https://global.example', rolesClaim: 'perms', jwks: { allowHttp: true, allowPrivateAddresses: true } },
     plans: { free: PLAN },
     tenants: { t: { plan: 'free', brokers: ['http://127.0.0.1:1'] } },
   },

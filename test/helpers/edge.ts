@@ -63,7 +63,13 @@ export function testConfig(brokers: string[], overrides: Json = {}): RawConfig {
     },
     log: { level: 'silent' },
     // Every test client is 127.0.0.1: the per-client-IP limits are off unless a test turns them on.
-    auth: { secret: TEST_SECRET, defaultTenant: null, failedAuth: { attempts: 0, signaturesPerSec: 0 } },
+    // Test IdPs are plain http on loopback: tenants' JWKS may be there (tests of that policy turn it back off).
+    auth: {
+      secret: TEST_SECRET,
+      defaultTenant: null,
+      failedAuth: { attempts: 0, signaturesPerSec: 0 },
+      jwks: { allowHttp: true, allowPrivateAddresses: true },
+    },
     // Probes get a generous timeout: under a loaded CI machine a 200 ms probe marks healthy brokers down.
     upstream: { healthIntervalMs: 200, healthTimeoutMs: 2000, downAfter: 3, upAfter: 1 },
     plans: { test: TEST_PLAN },
