@@ -4,6 +4,7 @@
  * and parsed by the loader that will use it, and the start's warnings are listed. Problems are
  * `path: file: what`, like the file's own (docs/reference.md, "validate").
  */
+import { isInlineKey } from './auth/key-files.js';
 import { loadPublicKey } from './auth/jwt.js';
 import { createMinter } from './auth/mint.js';
 import type { RawConfig } from './config/schema.js';
@@ -15,11 +16,12 @@ export interface FileChecks {
   readonly warnings: string[];
 }
 
-/** What the public-key loader says, without the path it repeats (the problem names it already). */
-function keyProblem(label: string, path: string, err: unknown): string {
+/** What the public-key loader says, without the path it repeats (the problem names it already); an inline key is never echoed. */
+function keyProblem(label: string, ref: string, err: unknown): string {
   const e = err as NodeJS.ErrnoException;
-  const why = e.code === 'ENOENT' ? 'no such file' : e.code === 'EACCES' ? 'permission denied' : e.message.replace(`auth.publicKey ${path}: `, '');
-  return `${label}: ${path}: ${why}`;
+  const why =
+    e.code === 'ENOENT' ? 'no such file' : e.code === 'EACCES' ? 'permission denied' : e.message.replace(`auth.publicKey ${ref}: `, '').replace(`${ref}: `, '');
+  return isInlineKey(ref) ? `${label}: ${why}` : `${label}: ${ref}: ${why}`;
 }
 
 export async function checkFiles(config: RawConfig): Promise<FileChecks> {

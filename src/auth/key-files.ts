@@ -1,9 +1,9 @@
 /**
  * Public keys as configuration holds them (docs/tenancy.md, "Tenants with their own identity
  * provider"): inline, as PEM text or a JWK (JSON text), or, in the operator's file only, the path
- * of a PEM file. Paths are read once when the file is loaded, asynchronously, regular files only
- * and at most KEY_FILE_MAX_BYTES, and replaced by what they hold, so nothing later (the directory,
- * an admin write, `validate`) opens a file: a FIFO or a device named there cannot block or fill the
+ * of a PEM file. Paths are read once when the configuration is applied (start, reload; `validate`
+ * checks them the same way), asynchronously, regular files only and at most KEY_FILE_MAX_BYTES,
+ * and replaced by what they hold, so nothing later (the directory, an admin write) opens a file: a FIFO or a device named there cannot block or fill the
  * process. Tenant records written through the admin API hold their key inline; a path there is
  * refused.
  */

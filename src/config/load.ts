@@ -6,7 +6,6 @@
 import { readFile } from 'node:fs/promises';
 import { parseDocument } from 'yaml';
 import type { z } from 'zod';
-import { inlineKeyFiles } from '../auth/key-files.js';
 import { configSchema, type RawConfig } from './schema.js';
 
 /** A configuration that cannot be used; `problems` lists each as `path: message`. */
@@ -134,6 +133,7 @@ export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = proc
     // After a syntax error the parser is lost: the errors that follow it only echo the first.
     throw new ConfigError([`${path}: ${doc.errors[0]!.message.trimEnd()}`]);
   }
-  // Key files named in the file are read now, so that nothing later opens a file (src/auth/key-files.ts).
-  return inlineKeyFiles(parseConfig(doc.toJS(), env));
+  // Key files named in it are checked by the preflight (src/preflight.ts) and read when the
+  // configuration is applied (src/auth/key-files.ts).
+  return parseConfig(doc.toJS(), env);
 }

@@ -128,7 +128,8 @@ describe('App.reload and the JWT keys', () => {
       expect(await status(newKey)).not.toBe(401);
       // Its verified-token cache went with the old verifier: the old key's token is checked again, and refused.
       expect(await status(oldKey)).toBe(401);
-      expect(edge.app.reloads.last).toMatchObject({ result: 'applied', appliedSettings: [], restartNeeded: [] });
+      // The file's new key is a change of auth.publicKey, and is reported as applied.
+      expect(edge.app.reloads.last).toMatchObject({ result: 'applied', appliedSettings: ['auth.publicKey'], restartNeeded: [] });
     } finally {
       await edge.close();
       await dir.remove();
