@@ -11,7 +11,7 @@ import type { z } from 'zod';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, parseConfig } from '../../src/config/load.js';
 import { configSchema } from '../../src/config/schema.js';
-import { TEST_PLAN } from '../helpers/edge.js';
+import { merge, TEST_PLAN } from '../helpers/edge.js';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const DOCS = [
@@ -29,14 +29,6 @@ const REFUSED: ReadonlyArray<{ key: string; config: Record<string, unknown>; sai
 ];
 
 type Json = Record<string, unknown>;
-function merge(base: Json, over: Json): Json {
-  const out: Json = { ...base };
-  for (const [k, v] of Object.entries(over)) {
-    const b = out[k];
-    out[k] = v && typeof v === 'object' && !Array.isArray(v) && b && typeof b === 'object' && !Array.isArray(b) ? merge(b as Json, v as Json) : v;
-  }
-  return out;
-}
 
 /** The smallest configuration that starts; snippets are laid over it (their plans `free` and `pro` exist). */
 const BASE: Json = { auth: { secret: 'docs-test-secret-0123456789abcdef' }, plans: { free: TEST_PLAN, pro: TEST_PLAN }, tenants: {} };

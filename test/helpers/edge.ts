@@ -27,7 +27,8 @@ export interface EdgeHarness {
 
 type Json = Record<string, unknown>;
 
-function merge(base: Json, over: Json): Json {
+/** `over` laid on `base`, objects merged key by key (arrays and scalars replaced). */
+export function merge(base: Json, over: Json): Json {
   const out: Json = { ...base };
   for (const [k, v] of Object.entries(over)) {
     const b = out[k];
