@@ -7,7 +7,8 @@
  * - trickled streamed uploads keep the body pace or are cut, and tenants holding many requests
  *   leave the pool's reserved places to the others;
  * - eight tenants at their worst at once leave an ordinary tenant's pushes their success and
- *   close to their latency alone.
+ *   close to their latency alone; one of them has its own identity provider serving a JWKS as
+ *   large as the edge takes, and sends junk tokens naming its keys.
  */
 import http2 from 'node:http2';
 import tls from 'node:tls';
@@ -15,6 +16,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { request } from 'undici';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { h2Session, readReply, startEdge, testConfig, TEST_PLAN, token, type EdgeHarness } from '../helpers/edge.js';
+import { startJwksServer, type JwksServer } from '../helpers/jwks-server.js';
+import { keyPair, signWith } from '../helpers/tokens.js';
 import { waitFor } from '../helpers/wait.js';
 
 const KiB = 1024;
@@ -22,6 +25,7 @@ const MiB = 1024 * KiB;
 
 interface Harness {
   broker: BrokerDouble;
+  jwks: JwksServer | null;
   edge: EdgeHarness;
   tokens: Record<string, string>;
   sessions: http2.ClientHttp2Session[];
@@ -38,6 +42,7 @@ afterEach(async () => {
   for (const s of h.sockets) s.destroy();
   await h.edge.close();
   await h.broker.close();
+  await h.jwks?.close();
   h = undefined;
 });
 
@@ -47,21 +52,31 @@ async function start(
   server: Record<string, unknown> = {},
   plan: Record<string, unknown> = {},
   upstream: Record<string, unknown> = {},
+  /** An attacker with its own identity provider at this JWKS (its tokens are junk: no valid one is made). */
+  ownIdp: { tenant: string; jwks: JwksServer } | null = null,
 ): Promise<Harness> {
   const broker = await startBrokerDouble();
   // Reads of the slow readers' tenant are answered only after the upstream timeout: each holds its connection.
   broker.faultWhen((r) => (r.path === '/api/v1/status/queues' ? 'hang' : null));
-  const tenant = (id: string) => ({ plan: 'attacker', hosts: [`${id}.localhost`], brokers: [broker.url], tenancyAwareBrokers: true });
+  const tenant = (id: string) => ({
+    plan: 'attacker',
+    hosts: [`${id}.localhost`],
+    brokers: [broker.url],
+    tenancyAwareBrokers: true,
+    ...(id === ownIdp?.tenant ? { auth: { jwksUrl: ownIdp.jwks.url, algorithms: ['ES256'] } } : {}),
+  });
   const edge = await startEdge(
     testConfig([broker.url], {
       server,
       upstream,
+      // The production throttle of signature checks (the victim's token is verified once, then cached).
+      auth: { failedAuth: { attempts: 10, windowSec: 60, signaturesPerSec: 100 } },
       plans: { test: TEST_PLAN, attacker: { ...TEST_PLAN, limits: { ...TEST_PLAN.limits, ...plan } } },
       tenants: { acme: { tenancyAwareBrokers: true }, ...Object.fromEntries(attackers.map((id) => [id, tenant(id)])) },
     }),
   );
   const tokens: Record<string, string> = {};
-  for (const id of ['acme', ...attackers]) {
+  for (const id of ['acme', ...attackers.filter((a) => a !== ownIdp?.tenant)]) {
     tokens[id] = await token({ roles: ['read-write'], tenant: id });
     // Verified once: every later head is decided synchronously.
     const r = await request(`${edge.url}/api/v1/resources/queues`, {
@@ -70,7 +85,7 @@ async function start(
     }).then(readReply);
     expect(r.status).toBe(200);
   }
-  h = { broker, edge, tokens, sessions: [], sockets: [], timers: [] };
+  h = { broker, jwks: ownIdp?.jwks ?? null, edge, tokens, sessions: [], sockets: [], timers: [] };
   return h;
 }
 
@@ -136,6 +151,27 @@ function h1Held(x: Harness, tenant: string, length: number): { continued: Promis
     socket.once('close', () => resolve(Number(/HTTP\/1\.1 ([2-5]\d\d)/.exec(text.replace(/^HTTP\/1\.1 100[^\r]*\r\n\r\n/, ''))?.[1] ?? 0))),
   );
   return { continued, closed };
+}
+
+/** A push to a7 with a token naming one of its identity provider's keys, signed by another key: refused, after a signature check if one is let run. */
+function junk(s: http2.ClientHttp2Session, kid: string, signer: Awaited<ReturnType<typeof keyPair>>): { closed: Promise<number> } {
+  return {
+    closed: signWith({ ...signer, kid }, { sub: `junk-${Math.random()}`, tenant: 'a7', exp: Math.floor(Date.now() / 1000) + 600 }).then(
+      (tok) =>
+        new Promise<number>((resolve) => {
+          // The attack may have ended while the token was signed.
+          if (s.closed || s.destroyed) return resolve(0);
+          const stream = s.request({ ':method': 'GET', ':path': '/api/v1/resources/queues', ':authority': 'a7.localhost', authorization: `Bearer ${tok}` });
+          stream.on('error', () => {});
+          let status = 0;
+          stream.once('response', (headers) => {
+            status = Number(headers[':status']);
+          });
+          stream.resume();
+          stream.once('close', () => resolve(status));
+        }),
+    ),
+  };
 }
 
 interface Push {
@@ -260,12 +296,16 @@ describe('fair shares', () => {
   it('eight tenants at their worst: an ordinary tenant’s pushes succeed ≥ 99 % with p99 within max(2 × alone, alone + 500 ms)', async () => {
     const attackers = ['a1', 'a2', 'a3', 'a4', 'a5', 'a6', 'a7', 'a8'];
     // Budgets and the pool a quarter to an eighth of the defaults, so that four tenants fill the
-    // process's bodies with 8 MiB, and three the pool's unreserved 24 places.
+    // process's bodies with 8 MiB, and two hold 16 of the pool's 24 unreserved places.
+    // a7's identity provider serves as many keys as a tenant's set may hold (auth.jwks.maxKeys).
+    const idpKeys = await Promise.all(Array.from({ length: 100 }, () => keyPair('ES256')));
+    const jwks = await startJwksServer(idpKeys.map((k) => k.publicJwk));
     const x = await start(
       attackers,
       { bodyBudget: { perTenantBytes: 2 * MiB, perProcessBytes: 8 * MiB } },
       { requestsPerSec: 200, requestBurst: 64 },
       { connections: 32 },
+      { tenant: 'a7', jwks },
     );
     const s = await session(x);
     const h1 = () => push(x, null, PUSH_BOUND_MS);
@@ -281,21 +321,32 @@ describe('fair shares', () => {
       // Bodies sent all but 16 KiB at once, the rest a byte at a time: each holds 496 KiB of the process budget.
       attack.keep(4, () => attack.trickle(h2Held(own, x, a, '/api/v1/push', 512 * KiB, 496 * KiB)));
     }
-    for (const a of ['a6', 'a7']) {
-      const own = await session(x);
-      // 12 each: its share of 8 held, 4 waiting in its queue.
-      attack.keep(12, () => attack.trickle(h2Held(own, x, a, '/api/v1/configure', 1000, 1)));
-    }
+    const a6 = await session(x);
+    // 12: its share of 8 held, 4 waiting in its queue.
+    attack.keep(12, () => attack.trickle(h2Held(a6, x, 'a6', '/api/v1/configure', 1000, 1)));
+    // Junk tokens naming a7's keys (signed by others): each would cost a signature check.
+    const impostor = await keyPair('ES256');
+    const a7 = await session(x);
+    const junkAnswers: number[] = [];
+    attack.keep(8, () => {
+      const j = junk(a7, idpKeys[Math.floor(Math.random() * idpKeys.length)]!.kid, impostor);
+      void j.closed.then((status) => junkAnswers.push(status));
+      return j;
+    });
     const a8 = await session(x);
     attack.keep(12, () => slowRead(a8, x, 'a8'));
-    // Under way: every attacker's first round is in (heads invited, bodies sent as far as they go), and the pool's unreserved places are held.
-    await waitFor(async () => (await brokerInflight(x)) >= 24, 10_000, 'the attackers to hold 24 broker connections');
+    // Under way: every attacker's first round is in (heads invited, bodies sent as far as they go).
+    // a6's trickled uploads and a8's unread answers hold their shares: 16 of the 24 unreserved places.
+    await waitFor(async () => (await brokerInflight(x)) >= 16, 10_000, 'the attackers to hold 16 broker connections');
     await attack.started();
     const underAttack = await produce([h1, h2], 100);
     await attack.stop();
     await waitFor(async () => (await brokerInflight(x)) === 0, 10_000, 'the attack to leave the broker');
     const alone2 = await produce([h1, h2], 40);
 
+    // The junk was sent and refused, by its signature check or by the throttle in front of it.
+    expect(junkAnswers.length).toBeGreaterThan(0);
+    expect(junkAnswers.filter((st) => st !== 401 && st !== 429)).toEqual([]);
     const alone = [...alone1, ...alone2];
     const good = underAttack.filter((p) => p.status === 201).length;
     const figures = { alone: p99(alone), underAttack: p99(underAttack), statuses: statusCount(underAttack), evicted: attack.ended };
