@@ -19,6 +19,7 @@ export interface ManyTenantsInput {
   readonly tenants: number;
   readonly brokers?: readonly string[];
   readonly redisUrl?: string | null;
+  readonly keyPrefix?: string;
   readonly httpsPort?: number;
   readonly adminPort?: number;
   readonly adminToken?: string;
@@ -70,7 +71,7 @@ export function manyTenantsConfig(c: ManyTenantsInput): Record<string, unknown> 
       workers: 1,
     },
     log: { level: 'warn', format: 'json', accessLog: false },
-    redis: { url: c.redisUrl ?? null },
+    redis: { url: c.redisUrl ?? null, keyPrefix: c.keyPrefix ?? 'qe-many:', timeoutMs: 1000 },
     auth: { secret: MANY_SECRET },
     plans: { free: plan(50), pro: plan(500) },
     tenants,

@@ -4,7 +4,7 @@
  */
 import type { Registry } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
-import { compileTables } from './tables.js';
+import { compileRouteTables, compileTables } from './tables.js';
 import { ConfigError } from './config/load.js';
 import { createTenantVerifiers } from './auth/verifiers.js';
 import { createMinter } from './auth/mint.js';
@@ -171,12 +171,15 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
 
   await Promise.all([verifiers.start(), limiter.start()]);
   clusters.start(tenants.all());
-  verifiers.sync(tenants.all());
+  verifiers.sync(tenants.withOwnAuth());
   // Brokers and tenant keys follow the directory: removed brokers stop being probed and lose their
   // pools, and the verifiers and JWKS sets of removed or re-keyed tenants are dropped.
-  tenants.onChange(() => {
-    proxy.sync(tenants.all());
-    verifiers.sync(tenants.all());
+  // A change names what it touched: the brokers are synced only when their set changed (new
+  // tenants on known brokers get their ring on first use), the verifiers from the few tenants
+  // with keys of their own.
+  tenants.onChange((change) => {
+    if (change.brokers) proxy.sync(tenants.all());
+    verifiers.sync(tenants.withOwnAuth());
   });
   meter.start();
   const addresses = await listeners.listen();
@@ -191,7 +194,8 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     reload(next) {
       let nextRoutes: typeof routes;
       try {
-        nextRoutes = compileRoutes(compileTables(next).routes);
+        // The tenants are checked by reloadFile, which places only those that changed.
+        nextRoutes = compileRoutes(compileRouteTables(next));
         // Synchronous from here: no request sees new tenants with old routes, or the reverse.
         const swapped = tenants.reloadFile(next);
         if (!swapped.ok) throw new ConfigError([...swapped.problems]);

@@ -22,9 +22,20 @@ export type TableSettings = Pick<RawConfig, 'plans' | 'tenants' | 'auth' | 'rout
 export function compileTables(cfg: TableSettings): CompiledTables {
   const built = buildSnapshot({ plans: cfg.plans, tenants: cfg.tenants, auth: cfg.auth }, NO_RECORDS);
   const problems = built.rejected.flatMap((r) => r.problems);
-  const { routes, problems: routeProblems } = applyRouteOverrides(ROUTES, cfg.routes);
+  const { routes, problems: routeProblems } = routeTables(cfg);
   problems.push(...routeProblems);
-  problems.push(...queryAllowProblems(cfg.queryAllow, new Set(routes.map((r) => r.name))));
   if (problems.length > 0) throw new ConfigError(problems);
   return { tenants: [...built.snapshot.byId.values()], routes };
+}
+
+/** The route table alone (a reload: the tenant directory checks the tenants itself, placing only those that changed). */
+export function compileRouteTables(cfg: Pick<TableSettings, 'routes' | 'queryAllow'>): readonly RouteSpec[] {
+  const { routes, problems } = routeTables(cfg);
+  if (problems.length > 0) throw new ConfigError(problems);
+  return routes;
+}
+
+function routeTables(cfg: Pick<TableSettings, 'routes' | 'queryAllow'>): { routes: readonly RouteSpec[]; problems: string[] } {
+  const { routes, problems } = applyRouteOverrides(ROUTES, cfg.routes);
+  return { routes, problems: [...problems, ...queryAllowProblems(cfg.queryAllow, new Set(routes.map((r) => r.name)))] };
 }

@@ -83,6 +83,8 @@ export interface DirectoryKeys {
   readonly plans: string;
   readonly status: string;
   readonly storage: string;
+  /** Counts directory writes; each change message names the count its write reached, so a peer sees a missed one. */
+  readonly version: string;
   readonly changes: string;
 }
 
@@ -97,6 +99,7 @@ export function directoryKeys(prefix: string): DirectoryKeys {
     plans: `${base}plans`,
     status: `${base}status`,
     storage: `${base}storage`,
+    version: `${base}version`,
     changes: `${prefix}changes`,
   };
 }

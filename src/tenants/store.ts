@@ -1,20 +1,28 @@
 /**
  * The tenant directory with Redis overrides. The config file's plans and tenants are the base;
  * Redis records (layout in src/redis/keys.ts) override them, tombstones hide them, and a status hash
- * suspends or resumes either; snapshot.ts's buildSnapshot turns those inputs into one validated
- * snapshot, and judges admin writes the same way. Lookups read that snapshot, rebuilt and swapped
- * whole, so they stay sync and O(1) while a reload runs; onChange subscribers (broker health,
- * tenant verifiers) hear of every swap that changed something. A change reaches every instance
- * within a second through pub/sub on `<prefix>changes` (separate subscriber connection); a full
- * reload every few seconds covers lost messages and reconnects, and a failed reload is retried
- * shortly, so a slow moment of Redis does not delay a change to the next period.
+ * suspends or resumes either; snapshot.ts's TenantIndex turns those inputs into one validated
+ * directory, and judges admin writes the same way. Lookups are sync and O(1). A change to one
+ * tenant (an admin write here, or its message from another instance) places that tenant again in
+ * the index in place, in O(1); what touches every tenant (the start, a plan change, a reload
+ * that missed messages) builds a new index in slices that yield to the event loop and swaps it in
+ * (docs/tenancy.md, "Many tenants"). onChange subscribers (broker health, tenant verifiers) hear
+ * of every change with the tenants it touched.
+ *
+ * A change reaches every instance within a second through pub/sub on `<prefix>changes` (separate
+ * subscriber connection): each message names the tenant (or plan) and the directory version its
+ * write reached, so a peer applies it alone unless it missed one, in which case it reloads
+ * everything. A check of the version every few seconds covers lost messages and reconnects, and a
+ * failed reload is retried shortly, so a slow moment of Redis does not delay a change to the next
+ * period.
  */
 import { planSchema, tenantSchema, type RawTenant } from '../config/schema.js';
 import { connectRedis, subscriberFor, whenReady, type RedisClient, type RedisTarget } from '../redis/connection.js';
 import type { Logger } from '../observability/log.js';
 import { directoryKeys, type DirectoryKeys } from '../redis/keys.js';
 import { ID_PATTERN, type Plan, type Tenant, type TenantDirectory } from './model.js';
-import { buildSnapshot, NO_RECORDS, problemsOf, snapshotChanged, type Built, type FileDirectory, type RedisRecords, type Snapshot } from './snapshot.js';
+import type { RawPlan } from '../config/schema.js';
+import { changedTenants, noRecords, problemsOf, TenantIndex, type FileDirectory, type RedisRecords } from './snapshot.js';
 
 /**
  * The outcome of a write: validation problems are values, listed by path. `conflict`: the
@@ -55,15 +63,27 @@ export interface TenantStore extends TenantDirectory {
    */
   reloadFile(file: FileDirectory): WriteResult;
   /**
-   * Calls `listener` after every snapshot that changed something a reader can see (tenants,
-   * plans, storage); returns the unsubscribe function.
+   * Calls `listener` after every change a reader can see (tenants, plans, storage), with what it
+   * touched; returns the unsubscribe function.
    */
-  onChange(listener: () => void): () => void;
+  onChange(listener: (change: DirectoryChange) => void): () => void;
+  /** Tenants in force with their own token settings (few): what the verifiers follow. */
+  withOwnAuth(): Iterable<Tenant>;
+  /** Broker URLs in force (each listed by some tenant): what the broker health checks follow. */
+  brokerUrls(): ReadonlySet<string>;
   /** Counts the snapshots that changed something; tests and callers wait on it after a write. */
   readonly generation: number;
   /** 'redis' when backed by Redis, 'memory' for writes kept in this process only, 'static' for the file alone. */
   readonly backing: 'redis' | 'memory' | 'static';
   close(): Promise<void>;
+}
+
+/** What one change touched. */
+export interface DirectoryChange {
+  /** Tenants added, removed or changed. */
+  readonly tenants: ReadonlySet<string>;
+  /** The set of broker URLs in force changed (a broker is listed for the first time, or no longer). */
+  readonly brokers: boolean;
 }
 
 /** What the store reads from the configuration: the file's directory and where Redis is. */
@@ -76,7 +96,7 @@ export interface TenantStoreDeps {
   readonly log: Logger;
   /** A client owned by the caller (not closed by close()); otherwise one is made from cfg.redis. */
   readonly redis?: RedisClient;
-  /** Safety-net full reload period; default 5000 ms. */
+  /** Safety-net period: the directory version is checked every period, everything read every sixth; default 5000 ms. */
   readonly refreshMs?: number;
   /**
    * Without Redis, accept admin writes and keep them in this process's memory (lost on exit):
@@ -89,8 +109,25 @@ export interface TenantStoreDeps {
 const RETRY_MS = 250;
 
 /** The problems of the file's own entries in a build; empty when the file is acceptable. */
-function fileProblems(built: Built): string[] {
-  return built.rejected.filter((r) => r.source === 'file').flatMap((r) => r.problems);
+function fileProblems(rejected: ReturnType<TenantIndex['rejectionsOf']>): string[] {
+  return rejected.filter((r) => r.source === 'file').flatMap((r) => r.problems);
+}
+
+/** Longest run of directory work between two yields to the event loop. */
+const SLICE_MS = 5;
+
+/** Resolves on the event loop's next turn: what a full build waits for between slices. */
+const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+/** Structural equality of two parsed records (JSON values). */
+function sameValue(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  const ka = Object.keys(a);
+  if (ka.length !== Object.keys(b).length) return false;
+  for (const k of ka) if (!sameValue((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return false;
+  return true;
 }
 
 class Directory implements TenantStore {
@@ -104,11 +141,12 @@ class Directory implements TenantStore {
   readonly #owned: boolean;
   readonly #keys: DirectoryKeys;
   #file: FileDirectory;
-  /** The Redis records the snapshot was built from (an admin write is checked against them). */
-  #records: RedisRecords = NO_RECORDS;
-  #snap: Snapshot;
+  /** The index in force; its `redis` are the Redis records it was built from, edited in place by each change. */
+  #snap: TenantIndex;
+  /** The directory version (Redis `version`) the records are known to be at; -1 before the first load. */
+  #version = -1;
   #generation = 0;
-  readonly #listeners = new Set<() => void>();
+  readonly #listeners = new Set<(change: DirectoryChange) => void>();
   /** Rejected Redis records already logged, so a bad record is logged once while it stays bad. */
   #reported = new Set<string>();
   #subscriber: RedisClient | null = null;
@@ -118,6 +156,11 @@ class Directory implements TenantStore {
   #inflight: Promise<void> | null = null;
   #again = false;
   #failing = false;
+  /** A full build in progress; changes placed meanwhile are placed again in its result. */
+  #building: Promise<void> | null = null;
+  #placedDuringBuild = new Set<string>();
+  /** Messages from other instances, applied one at a time in their order. */
+  #messages: Promise<void> = Promise.resolve();
 
   constructor(cfg: TenantStoreSettings, log: Logger, redis: RedisClient | null, owned: boolean, memoryOverrides = false) {
     this.#readyMs = Math.max(1000, cfg.redis.timeoutMs * 20);
@@ -128,16 +171,26 @@ class Directory implements TenantStore {
     this.backing = redis ? 'redis' : memoryOverrides ? 'memory' : 'static';
     this.#keys = directoryKeys(cfg.redis.keyPrefix);
     this.#file = { plans: cfg.plans, tenants: cfg.tenants, auth: cfg.auth };
-    this.#snap = buildSnapshot(this.#file, NO_RECORDS).snapshot;
+    this.#snap = new TenantIndex(this.#file, noRecords());
+    for (const _ of this.#snap.build());
+    this.#brokerEpoch = this.#snap.brokerEpoch;
   }
 
   get generation(): number {
     return this.#generation;
   }
 
-  onChange(listener: () => void): () => void {
+  onChange(listener: (change: DirectoryChange) => void): () => void {
     this.#listeners.add(listener);
     return () => this.#listeners.delete(listener);
+  }
+
+  withOwnAuth(): Iterable<Tenant> {
+    return this.#snap.withOwnAuth();
+  }
+
+  brokerUrls(): ReadonlySet<string> {
+    return new Set(this.#snap.brokerUrls.keys());
   }
 
   recordOf(id: string): RawTenant | undefined {
@@ -148,25 +201,26 @@ class Directory implements TenantStore {
     const record = this.#snap.records.get(id);
     if (record === undefined) return undefined;
     const inFile = this.#file.tenants[id] !== undefined;
-    // The snapshot keeps the file's own object for a tenant the file decides.
+    // The index keeps the file's own object for a tenant the file decides.
     return { record: record === this.#file.tenants[id] ? 'file' : 'admin', status: this.#records.status[id] === undefined ? 'record' : 'admin', inFile };
+  }
+
+  get #records(): RedisRecords {
+    return this.#snap.redis;
   }
 
   async resetToFile(id: string): Promise<WriteResult> {
     const refusal = this.#cannotWrite(id);
     if (refusal) return refusal;
     if (this.#file.tenants[id] === undefined) return { ok: false, problems: [`tenant "${id}" is not in the configuration file: nothing to reset to`] };
-    const r = this.#records;
-    const tenants = new Map(r.tenants);
-    tenants.delete(id);
-    const deleted = new Set(r.deleted);
-    deleted.delete(id);
-    const status = { ...r.status };
-    delete status[id];
     const k = this.#keys;
     await this.#commit(
-      { ...r, tenants, deleted, status },
-      (redis) => redis.multi().del(k.tenant(id)).srem(k.tenants, id).srem(k.deleted, id).hdel(k.status, id).exec(),
+      (redis) => redis.multi().del(k.tenant(id)).srem(k.tenants, id).srem(k.deleted, id).hdel(k.status, id),
+      (r) => {
+        r.tenants.delete(id);
+        r.deleted.delete(id);
+        delete r.status[id];
+      },
       `tenant:${id}`,
     );
     return { ok: true };
@@ -175,11 +229,52 @@ class Directory implements TenantStore {
   reloadFile(reloaded: FileDirectory): WriteResult {
     // The global auth settings change only with a restart: tenants are checked against the running ones.
     const file = { plans: reloaded.plans, tenants: reloaded.tenants, auth: this.#file.auth };
-    const built = buildSnapshot(file, this.#records, this.#snap);
-    const problems = fileProblems(built);
-    if (problems.length > 0) return { ok: false, problems };
+    const before = this.#file;
+    if (!sameValue(before.plans, file.plans)) {
+      // A plan every tenant may use changed: a full build, checked whole before it is swapped in.
+      const next = new TenantIndex(file, this.#records, this.#snap);
+      for (const _ of next.build());
+      const problems = fileProblems(next.rejected);
+      if (problems.length > 0) return { ok: false, problems };
+      this.#file = file;
+      this.#install(next, changedTenants(this.#snap, next));
+      return { ok: true };
+    }
+    // Only the tenants whose entry differs are placed again; the first refused entry undoes them all.
+    const changed: string[] = [];
+    for (const id of Object.keys(file.tenants)) if (!sameValue(before.tenants[id], file.tenants[id])) changed.push(id);
+    for (const id of Object.keys(before.tenants)) if (file.tenants[id] === undefined) changed.push(id);
+    if (changed.length === 0) {
+      this.#file = file;
+      this.#snap.file = file;
+      return { ok: true };
+    }
+    const apply = (f: FileDirectory): { problems: string[]; whole: boolean } => {
+      this.#snap.file = f;
+      this.#snap.fileChanged();
+      let whole = false;
+      const problems: string[] = [];
+      for (const id of changed) if (!this.#snap.place(id)) whole = true;
+      for (const id of changed) problems.push(...fileProblems(this.#snap.rejectionsOf(`tenant:${id}`)));
+      return { problems, whole };
+    };
+    const snapBefore = new Map(changed.map((id) => [id, this.#snap.byId.get(id)]));
+    const tried = apply(file);
+    if (tried.whole || tried.problems.length > 0) {
+      apply(before);
+      if (tried.problems.length > 0 && !tried.whole) return { ok: false, problems: tried.problems };
+      // The result depends on other tenants' order: a full build decides, as at start.
+      const next = new TenantIndex(file, this.#records, this.#snap);
+      for (const _ of next.build());
+      const problems = fileProblems(next.rejected);
+      if (problems.length > 0) return { ok: false, problems };
+      this.#file = file;
+      this.#install(next, changedTenants(this.#snap, next));
+      return { ok: true };
+    }
     this.#file = file;
-    this.#install(built);
+    const touched = new Set(changed.filter((id) => snapBefore.get(id) !== this.#snap.byId.get(id)));
+    this.#changed(touched, this.#snap.rejected);
     return { ok: true };
   }
 
@@ -215,14 +310,18 @@ class Directory implements TenantStore {
     const sub = subscriberFor(redis, this.#seeds);
     this.#subscriber = sub;
     sub.on('error', () => {});
-    sub.on('message', (channel: string) => {
-      if (channel === this.#keys.changes) void this.#refreshQuietly();
+    sub.on('message', (channel: string, message: string) => {
+      if (channel !== this.#keys.changes) return;
+      this.#messages = this.#messages.then(() => this.#onMessage(message)).catch(() => this.#retrySoon());
     });
     // After a reconnect, changes published while away were missed: reload.
     sub.on('ready', () => void this.#refreshQuietly());
     await sub.subscribe(this.#keys.changes).catch((err: unknown) => this.#log.warn({ err }, 'tenant store: subscribe failed; relying on periodic refresh'));
     await this.#refreshQuietly();
-    this.#timer = setInterval(() => void this.#refreshQuietly(), refreshMs);
+    // Every period the version is checked (one GET); every FULL_EVERY periods everything is read
+    // again, in slices, for writes that did not count the version (an older instance, redis-cli).
+    let ticks = 0;
+    this.#timer = setInterval(() => void (++ticks % FULL_EVERY === 0 ? this.#refreshQuietly() : this.#checkVersion()), refreshMs);
     this.#timer.unref();
   }
 
@@ -235,6 +334,7 @@ class Directory implements TenantStore {
     this.#subscriber?.disconnect();
     this.#subscriber = null;
     await this.#inflight?.catch(() => {});
+    await this.#building?.catch(() => {});
     if (this.#owned) this.#redis?.disconnect();
   }
 
@@ -259,27 +359,19 @@ class Directory implements TenantStore {
     if (refusal) return refusal;
     const parsed = tenantSchema.safeParse(raw);
     if (!parsed.success) return { ok: false, problems: problemsOf(parsed.error) };
-    // The record is judged by the same build every reload runs, against the records in force.
+    // The record is judged by the rules every build runs, against the directory in force.
+    await this.#building;
+    const verdict = this.#snap.judge(id, parsed.data);
+    if (verdict) return verdict.conflict ? { ok: false, problems: verdict.problems, conflict: true } : { ok: false, problems: verdict.problems };
     const text = JSON.stringify(parsed.data);
-    const r = this.#records;
-    const deleted = new Set(r.deleted);
-    deleted.delete(id);
-    const status = { ...r.status };
-    delete status[id];
-    const next = { ...r, tenants: new Map(r.tenants).set(id, text), deleted, status };
-    const trial = buildSnapshot(this.#file, next, this.#snap);
-    const refused = trial.rejected.find((x) => x.kind === 'tenant' && x.id === id && x.source === 'redis');
-    if (refused) return refused.conflict ? { ok: false, problems: refused.problems, conflict: true } : { ok: false, problems: refused.problems };
-    // Among records the lower id wins a clash, so a new record could push a tenant in force out of
-    // the directory (or back to its file version): such a write is a conflict too.
-    const displaced = trial.rejected.find(
-      (x) => x.kind === 'tenant' && x.id !== id && x.conflict && trial.snapshot.byId.get(x.id) !== this.#snap.byId.get(x.id),
-    );
-    if (displaced) return { ok: false, problems: displaced.problems.map((p) => `would displace tenant "${displaced.id}": ${p}`), conflict: true };
     const k = this.#keys;
     await this.#commit(
-      next,
-      (redis) => redis.multi().set(k.tenant(id), text).sadd(k.tenants, id).srem(k.deleted, id).hdel(k.status, id).exec(),
+      (redis) => redis.multi().set(k.tenant(id), text).sadd(k.tenants, id).srem(k.deleted, id).hdel(k.status, id),
+      (r) => {
+        r.tenants.set(id, text);
+        r.deleted.delete(id);
+        delete r.status[id];
+      },
       `tenant:${id}`,
     );
     return { ok: true };
@@ -289,17 +381,14 @@ class Directory implements TenantStore {
     if (this.#cannotWrite(id)) return false;
     const existed = this.#snap.byId.has(id);
     const k = this.#keys;
-    const r = this.#records;
-    const tenants = new Map(r.tenants);
-    tenants.delete(id);
-    const status = { ...r.status };
-    delete status[id];
-    const storage = { ...r.storage };
-    delete storage[id];
-    const next = { ...r, tenants, deleted: new Set(r.deleted).add(id), status, storage };
     await this.#commit(
-      next,
-      (redis) => redis.multi().del(k.tenant(id)).srem(k.tenants, id).sadd(k.deleted, id).hdel(k.status, id).hdel(k.storage, id).exec(),
+      (redis) => redis.multi().del(k.tenant(id)).srem(k.tenants, id).sadd(k.deleted, id).hdel(k.status, id).hdel(k.storage, id),
+      (r) => {
+        r.tenants.delete(id);
+        r.deleted.add(id);
+        delete r.status[id];
+        delete r.storage[id];
+      },
       `tenant:${id}`,
     );
     return existed;
@@ -310,9 +399,12 @@ class Directory implements TenantStore {
     if (refusal) return refusal;
     const parsed = planSchema.safeParse(raw);
     if (!parsed.success) return { ok: false, problems: problemsOf(parsed.error) };
-    const text = JSON.stringify(parsed.data);
-    const next = { ...this.#records, plans: new Map(this.#records.plans).set(id, text) };
-    await this.#commit(next, (redis) => redis.multi().set(this.#keys.plan(id), text).sadd(this.#keys.plans, id).exec(), `plan:${id}`);
+    const text = JSON.stringify(parsed.data satisfies RawPlan);
+    await this.#commit(
+      (redis) => redis.multi().set(this.#keys.plan(id), text).sadd(this.#keys.plans, id),
+      (r) => r.plans.set(id, text),
+      `plan:${id}`,
+    );
     return { ok: true };
   }
 
@@ -320,8 +412,13 @@ class Directory implements TenantStore {
     const refusal = this.#cannotWrite(id);
     if (refusal) return refusal;
     if (!this.#snap.byId.has(id)) return { ok: false, problems: [`unknown tenant "${id}"`] };
-    const next = { ...this.#records, status: { ...this.#records.status, [id]: status } };
-    await this.#commit(next, (redis) => redis.hset(this.#keys.status, id, status), `status:${id}`);
+    await this.#commit(
+      (redis) => redis.multi().hset(this.#keys.status, id, status),
+      (r) => {
+        r.status[id] = status;
+      },
+      `tenant:${id}`,
+    );
     return { ok: true };
   }
 
@@ -329,20 +426,100 @@ class Directory implements TenantStore {
     const refusal = this.#cannotWrite(id);
     if (refusal) return refusal;
     if (!Number.isSafeInteger(bytes) || bytes < 0) return { ok: false, problems: ['bytes: must be a non-negative integer'] };
-    const next = { ...this.#records, storage: { ...this.#records.storage, [id]: String(bytes) } };
-    await this.#commit(next, (redis) => redis.hset(this.#keys.storage, id, String(bytes)), `storage:${id}`);
+    await this.#commit(
+      (redis) => redis.multi().hset(this.#keys.storage, id, String(bytes)),
+      (r) => {
+        r.storage[id] = String(bytes);
+      },
+      `tenant:${id}`,
+    );
     return { ok: true };
   }
 
-  /** Applies a write: to Redis (then every instance reloads), or in memory, to `next` at once. */
-  async #commit(next: RedisRecords, write: (redis: RedisClient) => Promise<unknown>, what: string): Promise<void> {
+  /**
+   * Applies a write: to Redis (counting the directory version and telling every instance which
+   * tenant or plan changed), then here, to the records in force, so the writer reads its own write.
+   */
+  async #commit(write: (redis: RedisClient) => ReturnType<RedisClient['multi']>, edit: (records: RedisRecords) => void, what: string): Promise<void> {
     if (this.#redis) {
-      await write(this.#redis);
-      await this.#announce(what);
+      const replies = await write(this.#redis).incr(this.#keys.version).exec();
+      const last = replies?.[replies.length - 1];
+      if (!last || last[0]) throw last?.[0] ?? new Error('tenant store: write not applied');
+      const version = Number(last[1]);
+      await this.#redis.publish(this.#keys.changes, `${version} ${what}`);
+      // Another write landed in between: its message may not be here yet, so read everything.
+      if (version !== this.#version + 1) return this.refresh();
+      this.#version = version;
+    }
+    edit(this.#records);
+    await this.#apply(what);
+  }
+
+  /** Places the tenant `what` names again (`tenant:ID`), or builds everything again (`plan:ID`). */
+  async #apply(what: string): Promise<void> {
+    await this.#building;
+    if (what.startsWith('tenant:')) {
+      const id = what.slice('tenant:'.length);
+      if (this.#building) this.#placedDuringBuild.add(id);
+      const snap = this.#snap;
+      const before = [snap.byId.get(id), snap.storage.get(id), snap.blocked.has(id)] as const;
+      if (snap.place(id)) {
+        const tenant = snap.byId.get(id);
+        const gate = before[1] !== snap.storage.get(id) || before[2] !== snap.blocked.has(id);
+        this.#changed(before[0] === tenant ? new Set() : new Set([id]), snap.rejected, gate);
+        return;
+      }
+    }
+    await this.#rebuild(this.#records);
+  }
+
+  /** A message from another instance: `VERSION tenant:ID` or `VERSION plan:ID`; anything else, or a gap, reloads everything. */
+  async #onMessage(message: string): Promise<void> {
+    const space = message.indexOf(' ');
+    const version = Number(message.slice(0, space));
+    const what = message.slice(space + 1);
+    if (space > 0 && Number.isSafeInteger(version) && version <= this.#version) return;
+    if (space <= 0 || version !== this.#version + 1 || !this.#redis || (!what.startsWith('tenant:') && !what.startsWith('plan:'))) {
+      await this.#refreshQuietly();
       return;
     }
-    this.#records = next;
-    this.#install(buildSnapshot(this.#file, next, this.#snap));
+    const k = this.#keys;
+    const r = this.#records;
+    if (what.startsWith('plan:')) {
+      const id = what.slice('plan:'.length);
+      const text = await this.#redis.get(k.plan(id));
+      if (text === null) r.plans.delete(id);
+      else r.plans.set(id, text);
+    } else {
+      const id = what.slice('tenant:'.length);
+      const replies = await this.#redis.multi().get(k.tenant(id)).sismember(k.deleted, id).hget(k.status, id).hget(k.storage, id).exec();
+      const [text, deleted, status, storage] = (replies ?? []).map(([err, value]) => {
+        if (err) throw err;
+        return value;
+      }) as [string | null, number, string | null, string | null];
+      if (text === null) r.tenants.delete(id);
+      else r.tenants.set(id, text);
+      if (deleted === 1) r.deleted.add(id);
+      else r.deleted.delete(id);
+      if (status === null) delete r.status[id];
+      else r.status[id] = status;
+      if (storage === null) delete r.storage[id];
+      else r.storage[id] = storage;
+    }
+    // A write between the message and these reads is applied now and again by its own message: harmless.
+    if (version !== this.#version + 1) return this.#refreshQuietly();
+    this.#version = version;
+    await this.#apply(what);
+  }
+
+  /** The safety net: reloads everything when the directory version moved past what was applied. */
+  async #checkVersion(): Promise<void> {
+    try {
+      const v = Number((await this.#redis!.get(this.#keys.version)) ?? 0);
+      if (v !== this.#version) await this.#refreshQuietly();
+    } catch {
+      this.#retrySoon();
+    }
   }
 
   /** The refusal when writing is impossible (no Redis) or the id unusable; null to go ahead. */
@@ -350,12 +527,6 @@ class Directory implements TenantStore {
     if (this.backing === 'static') return { ok: false, problems: ['no Redis configured: tenants and plans come from the config file only'] };
     if (!ID_PATTERN.test(id)) return { ok: false, problems: [`id: must match ${ID_PATTERN.source}`] };
     return null;
-  }
-
-  /** Tells every instance, then reloads here so the writer reads its own write. */
-  async #announce(what: string): Promise<void> {
-    await this.#redis!.publish(this.#keys.changes, what);
-    await this.refresh();
   }
 
   async #refreshQuietly(): Promise<void> {
@@ -380,17 +551,20 @@ class Directory implements TenantStore {
     this.#retry.unref();
   }
 
+  /** Reads every record and builds the directory again from them (the start, a missed message). */
   async #load(): Promise<void> {
     const redis = this.#redis!;
     const k = this.#keys;
-    const first = await redis.pipeline().smembers(k.tenants).smembers(k.plans).smembers(k.deleted).hgetall(k.status).hgetall(k.storage).exec();
-    const [tenantIds, planIds, deleted, status, storage] = (first ?? []).map(([err, value]) => {
+    const first = await redis.pipeline().get(k.version).smembers(k.tenants).smembers(k.plans).smembers(k.deleted).hgetall(k.status).hgetall(k.storage).exec();
+    const [version, tenantIds, planIds, deleted, status, storage] = (first ?? []).map(([err, value]) => {
       if (err) throw err;
       return value;
-    }) as [string[], string[], string[], Record<string, string>, Record<string, string>];
-    // Every directory key shares the {dir} hash tag, so one MGET serves Redis Cluster too.
+    }) as [string | null, string[], string[], string[], Record<string, string>, Record<string, string>];
+    // Every directory key shares the {dir} hash tag, so MGET serves Redis Cluster too; in batches,
+    // so no one reply holds Redis or this event loop long.
     const keys = [...tenantIds.map((id) => k.tenant(id)), ...planIds.map((id) => k.plan(id))];
-    const values = keys.length > 0 ? await redis.mget(keys) : [];
+    const values: (string | null)[] = [];
+    for (let i = 0; i < keys.length; i += MGET_BATCH) values.push(...(await redis.mget(keys.slice(i, i + MGET_BATCH))));
     const zip = (ids: string[], offset: number): Map<string, string> => {
       const m = new Map<string, string>();
       ids.forEach((id, i) => {
@@ -399,14 +573,50 @@ class Directory implements TenantStore {
       });
       return m;
     };
-    this.#records = { tenants: zip(tenantIds, 0), plans: zip(planIds, tenantIds.length), deleted: new Set(deleted), status, storage };
-    this.#install(buildSnapshot(this.#file, this.#records, this.#snap));
+    this.#version = Number(version ?? 0);
+    await this.#rebuild({ tenants: zip(tenantIds, 0), plans: zip(planIds, tenantIds.length), deleted: new Set(deleted), status, storage });
   }
 
-  /** Swaps the snapshot in, logs rejected records once, and tells subscribers when something changed. */
-  #install(built: Built): void {
+  /**
+   * Builds the whole directory from `records` in slices of about SLICE_MS, yielding to the event
+   * loop between them, and swaps it in; tenants placed meanwhile in the old one are placed again.
+   */
+  #rebuild(records: RedisRecords): Promise<void> {
+    const run = async (): Promise<void> => {
+      await this.#building?.catch(() => {});
+      const next = new TenantIndex(this.#file, records, this.#snap);
+      this.#placedDuringBuild = new Set();
+      let sliceStart = performance.now();
+      for (const _ of next.build()) {
+        if (performance.now() - sliceStart < SLICE_MS) continue;
+        await nextTurn();
+        sliceStart = performance.now();
+      }
+      let whole = false;
+      for (const id of this.#placedDuringBuild) if (!next.place(id)) whole = true;
+      if (whole) for (const _ of next.build());
+      this.#install(next, changedTenants(this.#snap, next));
+    };
+    const building = run().finally(() => {
+      if (this.#building === building) this.#building = null;
+    });
+    this.#building = building;
+    return building;
+  }
+
+  /** Swaps a new index in and tells subscribers what changed. */
+  #install(next: TenantIndex, touched: ReadonlySet<string>): void {
+    const before = this.#snap;
+    const brokersBefore = before.brokerUrls;
+    this.#snap = next;
+    const storageMoved = !sameMapOf(before.storage, next.storage) || !sameSetOf(before.blocked, next.blocked) || !sameMapOf(before.plans, next.plans);
+    this.#changed(touched, next.rejected, storageMoved, !sameKeys(brokersBefore, next.brokerUrls));
+  }
+
+  /** Logs rejected records once, and tells subscribers when something changed. */
+  #changed(touched: ReadonlySet<string>, rejected: ReturnType<TenantIndex['rejectionsOf']>, other = false, brokers?: boolean): void {
     const reported = new Set<string>();
-    for (const r of built.rejected) {
+    for (const r of rejected) {
       // A file entry is rejected at run time only when its record lost a host and the file's version clashes too.
       const key = r.source === 'file' ? `config:tenants.${r.id}` : r.kind === 'tenant' ? this.#keys.tenant(r.id) : this.#keys.plan(r.id);
       const line = `${key}\n${r.problems.join('\n')}`;
@@ -414,18 +624,46 @@ class Directory implements TenantStore {
       if (!this.#reported.has(line)) this.#log.warn({ key, problems: r.problems }, 'tenant store: record refused by the directory; the previous version stays');
     }
     this.#reported = reported;
-    const before = this.#snap;
-    this.#snap = built.snapshot;
-    if (!snapshotChanged(before, built.snapshot)) return;
+    const brokerSetChanged = brokers ?? this.#brokerEpoch !== this.#snap.brokerEpoch;
+    this.#brokerEpoch = this.#snap.brokerEpoch;
+    if (touched.size === 0 && !other && !brokerSetChanged) return;
     this.#generation++;
+    const change: DirectoryChange = { tenants: touched, brokers: brokerSetChanged };
     for (const listener of this.#listeners) {
       try {
-        listener();
+        listener(change);
       } catch (err) {
         this.#log.error({ err }, 'tenant store: change listener failed');
       }
     }
   }
+
+  /** The index's brokerEpoch when subscribers last heard of its brokers. */
+  #brokerEpoch = 0;
+}
+
+/** Periods between two full reads of the directory (the others only check its version). */
+const FULL_EVERY = 6;
+
+/** Keys per MGET of a full load. */
+const MGET_BATCH = 1000;
+
+function sameMapOf<V>(a: ReadonlyMap<string, V>, b: ReadonlyMap<string, V>): boolean {
+  if (a.size !== b.size) return false;
+  for (const [k, v] of a) if (b.get(k) !== v) return false;
+  return true;
+}
+
+function sameSetOf(a: ReadonlySet<string>, b: ReadonlySet<string>): boolean {
+  if (a.size !== b.size) return false;
+  for (const k of a) if (!b.has(k)) return false;
+  return true;
+}
+
+function sameKeys(a: ReadonlySet<string> | ReadonlyMap<string, unknown>, b: ReadonlySet<string> | ReadonlyMap<string, unknown>): boolean {
+  if (a.size !== b.size) return false;
+  for (const k of a.keys()) if (!b.has(k)) return false;
+  return true;
 }
 
 /** Builds the store: Redis-backed (started: subscribed, loaded, refreshing) or the file alone. */
