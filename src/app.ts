@@ -4,7 +4,7 @@
  */
 import type { Registry } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
-import { compileRouteTables, compileTables } from './tables.js';
+import { compileRouteTables } from './tables.js';
 import { ConfigError } from './config/load.js';
 import { createTenantVerifiers } from './auth/verifiers.js';
 import { createMinter } from './auth/mint.js';
@@ -68,7 +68,8 @@ const RESTART_SECTIONS = ['server', 'log', 'limits', 'redis', 'auth', 'upstreamI
 export async function startApp(config: RawConfig, opts: AppOptions = {}): Promise<App> {
   const log = opts.log ?? processLogger(config.log);
   const clock = opts.clock ?? Date.now;
-  const tables = compileTables(config);
+  // The tenants are checked by the directory's own build (createTenantStore): one build, not two.
+  const routeTable = compileRouteTables(config);
   // One Redis connection for the limiter and the tenant store; null = in-memory, one instance.
   const redis = connectRedis(config.redis);
   if (redis) await whenReady(redis, 2000);
@@ -118,7 +119,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
   if (!config.server.admin.token) log.info('no server.admin.token: admin API disabled (probes and /metrics still answer)');
 
   // Swapped whole by reload(); the pipeline reads it through this indirection on every request.
-  let routes = compileRoutes(tables.routes);
+  let routes = compileRoutes(routeTable);
   const edge = createPipeline({
     settings: pipelineSettings(config),
     routes: { match: (method, path) => routes.match(method, path) },

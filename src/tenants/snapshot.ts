@@ -117,6 +117,19 @@ interface BrokerUsers {
   readonly undeclared: Set<string>;
 }
 
+/** brokerIdentity of each broker URL seen lately: parsing a URL and checking it for loopback costs microseconds, paid three times per tenant placed. */
+const identities = new Map<string, string>();
+function identityOf(url: string): string {
+  let id = identities.get(url);
+  if (id === undefined) {
+    // Bounded: dedicated brokers make as many URLs as tenants, and removed ones must not stay.
+    if (identities.size >= 100_000) identities.clear();
+    id = brokerIdentity(url);
+    identities.set(url, id);
+  }
+  return id;
+}
+
 /** Calls between which a full build may yield; one placement is a few microseconds. */
 const SLICE = 256;
 
@@ -386,7 +399,7 @@ export class TenantIndex implements Snapshot {
       if (other !== undefined && other !== id) return { problem: `hosts: host "${canonicalHost(h)}" is already listed by tenant "${other}"`, other };
     }
     for (const b of raw.brokers) {
-      const shared = sharedBroker(id, raw, b, this.#brokerUsers.get(brokerIdentity(b)), this.records);
+      const shared = sharedBroker(id, raw, b, this.#brokerUsers.get(identityOf(b)), this.records);
       if (shared) return shared;
     }
     if (raw.auth) {
@@ -414,7 +427,7 @@ export class TenantIndex implements Snapshot {
     this.records.set(id, raw);
     this.byId.set(id, tenant);
     for (const h of tenant.hosts) this.byHost.set(h, tenant);
-    for (const b of new Set(raw.brokers.map(brokerIdentity))) {
+    for (const b of new Set(raw.brokers.map(identityOf))) {
       let users = this.#brokerUsers.get(b);
       if (users === undefined) {
         users = { all: new Set(), undeclared: new Set() };
@@ -437,7 +450,7 @@ export class TenantIndex implements Snapshot {
     this.records.delete(id);
     this.byId.delete(id);
     for (const h of tenant.hosts) if (this.byHost.get(h) === tenant) this.byHost.delete(h);
-    for (const b of new Set(raw.brokers.map(brokerIdentity))) {
+    for (const b of new Set(raw.brokers.map(identityOf))) {
       const users = this.#brokerUsers.get(b);
       users?.all.delete(id);
       users?.undeclared.delete(id);
@@ -459,10 +472,10 @@ export class TenantIndex implements Snapshot {
     if (now === undefined) return false;
     if (now === before) return true;
     const hosts = new Set(now.hosts.map(canonicalHost));
-    const brokers = new Set(now.brokers.map(brokerIdentity));
+    const brokers = new Set(now.brokers.map(identityOf));
     return (
       before.hosts.every((h) => hosts.has(canonicalHost(h))) &&
-      before.brokers.every((b) => brokers.has(brokerIdentity(b))) &&
+      before.brokers.every((b) => brokers.has(identityOf(b))) &&
       (before.auth === null || JSON.stringify(before.auth) === JSON.stringify(now.auth)) &&
       (!now.tenancyAwareBrokers || before.tenancyAwareBrokers)
     );
@@ -482,9 +495,9 @@ function pairClash(id: string, raw: RawTenant, other: string, otherRaw: RawTenan
   for (const h of raw.hosts)
     if (theirs.has(canonicalHost(h))) return { problem: `hosts: host "${canonicalHost(h)}" is already listed by tenant "${other}"`, other };
   const users: BrokerUsers = { all: new Set([other]), undeclared: new Set(otherRaw.tenancyAwareBrokers ? [] : [other]) };
-  const theirBrokers = new Set(otherRaw.brokers.map(brokerIdentity));
+  const theirBrokers = new Set(otherRaw.brokers.map(identityOf));
   for (const b of raw.brokers) {
-    const shared = theirBrokers.has(brokerIdentity(b)) ? sharedBroker(id, raw, b, users, new Map([[other, otherRaw]])) : undefined;
+    const shared = theirBrokers.has(identityOf(b)) ? sharedBroker(id, raw, b, users, new Map([[other, otherRaw]])) : undefined;
     if (shared) return shared;
   }
   if (raw.auth && otherRaw.auth && sameTrust(raw.auth, otherRaw.auth))
@@ -511,7 +524,7 @@ function sharedBroker(id: string, raw: RawTenant, url: string, users: BrokerUser
   const undeclared = [id, other].filter((t) => !(t === id ? raw : inForce.get(t)!).tenancyAwareBrokers);
   return {
     problem:
-      `brokers: tenant "${id}" and tenant "${other}" both list broker "${url}" (host and port ${brokerIdentity(url)}) and would read ` +
+      `brokers: tenant "${id}" and tenant "${other}" both list broker "${url}" (host and port ${identityOf(url)}) and would read ` +
       `each other's queues: give each tenant its own brokers, or, for a broker that scopes data by x-queen-tenant, set ` +
       `tenancyAwareBrokers: true on ${undeclared.map((t) => `tenant "${t}"`).join(' and ')} (docs/tenancy.md)`,
     other,

@@ -16,6 +16,7 @@
  * failed reload is retried shortly, so a slow moment of Redis does not delay a change to the next
  * period.
  */
+import { ConfigError } from '../config/load.js';
 import { planSchema, tenantSchema, type RawTenant } from '../config/schema.js';
 import { connectRedis, subscriberFor, whenReady, type RedisClient, type RedisTarget } from '../redis/connection.js';
 import type { Logger } from '../observability/log.js';
@@ -174,6 +175,9 @@ class Directory implements TenantStore {
     this.#snap = new TenantIndex(this.#file, noRecords());
     for (const _ of this.#snap.build());
     this.#brokerEpoch = this.#snap.brokerEpoch;
+    // The file's tenants are judged here as by compileTables: a refused one is a configuration problem.
+    const problems = fileProblems(this.#snap.rejected);
+    if (problems.length > 0) throw new ConfigError(problems);
   }
 
   get generation(): number {

@@ -5,7 +5,7 @@
  * during a SIGHUP reload changing one tenant and during admin PUTs of new tenants (with Redis),
  * each PUT's latency and when the new tenant is served (with --instances 2, by the other instance).
  *
- *   tsx bench/many-tenants.ts N [--redis redis://127.0.0.1:6379] [--instances 2] [--repo DIR] [--yaml]
+ *   tsx bench/many-dir.ts N [--redis redis://127.0.0.1:6379] [--instances 2] [--repo DIR] [--yaml]
  *
  * `--repo` runs another checkout's build (the "before"); both are compiled with tsc first.
  */
