@@ -12,7 +12,7 @@ import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ADMIN_GROUPS, adminUsage } from './admin/cli-commands.js';
 import { describeProblems } from './config/hints.js';
-import { ConfigError, loadConfigFile } from './config/load.js';
+import { ConfigError, loadConfigFile, loadConfigFileOffThread } from './config/load.js';
 import { compileTables } from './tables.js';
 import type { RawConfig } from './config/schema.js';
 
@@ -166,7 +166,8 @@ async function main(argv: string[]): Promise<number> {
       admin: adminPort === null ? c.server.admin : { ...c.server.admin, port: adminPort },
     },
   });
-  const reread = async () => withPorts(await loadConfigFile(args.configPath));
+  // Read on a worker thread: a long tenant list would stall every request while it is parsed.
+  const reread = async () => withPorts(await loadConfigFileOffThread(args.configPath));
   config = withPorts(config);
   return workers === 1 ? runInProcess(config, { log, reread }) : runPrimary(config, workers, { log, reread });
 }

@@ -3,7 +3,7 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { ConfigError, duplicateJsonKey, loadConfigFile, parseConfig, substituteEnv } from '../../src/config/load.js';
+import { ConfigError, duplicateJsonKey, loadConfigFile, loadConfigFileOffThread, parseConfig, substituteEnv } from '../../src/config/load.js';
 import { compileTables } from '../../src/tables.js';
 
 const minimal = {
@@ -222,5 +222,19 @@ describe('configuration', () => {
     const map = await timed('map.yaml');
     // About 1x when linear; the quadratic check made the mapping 8x slower at this size, and worse beyond.
     expect(map / seq).toBeLessThan(4);
+  });
+
+  it('reads a file on a worker thread (a reload) to the same configuration, and its problems as a ConfigError', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'qe-cfg-'));
+    const tenants: Record<string, unknown> = {};
+    for (let i = 0; i < 1200; i++) tenants[`t${i}`] = { plan: 'free', hosts: [`t${i}.example`], brokers: ['http://127.0.0.1:1'] };
+    await writeFile(join(dir, 'c.json'), JSON.stringify({ ...minimal, auth: { secret: '${S}' }, tenants }));
+    const env = { S: 'secret-from-env' };
+    const off = await loadConfigFileOffThread(join(dir, 'c.json'), env);
+    expect(off).toEqual(await loadConfigFile(join(dir, 'c.json'), env));
+    expect(Object.keys(off.tenants)).toEqual(Object.keys(tenants));
+    const err = await loadConfigFileOffThread(join(dir, 'c.json'), {}).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as ConfigError).problems).toEqual(['auth.secret: environment variable S is not set and has no default']);
   });
 });
