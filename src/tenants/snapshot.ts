@@ -166,8 +166,8 @@ export class TenantIndex implements Snapshot {
     /** The file in force; a reload sets a new one, then calls fileChanged() and places the tenants that differ. */
     public file: FileDirectory,
     readonly redis: RedisRecords,
-    /** The index in force, which lends its compiled tenants and the storage gate's state. */
-    readonly previous?: TenantIndex,
+    /** The index in force, which lends its compiled tenants, parsed records and the storage gate's state while this one is built. */
+    public previous?: TenantIndex,
   ) {}
 
   /** After `file` was replaced: the file order is read again when next needed. */
@@ -253,6 +253,8 @@ export class TenantIndex implements Snapshot {
       this.place(id);
       if (++n % SLICE === 0) yield;
     }
+    // Built: holding the index it replaced would keep every earlier one alive.
+    this.previous = undefined;
   }
 
   /**

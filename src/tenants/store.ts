@@ -450,10 +450,11 @@ class Directory implements TenantStore {
       const last = replies?.[replies.length - 1];
       if (!last || last[0]) throw last?.[0] ?? new Error('tenant store: write not applied');
       const version = Number(last[1]);
-      await this.#redis.publish(this.#keys.changes, `${version} ${what}`);
       // Another write landed in between: its message may not be here yet, so read everything.
-      if (version !== this.#version + 1) return this.refresh();
-      this.#version = version;
+      const inOrder = version === this.#version + 1;
+      if (inOrder) this.#version = version;
+      await this.#redis.publish(this.#keys.changes, `${version} ${what}`);
+      if (!inOrder) return this.refresh();
     }
     edit(this.#records);
     await this.#apply(what);
