@@ -142,6 +142,8 @@ export class TenantIndex implements Snapshot {
   readonly byHost = new Map<string, Tenant>();
   plans = new Map<string, Plan>();
   readonly records = new Map<string, RawTenant>();
+  /** Tenants whose version in force is their Redis record (written through the admin API), not the file's. */
+  readonly fromRecord = new Set<string>();
   readonly storage = new Map<string, number>();
   readonly blocked = new Set<string>();
   /** Rejections by `kind:id`, in the order they were found. */
@@ -165,7 +167,8 @@ export class TenantIndex implements Snapshot {
   constructor(
     /** The file in force; a reload sets a new one, then calls fileChanged() and places the tenants that differ. */
     public file: FileDirectory,
-    readonly redis: RedisRecords,
+    /** The Redis records in force; a full read sets new ones, then places the tenants that differ. */
+    public redis: RedisRecords,
     /** The index in force, which lends its compiled tenants, parsed records and the storage gate's state while this one is built. */
     public previous?: TenantIndex,
   ) {}
@@ -284,14 +287,21 @@ export class TenantIndex implements Snapshot {
       this.#reject({ kind: 'tenant', id, source: c.source, conflict: true, problems: [problem] });
       this.#conflicted.add(id);
     }
-    if (placed !== undefined) this.#admit(id, placed.raw, this.#compiled(id, placed.raw, before, beforeTenant));
-    else {
+    if (placed !== undefined) {
+      this.#admit(id, placed.raw, this.#compiled(id, placed.raw, before, beforeTenant));
+      if (placed.source === 'redis') this.fromRecord.add(id);
+    } else {
       this.storage.delete(id);
       this.blocked.delete(id);
     }
     // Something this tenant held is free now: a refused tenant may get it, in precedence order.
     if (before !== undefined && this.#conflicted.size > 0 && !this.#holdsAll(id, before)) return false;
     return true;
+  }
+
+  /** After a reload that left `id`'s file entry equal: the new file's object stands for it, so later builds see it unchanged. */
+  adopt(id: string, raw: RawTenant): void {
+    if (this.records.has(id) && !this.fromRecord.has(id)) this.records.set(id, raw);
   }
 
   /** Applies the storage usage recorded for `id` (the gate, with its hysteresis). */
@@ -450,6 +460,7 @@ export class TenantIndex implements Snapshot {
   #release(id: string, tenant: Tenant): void {
     const raw = this.records.get(id)!;
     this.records.delete(id);
+    this.fromRecord.delete(id);
     this.byId.delete(id);
     for (const h of tenant.hosts) if (this.byHost.get(h) === tenant) this.byHost.delete(h);
     for (const b of new Set(raw.brokers.map(identityOf))) {

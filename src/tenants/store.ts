@@ -205,8 +205,7 @@ class Directory implements TenantStore {
     const record = this.#snap.records.get(id);
     if (record === undefined) return undefined;
     const inFile = this.#file.tenants[id] !== undefined;
-    // The index keeps the file's own object for a tenant the file decides.
-    return { record: record === this.#file.tenants[id] ? 'file' : 'admin', status: this.#records.status[id] === undefined ? 'record' : 'admin', inFile };
+    return { record: this.#snap.fromRecord.has(id) ? 'admin' : 'file', status: this.#records.status[id] === undefined ? 'record' : 'admin', inFile };
   }
 
   get #records(): RedisRecords {
@@ -251,6 +250,8 @@ class Directory implements TenantStore {
     if (changed.length === 0) {
       this.#file = file;
       this.#snap.file = file;
+      this.#snap.fileChanged();
+      for (const [id, raw] of Object.entries(file.tenants)) this.#snap.adopt(id, raw);
       return { ok: true };
     }
     const apply = (f: FileDirectory): { problems: string[]; whole: boolean } => {
@@ -277,6 +278,8 @@ class Directory implements TenantStore {
       return { ok: true };
     }
     this.#file = file;
+    const differs = new Set(changed);
+    for (const [id, raw] of Object.entries(file.tenants)) if (!differs.has(id)) this.#snap.adopt(id, raw);
     const touched = new Set(changed.filter((id) => snapBefore.get(id) !== this.#snap.byId.get(id)));
     this.#changed(touched, this.#snap.rejected);
     return { ok: true };
@@ -579,7 +582,37 @@ class Directory implements TenantStore {
       return m;
     };
     this.#version = Number(version ?? 0);
-    await this.#rebuild({ tenants: zip(tenantIds, 0), plans: zip(planIds, tenantIds.length), deleted: new Set(deleted), status, storage });
+    await this.#applyRecords({ tenants: zip(tenantIds, 0), plans: zip(planIds, tenantIds.length), deleted: new Set(deleted), status, storage });
+  }
+
+  /**
+   * Swaps in records read whole: the tenants whose record, tombstone, status or storage differ are
+   * placed again; a changed plan, or a change whose outcome depends on other tenants, builds everything.
+   */
+  async #applyRecords(next: RedisRecords): Promise<void> {
+    await this.#building;
+    const now = this.#records;
+    if (!sameMapOf(now.plans, next.plans)) return this.#rebuild(next);
+    const changed = new Set<string>();
+    const diffMap = (a: ReadonlyMap<string, string>, b: ReadonlyMap<string, string>): void => {
+      for (const [id, v] of a) if (b.get(id) !== v) changed.add(id);
+      for (const id of b.keys()) if (!a.has(id)) changed.add(id);
+    };
+    const diffHash = (a: Readonly<Record<string, string>>, b: Readonly<Record<string, string>>): void => {
+      for (const id in a) if (b[id] !== a[id]) changed.add(id);
+      for (const id in b) if (a[id] === undefined) changed.add(id);
+    };
+    diffMap(now.tenants, next.tenants);
+    diffHash(now.status, next.status);
+    diffHash(now.storage, next.storage);
+    for (const id of now.deleted) if (!next.deleted.has(id)) changed.add(id);
+    for (const id of next.deleted) if (!now.deleted.has(id)) changed.add(id);
+    if (changed.size === 0) return;
+    const snap = this.#snap;
+    snap.redis = next;
+    const before = new Map([...changed].map((id) => [id, snap.byId.get(id)]));
+    for (const id of changed) if (!snap.place(id)) return this.#rebuild(next);
+    this.#changed(new Set([...changed].filter((id) => before.get(id) !== snap.byId.get(id))), snap.rejected, true);
   }
 
   /**
