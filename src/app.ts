@@ -21,7 +21,7 @@ import { ReloadHistory } from './observability/reloads.js';
 import { compileRoutes } from './routes/match.js';
 import { createPipeline, pipelineSettings } from './pipeline.js';
 import { connectRedis, whenReady } from './redis/connection.js';
-import { createTenantStore, type TenantStore } from './tenants/store.js';
+import { createTenantStore, type FileDiff, type TenantStore } from './tenants/store.js';
 import { createClusters } from './upstream/clusters.js';
 import { createBrokerPools } from './upstream/pools.js';
 import { createUpstreamProxy } from './upstream/proxy.js';
@@ -55,7 +55,9 @@ export interface App {
    * other section needs a restart and is only reported. Throws a ConfigError, changing nothing,
    * when the tables do not compile (a host listed twice, a bad route override).
    */
-  reload(next: RawConfig): void;
+  reload(next: RawConfig, prepared?: FileDiff): void;
+  /** Compares a new configuration's tenants with the running ones in slices, before reload() (which then skips it). */
+  prepareReload(next: RawConfig): Promise<FileDiff>;
   /** The reloads tried so far; a file refused before reaching reload() (unreadable, invalid) is recorded with `refused`. */
   readonly reloads: ReloadHistory;
   /** Stops accepting, lets in-flight requests finish (up to drainMs), flushes usage, then releases everything. */
@@ -192,13 +194,14 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
     metrics: metrics.registry,
     tenants,
     reloads,
-    reload(next) {
+    prepareReload: (next) => tenants.diffFile(next),
+    reload(next, prepared) {
       let nextRoutes: typeof routes;
       try {
         // The tenants are checked by reloadFile, which places only those that changed.
         nextRoutes = compileRoutes(compileRouteTables(next));
         // Synchronous from here: no request sees new tenants with old routes, or the reverse.
-        const swapped = tenants.reloadFile(next);
+        const swapped = tenants.reloadFile(next, prepared);
         if (!swapped.ok) throw new ConfigError([...swapped.problems]);
       } catch (err) {
         reloads.refused(err instanceof ConfigError ? err.problems : [String((err as Error)?.message ?? err)]);
@@ -206,7 +209,7 @@ export async function startApp(config: RawConfig, opts: AppOptions = {}): Promis
       }
       routes = nextRoutes;
       // The file changed, but these tenants keep what the admin API wrote over it: say so.
-      const shadowed = Object.keys(next.tenants).filter((id) => tenants.sourceOf(id)?.record === 'admin' || tenants.sourceOf(id)?.status === 'admin');
+      const shadowed = tenants.overridden();
       if (shadowed.length > 0)
         log.warn(
           { tenants: shadowed },

@@ -150,9 +150,9 @@ export async function runInProcess(config: RawConfig, deps: { log: Logger; rerea
     ? onHangup(() => {
         reread().then(
           // app.reload records its own refusals.
-          (next) => {
+          async (next) => {
             try {
-              app.reload(next);
+              app.reload(next, await app.prepareReload(next));
             } catch (err) {
               reloadRefused(deps.log, err);
             }
@@ -453,9 +453,9 @@ export async function runWorker(): Promise<number> {
   registry = app.metrics;
   const current = shutdownOf(app, log);
   shutdown = current;
-  reloadWorker = (next) => {
+  reloadWorker = async (next) => {
     try {
-      app.reload(next);
+      app.reload(next, await app.prepareReload(next));
     } catch (err) {
       reloadRefused(log, err);
     }

@@ -154,33 +154,77 @@ export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = proc
   return parseConfig(/\.json$/i.test(path) ? readJson(path, text) : readYaml(path, text), env);
 }
 
+/** The reader thread, started on first use and kept (unref'd) for later reloads; reads run one at a time. */
+let reader: { worker: Worker; queue: Promise<unknown> } | null = null;
+
+function readerThread(): { worker: Worker; queue: Promise<unknown> } {
+  if (reader !== null) return reader;
+  // The same extension as this module: .js built; .ts when run from source, where the worker
+  // registers tsx itself (a worker does not inherit the loader hooks of --import).
+  const ext = import.meta.url.slice(import.meta.url.lastIndexOf('.'));
+  const entry = new URL(`./read-worker${ext}`, import.meta.url).href;
+  const boot = `(async () => { if (${ext === '.ts'}) (await import('tsx/esm/api')).register(); await import(${JSON.stringify(entry)}); })()`;
+  const worker = new Worker(boot, { eval: true });
+  worker.unref();
+  const started = { worker, queue: Promise.resolve() as Promise<unknown> };
+  worker.on('error', () => {});
+  worker.on('exit', () => {
+    if (reader === started) reader = null;
+  });
+  reader = started;
+  return started;
+}
+
 /**
  * loadConfigFile on a worker thread: a reload (SIGHUP) reads the file while this thread serves
  * requests (parsing and validating 100,000 tenants takes seconds). The result arrives in chunks,
  * each copied in on its own event-loop turn.
  */
 export function loadConfigFileOffThread(path: string, env: NodeJS.ProcessEnv = process.env): Promise<RawConfig> {
-  // The same extension as this module: .js built; .ts when run from source, where the worker
-  // registers tsx itself (a worker does not inherit the loader hooks of --import).
-  const ext = import.meta.url.slice(import.meta.url.lastIndexOf('.'));
-  const entry = new URL(`./read-worker${ext}`, import.meta.url).href;
-  const boot = `(async () => { if (${ext === '.ts'}) (await import('tsx/esm/api')).register(); await import(${JSON.stringify(entry)}); })()`;
-  const worker = new Worker(boot, { eval: true, workerData: { path, env: { ...env } } });
-  return new Promise((resolve, reject) => {
-    let head: Omit<RawConfig, 'tenants'> | null = null;
-    const tenants: RawConfig['tenants'] = {};
-    worker.on(
-      'message',
-      (m: { type: string; config?: Omit<RawConfig, 'tenants'>; part?: RawConfig['tenants']; problems?: string[] | null; message?: string }) => {
-        if (m.type === 'head') head = m.config!;
-        else if (m.type === 'tenants') Object.assign(tenants, m.part);
-        else if (m.type === 'done') resolve({ ...head!, tenants });
-        else reject(m.problems ? new ConfigError(m.problems) : new Error(m.message));
-      },
+  const thread = readerThread();
+  const read = thread.queue
+    .catch(() => {})
+    .then(
+      () =>
+        new Promise<RawConfig>((resolve, reject) => {
+          const { worker } = thread;
+          let head: Omit<RawConfig, 'tenants'> | null = null;
+          const tenants: RawConfig['tenants'] = {};
+          const done = (): void => {
+            worker.off('message', onMessage);
+            worker.off('error', reject);
+            worker.off('exit', onExit);
+          };
+          const onExit = (code: number): void => {
+            done();
+            reject(new Error(`configuration reader exited with ${code}`));
+          };
+          const onMessage = (m: {
+            type: string;
+            config?: Omit<RawConfig, 'tenants'>;
+            part?: RawConfig['tenants'];
+            problems?: string[] | null;
+            message?: string;
+          }): void => {
+            if (m.type === 'head') head = m.config!;
+            else if (m.type === 'tenants') {
+              Object.assign(tenants, m.part);
+              // The next chunk after a turn of the event loop: requests are served between chunks.
+              setImmediate(() => worker.postMessage({ type: 'next' }));
+            } else {
+              done();
+              if (m.type === 'done') resolve({ ...head!, tenants });
+              else reject(m.problems ? new ConfigError(m.problems) : new Error(m.message));
+            }
+          };
+          worker.on('message', onMessage);
+          worker.on('error', reject);
+          worker.on('exit', onExit);
+          worker.postMessage({ type: 'read', path, env: { ...env } });
+        }),
     );
-    worker.on('error', reject);
-    worker.on('exit', (code) => reject(new Error(`configuration reader exited with ${code}`)));
-  }).finally(() => void worker.terminate()) as Promise<RawConfig>;
+  thread.queue = read;
+  return read;
 }
 
 /** The tree of a JSON text; a syntax error or a duplicate key is a ConfigError naming the file. */

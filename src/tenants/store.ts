@@ -62,7 +62,14 @@ export interface TenantStore extends TenantDirectory {
    * Replaces the config file's plans and tenants (a configuration reload). Nothing changes when
    * the new file's tenants are refused (bad id, unknown plan, a host listed twice).
    */
-  reloadFile(file: FileDirectory): WriteResult;
+  reloadFile(file: FileDirectory, diff?: FileDiff): WriteResult;
+  /**
+   * Compares a new file's tenants with the running file's, in slices between event-loop turns
+   * (100,000 tenants take a few hundred milliseconds): reloadFile then skips the comparison.
+   */
+  diffFile(file: FileDirectory): Promise<FileDiff>;
+  /** File tenants whose record or status the admin API overrides. */
+  overridden(): string[];
   /**
    * Calls `listener` after every change a reader can see (tenants, plans, storage), with what it
    * touched; returns the unsubscribe function.
@@ -77,6 +84,14 @@ export interface TenantStore extends TenantDirectory {
   /** 'redis' when backed by Redis, 'memory' for writes kept in this process only, 'static' for the file alone. */
   readonly backing: 'redis' | 'memory' | 'static';
   close(): Promise<void>;
+}
+
+/** The file tenants that differ between the running file (`base`) and `next`, and whether the plans do. */
+export interface FileDiff {
+  readonly base: FileDirectory;
+  readonly next: Readonly<Record<string, RawTenant>>;
+  readonly changed: readonly string[];
+  readonly plans: boolean;
 }
 
 /** What one change touched. */
@@ -229,11 +244,40 @@ class Directory implements TenantStore {
     return { ok: true };
   }
 
-  reloadFile(reloaded: FileDirectory): WriteResult {
+  async diffFile(next: FileDirectory): Promise<FileDiff> {
+    const base = this.#file;
+    const changed: string[] = [];
+    let sliceStart = performance.now();
+    let n = 0;
+    const pause = async (): Promise<void> => {
+      if (++n % 256 !== 0 || performance.now() - sliceStart < SLICE_MS) return;
+      await nextTurn();
+      sliceStart = performance.now();
+    };
+    for (const id in next.tenants) {
+      if (!sameValue(base.tenants[id], next.tenants[id])) changed.push(id);
+      await pause();
+    }
+    for (const id in base.tenants) {
+      if (next.tenants[id] === undefined) changed.push(id);
+      await pause();
+    }
+    return { base, next: next.tenants, changed, plans: !sameValue(base.plans, next.plans) };
+  }
+
+  overridden(): string[] {
+    const ids = new Set(this.#snap.fromRecord);
+    for (const id in this.#records.status) ids.add(id);
+    return [...ids].filter((id) => this.#file.tenants[id] !== undefined);
+  }
+
+  reloadFile(reloaded: FileDirectory, diff?: FileDiff): WriteResult {
     // The global auth settings change only with a restart: tenants are checked against the running ones.
     const file = { plans: reloaded.plans, tenants: reloaded.tenants, auth: this.#file.auth };
     const before = this.#file;
-    if (!sameValue(before.plans, file.plans)) {
+    // A comparison made against another file than the running one (two reloads crossed) is made again.
+    const known = diff !== undefined && diff.base === before && diff.next === reloaded.tenants ? diff : undefined;
+    if (known?.plans ?? !sameValue(before.plans, file.plans)) {
       // A plan every tenant may use changed: a full build, checked whole before it is swapped in.
       const next = new TenantIndex(file, this.#records, this.#snap);
       for (const _ of next.build());
@@ -244,14 +288,18 @@ class Directory implements TenantStore {
       return { ok: true };
     }
     // Only the tenants whose entry differs are placed again; the first refused entry undoes them all.
-    const changed: string[] = [];
-    for (const id of Object.keys(file.tenants)) if (!sameValue(before.tenants[id], file.tenants[id])) changed.push(id);
-    for (const id of Object.keys(before.tenants)) if (file.tenants[id] === undefined) changed.push(id);
+    let changed = known?.changed;
+    if (changed === undefined) {
+      const list: string[] = [];
+      for (const id in file.tenants) if (!sameValue(before.tenants[id], file.tenants[id])) list.push(id);
+      for (const id in before.tenants) if (file.tenants[id] === undefined) list.push(id);
+      changed = list;
+    }
     if (changed.length === 0) {
       this.#file = file;
       this.#snap.file = file;
       this.#snap.fileChanged();
-      for (const [id, raw] of Object.entries(file.tenants)) this.#snap.adopt(id, raw);
+      this.#adoptSoon(file, new Set());
       return { ok: true };
     }
     const apply = (f: FileDirectory): { problems: string[]; whole: boolean } => {
@@ -278,11 +326,29 @@ class Directory implements TenantStore {
       return { ok: true };
     }
     this.#file = file;
-    const differs = new Set(changed);
-    for (const [id, raw] of Object.entries(file.tenants)) if (!differs.has(id)) this.#snap.adopt(id, raw);
+    this.#adoptSoon(file, new Set(changed));
     const touched = new Set(changed.filter((id) => snapBefore.get(id) !== this.#snap.byId.get(id)));
     this.#changed(touched, this.#snap.rejected);
     return { ok: true };
+  }
+
+  /**
+   * Points the unchanged tenants of a reloaded file at the new file's objects, in slices, so a
+   * later full build lends their compiled tenants; stops if the file or the index was replaced.
+   */
+  #adoptSoon(file: FileDirectory, differs: ReadonlySet<string>): void {
+    const snap = this.#snap;
+    const ids = Object.keys(file.tenants);
+    const step = (from: number): void => {
+      if (this.#file !== file || this.#snap !== snap) return;
+      const started = performance.now();
+      let i = from;
+      for (; i < ids.length && performance.now() - started < SLICE_MS; i += 64) {
+        for (const id of ids.slice(i, i + 64)) if (!differs.has(id)) snap.adopt(id, file.tenants[id]!);
+      }
+      if (i < ids.length) setImmediate(step, i);
+    };
+    step(0);
   }
 
   byId(id: string): Tenant | undefined {
