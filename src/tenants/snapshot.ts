@@ -546,7 +546,7 @@ function sharedBroker(id: string, raw: RawTenant, url: string, users: BrokerUser
 
 /** True when `next` differs from `prev` in anything a reader can observe. */
 export function snapshotChanged(prev: Snapshot, next: Snapshot): boolean {
-  return !sameMap(prev.byId, next.byId) || !sameMap(prev.plans, next.plans) || !sameMap(prev.storage, next.storage) || !sameSet(prev.blocked, next.blocked);
+  return !sameMap(prev.byId, next.byId) || !sameMap(prev.plans, next.plans) || !sameMap(prev.storage, next.storage) || !sameKeys(prev.blocked, next.blocked);
 }
 
 /** The tenants whose compiled object differs between two directories (added, removed or changed). */
@@ -557,14 +557,16 @@ export function changedTenants(prev: Snapshot, next: Snapshot): Set<string> {
   return out;
 }
 
-function sameMap<V>(a: ReadonlyMap<string, V>, b: ReadonlyMap<string, V>): boolean {
+/** True when two maps hold the same values under the same keys. */
+export function sameMap<V>(a: ReadonlyMap<string, V>, b: ReadonlyMap<string, V>): boolean {
   if (a.size !== b.size) return false;
   for (const [k, v] of a) if (b.get(k) !== v) return false;
   return true;
 }
 
-function sameSet(a: ReadonlySet<string>, b: ReadonlySet<string>): boolean {
+/** True when two sets (or the key sets of two maps) are equal. */
+export function sameKeys(a: ReadonlySet<string> | ReadonlyMap<string, unknown>, b: ReadonlySet<string> | ReadonlyMap<string, unknown>): boolean {
   if (a.size !== b.size) return false;
-  for (const k of a) if (!b.has(k)) return false;
+  for (const k of a.keys()) if (!b.has(k)) return false;
   return true;
 }

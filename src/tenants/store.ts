@@ -23,7 +23,7 @@ import type { Logger } from '../observability/log.js';
 import { directoryKeys, type DirectoryKeys } from '../redis/keys.js';
 import { ID_PATTERN, type Plan, type Tenant, type TenantDirectory } from './model.js';
 import type { RawPlan } from '../config/schema.js';
-import { changedTenants, noRecords, problemsOf, TenantIndex, type FileDirectory, type RedisRecords } from './snapshot.js';
+import { changedTenants, noRecords, problemsOf, sameKeys, sameMap, snapshotChanged, TenantIndex, type FileDirectory, type RedisRecords } from './snapshot.js';
 
 /**
  * The outcome of a write: validation problems are values, listed by path. `conflict`: the
@@ -77,8 +77,6 @@ export interface TenantStore extends TenantDirectory {
   onChange(listener: (change: DirectoryChange) => void): () => void;
   /** Tenants in force with their own token settings (few): what the verifiers follow. */
   withOwnAuth(): Iterable<Tenant>;
-  /** Broker URLs in force (each listed by some tenant): what the broker health checks follow. */
-  brokerUrls(): ReadonlySet<string>;
   /** Counts the snapshots that changed something; tests and callers wait on it after a write. */
   readonly generation: number;
   /** 'redis' when backed by Redis, 'memory' for writes kept in this process only, 'static' for the file alone. */
@@ -206,10 +204,6 @@ class Directory implements TenantStore {
 
   withOwnAuth(): Iterable<Tenant> {
     return this.#snap.withOwnAuth();
-  }
-
-  brokerUrls(): ReadonlySet<string> {
-    return new Set(this.#snap.brokerUrls.keys());
   }
 
   recordOf(id: string): RawTenant | undefined {
@@ -658,7 +652,7 @@ class Directory implements TenantStore {
   async #applyRecords(next: RedisRecords): Promise<void> {
     await this.#building;
     const now = this.#records;
-    if (!sameMapOf(now.plans, next.plans)) return this.#rebuild(next);
+    if (!sameMap(now.plans, next.plans)) return this.#rebuild(next);
     const changed = new Set<string>();
     const diffMap = (a: ReadonlyMap<string, string>, b: ReadonlyMap<string, string>): void => {
       for (const [id, v] of a) if (b.get(id) !== v) changed.add(id);
@@ -713,8 +707,7 @@ class Directory implements TenantStore {
     const before = this.#snap;
     const brokersBefore = before.brokerUrls;
     this.#snap = next;
-    const storageMoved = !sameMapOf(before.storage, next.storage) || !sameSetOf(before.blocked, next.blocked) || !sameMapOf(before.plans, next.plans);
-    this.#changed(touched, next.rejected, storageMoved, !sameKeys(brokersBefore, next.brokerUrls));
+    this.#changed(touched, next.rejected, snapshotChanged(before, next), !sameKeys(brokersBefore, next.brokerUrls));
   }
 
   /** Logs rejected records once, and tells subscribers when something changed. */
@@ -751,24 +744,6 @@ const FULL_EVERY = 6;
 
 /** Keys per MGET of a full load. */
 const MGET_BATCH = 1000;
-
-function sameMapOf<V>(a: ReadonlyMap<string, V>, b: ReadonlyMap<string, V>): boolean {
-  if (a.size !== b.size) return false;
-  for (const [k, v] of a) if (b.get(k) !== v) return false;
-  return true;
-}
-
-function sameSetOf(a: ReadonlySet<string>, b: ReadonlySet<string>): boolean {
-  if (a.size !== b.size) return false;
-  for (const k of a) if (!b.has(k)) return false;
-  return true;
-}
-
-function sameKeys(a: ReadonlySet<string> | ReadonlyMap<string, unknown>, b: ReadonlySet<string> | ReadonlyMap<string, unknown>): boolean {
-  if (a.size !== b.size) return false;
-  for (const k of a.keys()) if (!b.has(k)) return false;
-  return true;
-}
 
 /** Builds the store: Redis-backed (started: subscribed, loaded, refreshing) or the file alone. */
 export async function createTenantStore(cfg: TenantStoreSettings, deps: TenantStoreDeps): Promise<TenantStore> {
