@@ -4,7 +4,7 @@
  */
 import type { Registry } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
-import { compileTables, compileTablesResolved } from './tables.js';
+import { compileRouteTables } from './tables.js';
 import { BrokerAddresses, brokerUrlsOf } from './tenants/broker-addresses.js';
 import { ConfigError } from './config/load.js';
 import { inlineKeyFiles } from './auth/key-files.js';
@@ -78,7 +78,9 @@ export async function startApp(given: RawConfig, opts: AppOptions = {}): Promise
   const clock = opts.clock ?? Date.now;
   // Broker names resolved for the directory's shared-broker rule, kept for reloads and admin writes.
   const brokerAddresses = new BrokerAddresses();
-  const tables = await compileTablesResolved(config, brokerAddresses);
+  await brokerAddresses.learn(brokerUrlsOf(Object.values(config.tenants)));
+  // The tenants are checked by the directory's own build (createTenantStore): one build, not two.
+  const routeTable = compileRouteTables(config);
   // One Redis connection for the limiter and the tenant store; null = in-memory, one instance.
   const redis = connectRedis(config.redis);
   if (redis) await whenReady(redis, 2000);
@@ -135,7 +137,7 @@ export async function startApp(given: RawConfig, opts: AppOptions = {}): Promise
   if (!config.server.admin.token) log.info('no server.admin.token: admin API disabled (probes and /metrics still answer)');
 
   // Swapped whole by reload(); the pipeline reads it through this indirection on every request.
-  let routes = compileRoutes(tables.routes);
+  let routes = compileRoutes(routeTable);
   const edge = createPipeline({
     settings: pipelineSettings(config),
     routes: { match: (method, path) => routes.match(method, path) },
@@ -196,12 +198,15 @@ export async function startApp(given: RawConfig, opts: AppOptions = {}): Promise
   // Who keeps a key two tenants hold: the file's tenants, then records by age, whatever was fetched first (key-claims.ts).
   const origin = (id: string): DomainRank =>
     tenants.sourceOf(id)?.record === 'file' ? { origin: 'file' } : { origin: 'record', since: tenants.authSince(id) };
-  verifiers.sync(tenants.all(), origin);
+  verifiers.sync(tenants.withOwnAuth(), origin);
   // Brokers and tenant keys follow the directory: removed brokers stop being probed and lose their
   // pools, and the verifiers and JWKS sets of removed or re-keyed tenants are dropped.
-  tenants.onChange(() => {
-    proxy.sync(tenants.all());
-    verifiers.sync(tenants.all(), origin);
+  // A change names what it touched: the brokers are synced only when their set changed (new
+  // tenants on known brokers get their ring on first use), the verifiers from the few tenants
+  // with keys of their own.
+  tenants.onChange((change) => {
+    if (change.brokers) proxy.sync(tenants.all());
+    verifiers.sync(tenants.withOwnAuth(), origin);
   });
   meter.start();
   const addresses = await listeners.listen();
@@ -231,7 +236,10 @@ export async function startApp(given: RawConfig, opts: AppOptions = {}): Promise
     let commitAuth: (() => void) | null = null;
     let nextRoutes: typeof routes;
     try {
-      nextRoutes = compileRoutes(compileTables(next, brokerAddresses.identitiesOf).routes);
+      // The tenants are checked by reloadFile, which places only those that changed.
+      nextRoutes = compileRoutes(compileRouteTables(next));
+      // Which tenants changed, compared in slices that yield to the event loop.
+      const diff = await tenants.diffFile(next);
       if (addresses.https !== null && plan.applied.some((p) => p.startsWith('server.https.'))) {
         certs = await CertificateSet.load(running.server.https, { log });
       }
@@ -242,7 +250,7 @@ export async function startApp(given: RawConfig, opts: AppOptions = {}): Promise
       const refusedBy = redis !== null && plan.applied.includes('redis.url') ? await credentialsRefused(next.redis.url!, next.redis.timeoutMs) : null;
       if (refusedBy !== null) throw new ConfigError([`redis.url: Redis refuses the new credentials: ${refusedBy}`]);
       // Synchronous from here: no request sees new tenants with old routes, or the reverse.
-      const swapped = tenants.reloadFile(next);
+      const swapped = tenants.reloadFile(next, diff);
       if (!swapped.ok) throw new ConfigError([...swapped.problems]);
     } catch (err) {
       certs?.close();
@@ -251,13 +259,13 @@ export async function startApp(given: RawConfig, opts: AppOptions = {}): Promise
     routes = nextRoutes;
     keyVerifier.setFileKeys(fileKeyRecords(next.apiKeys));
     commitAuth?.();
-    verifiers.sync(tenants.all(), origin);
+    verifiers.sync(tenants.withOwnAuth(), origin);
     if (certs !== null) listeners.replaceCertificates(certs);
     if (redis !== null && plan.applied.includes('redis.url')) useCredentials(redis, next.redis.url!);
     if (next.server.admin.token !== current.server.admin.token) admin = createAdminHandler({ ...adminDeps, token: next.server.admin.token });
     current = next;
     // The file changed, but these tenants keep what the admin API wrote over it: say so.
-    const shadowed = Object.keys(next.tenants).filter((id) => tenants.sourceOf(id)?.record === 'admin' || tenants.sourceOf(id)?.status === 'admin');
+    const shadowed = tenants.overridden();
     if (shadowed.length > 0)
       log.warn(
         { tenants: shadowed },

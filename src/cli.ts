@@ -12,7 +12,7 @@ import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ADMIN_GROUPS, adminUsage } from './admin/cli-commands.js';
 import { describeProblems } from './config/hints.js';
-import { ConfigError, loadConfigFile } from './config/load.js';
+import { ConfigError, loadConfigFile, loadConfigFileOffThread } from './config/load.js';
 import { redactUserInfo } from './net/redact-url.js';
 import { compileTablesResolved } from './tables.js';
 import type { RawConfig } from './config/schema.js';
@@ -191,7 +191,8 @@ async function main(argv: string[]): Promise<number> {
   if (config.server.workers === 0 && workers > 1) {
     log.info({ workers }, `server.workers is 0 and Redis is configured: starting one worker per CPU (${workers}); set server.workers to choose`);
   }
-  const reread = async () => withPorts(await loadConfigFile(args.configPath));
+  // Read on a worker thread: a long tenant list would stall every request while it is parsed.
+  const reread = async () => withPorts(await loadConfigFileOffThread(args.configPath));
   return workers === 1 ? runInProcess(config, { log, hangups, reread }) : runPrimary(config, workers, { log, hangups, reread });
 }
 

@@ -24,9 +24,8 @@ export type TableSettings = Pick<RawConfig, 'plans' | 'tenants' | 'auth' | 'rout
 export function compileTables(cfg: TableSettings, identitiesOf?: BrokerIdentities): CompiledTables {
   const built = buildSnapshot({ plans: cfg.plans, tenants: cfg.tenants, auth: cfg.auth }, NO_RECORDS, undefined, identitiesOf);
   const problems = built.rejected.flatMap((r) => r.problems);
-  const { routes, problems: routeProblems } = applyRouteOverrides(ROUTES, cfg.routes);
+  const { routes, problems: routeProblems } = routeTables(cfg);
   problems.push(...routeProblems);
-  problems.push(...queryAllowProblems(cfg.queryAllow, new Set(routes.map((r) => r.name))));
   if (problems.length > 0) throw new ConfigError(problems);
   return { tenants: [...built.snapshot.byId.values()], routes };
 }
@@ -39,4 +38,16 @@ export function compileTables(cfg: TableSettings, identitiesOf?: BrokerIdentitie
 export async function compileTablesResolved(cfg: TableSettings, addresses = new BrokerAddresses()): Promise<CompiledTables> {
   await addresses.learn(brokerUrlsOf(Object.values(cfg.tenants)));
   return compileTables(cfg, addresses.identitiesOf);
+}
+
+/** The route table alone (a reload: the tenant directory checks the tenants itself, placing only those that changed). */
+export function compileRouteTables(cfg: Pick<TableSettings, 'routes' | 'queryAllow'>): readonly RouteSpec[] {
+  const { routes, problems } = routeTables(cfg);
+  if (problems.length > 0) throw new ConfigError(problems);
+  return routes;
+}
+
+function routeTables(cfg: Pick<TableSettings, 'routes' | 'queryAllow'>): { routes: readonly RouteSpec[]; problems: string[] } {
+  const { routes, problems } = applyRouteOverrides(ROUTES, cfg.routes);
+  return { routes, problems: [...problems, ...queryAllowProblems(cfg.queryAllow, new Set(routes.map((r) => r.name)))] };
 }

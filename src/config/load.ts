@@ -1,10 +1,12 @@
 /**
- * Reads the YAML configuration, substitutes `${VAR}` / `${VAR:-default}` from the environment,
- * and validates it against the schema. Every problem is reported with its path, and with the
- * variable it came from; a value taken from the environment never appears in a message.
+ * Reads the configuration (YAML, or JSON for a `.json` file), substitutes `${VAR}` /
+ * `${VAR:-default}` from the environment, and validates it against the schema. Every problem is
+ * reported with its path, and with the variable it came from; a value taken from the environment
+ * never appears in a message.
  */
 import { readFile } from 'node:fs/promises';
-import { parseDocument } from 'yaml';
+import { Worker } from 'node:worker_threads';
+import { isMap, isScalar, parseDocument, visit, type Document } from 'yaml';
 import type { z } from 'zod';
 import { configSchema, type RawConfig } from './schema.js';
 
@@ -52,11 +54,28 @@ export function substituteEnv(value: unknown, env: NodeJS.ProcessEnv, problems: 
     origins.set(path, origin);
     return origin.whole && out === '' ? null : out;
   }
-  if (Array.isArray(value)) return value.map((v, i) => substituteEnv(v, env, problems, `${path}[${i}]`, origins));
+  // A container is copied only when something inside it was substituted (coerceWanted then edits
+  // the copy): a file of 100,000 tenants has few variables, and copying every object doubled its cost.
+  if (Array.isArray(value)) {
+    let out: unknown[] | null = null;
+    for (let i = 0; i < value.length; i++) {
+      const v = substituteEnv(value[i], env, problems, `${path}[${i}]`, origins);
+      if (v === value[i]) continue;
+      out ??= value.slice();
+      out[i] = v;
+    }
+    return out ?? value;
+  }
   if (value !== null && typeof value === 'object') {
-    const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(value)) out[k] = substituteEnv(v, env, problems, path ? `${path}.${k}` : k, origins);
-    return out;
+    let out: Record<string, unknown> | null = null;
+    for (const k in value) {
+      const v = (value as Record<string, unknown>)[k];
+      const s = substituteEnv(v, env, problems, path ? `${path}.${k}` : k, origins);
+      if (s === v) continue;
+      out ??= { ...value };
+      out[k] = s;
+    }
+    return out ?? value;
   }
   return value;
 }
@@ -120,7 +139,11 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   return result.data;
 }
 
-/** Reads, substitutes and validates a YAML file, with its key files read in (key-files.ts). */
+/**
+ * Reads, substitutes and validates a configuration file: JSON.parse for a `.json` file, the YAML
+ * parser otherwise. Both report a syntax error and a key given twice in one mapping with the
+ * file's name; from the parsed tree on, both take the same path (parseConfig).
+ */
 export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = process.env): Promise<RawConfig> {
   let text: string;
   try {
@@ -128,12 +151,188 @@ export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = proc
   } catch (err) {
     throw new ConfigError([`${path}: ${(err as Error).message}`]);
   }
-  const doc = parseDocument(text, { prettyErrors: true });
+  return parseConfig(/\.json$/i.test(path) ? readJson(path, text) : readYaml(path, text), env);
+}
+
+/** The reader thread, started on first use and kept (unref'd) for later reloads; reads run one at a time. */
+let reader: { worker: Worker; queue: Promise<unknown> } | null = null;
+
+function readerThread(): { worker: Worker; queue: Promise<unknown> } {
+  if (reader !== null) return reader;
+  // The same extension as this module: .js built; .ts when run from source, where the worker
+  // registers tsx itself (a worker does not inherit the loader hooks of --import).
+  const ext = import.meta.url.slice(import.meta.url.lastIndexOf('.'));
+  const entry = new URL(`./read-worker${ext}`, import.meta.url).href;
+  const boot = `(async () => { if (${ext === '.ts'}) (await import('tsx/esm/api')).register(); await import(${JSON.stringify(entry)}); })()`;
+  const worker = new Worker(boot, { eval: true });
+  worker.unref();
+  const started = { worker, queue: Promise.resolve() as Promise<unknown> };
+  worker.on('error', () => {});
+  worker.on('exit', () => {
+    if (reader === started) reader = null;
+  });
+  reader = started;
+  return started;
+}
+
+/**
+ * loadConfigFile on a worker thread: a reload (SIGHUP) reads the file while this thread serves
+ * requests (parsing and validating 100,000 tenants takes seconds). The result arrives in chunks,
+ * each copied in on its own event-loop turn.
+ */
+export function loadConfigFileOffThread(path: string, env: NodeJS.ProcessEnv = process.env): Promise<RawConfig> {
+  const thread = readerThread();
+  const read = thread.queue
+    .catch(() => {})
+    .then(
+      () =>
+        new Promise<RawConfig>((resolve, reject) => {
+          const { worker } = thread;
+          let head: Omit<RawConfig, 'tenants'> | null = null;
+          const tenants: RawConfig['tenants'] = {};
+          const done = (): void => {
+            worker.off('message', onMessage);
+            worker.off('error', reject);
+            worker.off('exit', onExit);
+          };
+          const onExit = (code: number): void => {
+            done();
+            reject(new Error(`configuration reader exited with ${code}`));
+          };
+          const onMessage = (m: {
+            type: string;
+            config?: Omit<RawConfig, 'tenants'>;
+            part?: RawConfig['tenants'];
+            problems?: string[] | null;
+            message?: string;
+          }): void => {
+            if (m.type === 'head') head = m.config!;
+            else if (m.type === 'tenants') {
+              Object.assign(tenants, m.part);
+              // The next chunk after a turn of the event loop: requests are served between chunks.
+              setImmediate(() => worker.postMessage({ type: 'next' }));
+            } else {
+              done();
+              if (m.type === 'done') resolve({ ...head!, tenants });
+              else reject(m.problems ? new ConfigError(m.problems) : new Error(m.message));
+            }
+          };
+          worker.on('message', onMessage);
+          worker.on('error', reject);
+          worker.on('exit', onExit);
+          worker.postMessage({ type: 'read', path, env: { ...env } });
+        }),
+    );
+  thread.queue = read;
+  return read;
+}
+
+/** The tree of a JSON text; a syntax error or a duplicate key is a ConfigError naming the file. */
+function readJson(path: string, text: string): unknown {
+  let tree: unknown;
+  try {
+    tree = JSON.parse(text);
+  } catch (err) {
+    throw new ConfigError([`${path}: ${(err as Error).message}`]);
+  }
+  // JSON.parse keeps the last of two equal keys silently, where YAML refuses them: a tenant listed
+  // twice in a generated file would otherwise lose its first entry unnoticed.
+  const dup = duplicateJsonKey(text);
+  if (dup) throw new ConfigError([`${path}: ${dup.path || '(root)'}: key "${dup.key}" given twice`]);
+  return tree;
+}
+
+/**
+ * The first key given twice in one object of a valid JSON text, with the path of that object;
+ * null when none. One pass over the text: the YAML parser's own check compares each key with every
+ * earlier one of its mapping, quadratic in a mapping of 100,000 tenants.
+ */
+export function duplicateJsonKey(text: string): { path: string; key: string } | null {
+  // One frame per open object or array: the keys seen (null for an array) and the frame's path.
+  const stack: { keys: Set<string> | null; path: string; index: number }[] = [];
+  let expectKey = false;
+  let lastKey = '';
+  const childPath = (): string => {
+    const top = stack[stack.length - 1];
+    if (top === undefined) return '';
+    if (top.keys === null) return `${top.path}[${top.index}]`;
+    return top.path ? `${top.path}.${lastKey}` : lastKey;
+  };
+  const structural = /["{}[\],]/g;
+  for (let m = structural.exec(text); m !== null; m = structural.exec(text)) {
+    const i = m.index;
+    const c = text.charCodeAt(i);
+    if (c === 34 /* " */) {
+      let end = i + 1;
+      for (;;) {
+        const q = text.indexOf('"', end);
+        let slashes = 0;
+        while (text.charCodeAt(q - 1 - slashes) === 92 /* \\ */) slashes++;
+        end = q + 1;
+        if (slashes % 2 === 0) break;
+      }
+      if (expectKey) {
+        const raw = text.slice(i + 1, end - 1);
+        const key = raw.includes('\\') ? (JSON.parse(text.slice(i, end)) as string) : raw;
+        const keys = stack[stack.length - 1]!.keys!;
+        if (keys.has(key)) return { path: stack[stack.length - 1]!.path, key };
+        keys.add(key);
+        lastKey = key;
+        expectKey = false;
+      }
+      structural.lastIndex = end;
+    } else if (c === 123 /* { */) {
+      stack.push({ keys: new Set(), path: childPath(), index: 0 });
+      expectKey = true;
+    } else if (c === 91 /* [ */) {
+      stack.push({ keys: null, path: childPath(), index: 0 });
+    } else if (c === 125 /* } */ || c === 93 /* ] */) {
+      stack.pop();
+      expectKey = false;
+    } else if (c === 44 /* , */) {
+      const top = stack[stack.length - 1]!;
+      if (top.keys === null) top.index++;
+      else expectKey = true;
+    }
+  }
+  return null;
+}
+
+/** The tree of a YAML text; a syntax error or a duplicate key is a ConfigError naming the file. */
+function readYaml(path: string, text: string): unknown {
+  // The parser's own duplicate-key check is quadratic in a mapping's size (minutes for 100,000
+  // tenants): it is off here, and duplicateYamlKey checks every mapping in one pass instead.
+  const doc = parseDocument(text, { prettyErrors: true, uniqueKeys: false });
   if (doc.errors.length > 0) {
     // After a syntax error the parser is lost: the errors that follow it only echo the first.
     throw new ConfigError([`${path}: ${doc.errors[0]!.message.trimEnd()}`]);
   }
-  // Key files named in it are checked by the preflight (src/preflight.ts) and read when the
-  // configuration is applied (src/auth/key-files.ts).
-  return parseConfig(doc.toJS(), env);
+  const dup = duplicateYamlKey(doc, text);
+  if (dup) throw new ConfigError([`${path}: ${dup}`]);
+  return doc.toJS();
+}
+
+/** The parser's message for the first mapping key given twice (equal scalar values, as the parser compares them); null when none. */
+function duplicateYamlKey(doc: Document, text: string): string | null {
+  let found: string | null = null;
+  visit(doc, {
+    Map(_key, map) {
+      if (!isMap(map)) return undefined;
+      const seen = new Set<unknown>();
+      for (const pair of map.items) {
+        if (!isScalar(pair.key)) continue;
+        if (!seen.has(pair.key.value)) {
+          seen.add(pair.key.value);
+          continue;
+        }
+        const at = pair.key.range?.[0] ?? 0;
+        const before = text.slice(0, at);
+        const line = before.split('\n').length;
+        found = `Map keys must be unique at line ${line}, column ${at - before.lastIndexOf('\n')}: ${String(pair.key.value)}`;
+        return visit.BREAK;
+      }
+      return undefined;
+    },
+  });
+  return found;
 }

@@ -91,6 +91,8 @@ export interface DirectoryKeys {
   readonly status: string;
   readonly storage: string;
   readonly authSince: string;
+  /** Counts directory writes; each change message names the count its write reached, so a peer sees a missed one. */
+  readonly version: string;
   readonly changes: string;
 }
 
@@ -106,6 +108,7 @@ export function directoryKeys(prefix: string): DirectoryKeys {
     status: `${base}status`,
     storage: `${base}storage`,
     authSince: `${base}auth-since`,
+    version: `${base}version`,
     changes: `${prefix}changes`,
   };
 }

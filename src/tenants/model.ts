@@ -4,6 +4,7 @@
  */
 import { MAX_HOST_LENGTH, type Feature, type RawPlan, type RawTenant, type RawTenantAuth } from '../config/schema.js';
 import { compileCorsPolicy, type CorsPolicy } from '../cors/policy.js';
+import { Interner, listKey } from './intern.js';
 
 /** Tenant and plan ids: usable inside a Redis hash tag and a URL path segment. */
 export const ID_PATTERN = /^[A-Za-z0-9._-]{1,128}$/;
@@ -74,25 +75,45 @@ export function canonicalHost(name: string): string {
   return lower.length > 1 && lower.endsWith('.') ? lower.slice(0, -1) : lower;
 }
 
+// Shared between tenants that have the same: most tenants list no CORS origins of their own, and
+// many share brokers (docs/tenancy.md, "Many tenants").
+const corsPolicies = new Interner<CorsPolicy>();
+const brokerLists = new Interner<readonly string[]>();
+
+/** The compiled CORS policy of an origin list, one per distinct list. */
+export function sharedCorsPolicy(origins: readonly string[]): CorsPolicy {
+  return corsPolicies.get(listKey(origins), () => compileCorsPolicy(origins));
+}
+
+/** A broker list without trailing slashes, one frozen array per distinct list. */
+export function sharedBrokers(brokers: readonly string[]): readonly string[] {
+  const trimmed = brokers.map((b) => b.replace(/\/+$/, ''));
+  return brokerLists.get(listKey(trimmed), () => Object.freeze(trimmed));
+}
+
 /** `auth` and `tenancyAwareBrokers` may be left out: no identity provider of its own, dedicated brokers. */
 export function compileTenant(
   id: string,
   raw: Omit<RawTenant, 'auth' | 'tenancyAwareBrokers'> & { readonly auth?: RawTenantAuth | null; readonly tenancyAwareBrokers?: boolean },
   plan: Plan,
 ): Tenant {
+  const hosts = raw.hosts.map(canonicalHost);
   return Object.freeze({
     id,
     status: raw.status,
     plan,
-    limits: Object.freeze({ ...plan.limits, ...(raw.limits ?? {}) }),
-    hosts: Object.freeze(raw.hosts.map(canonicalHost)),
-    brokers: Object.freeze(raw.brokers.map((b) => b.replace(/\/+$/, ''))),
+    // A tenant without overrides reads its plan's limits object.
+    limits: raw.limits === undefined || Object.keys(raw.limits).length === 0 ? plan.limits : Object.freeze({ ...plan.limits, ...raw.limits }),
+    hosts: Object.freeze(hosts.length === 0 ? NO_HOSTS : hosts),
+    brokers: sharedBrokers(raw.brokers),
     tenancyAwareBrokers: raw.tenancyAwareBrokers ?? false,
-    cors: compileCorsPolicy(raw.cors.origins),
+    cors: sharedCorsPolicy(raw.cors.origins),
     boundedLoadFactor: raw.boundedLoadFactor,
     auth: raw.auth ? Object.freeze({ ...raw.auth }) : null,
   });
 }
+
+const NO_HOSTS: readonly string[] = Object.freeze([]);
 
 /** Read access to the current tenants (the pipeline's view of the tenant store). */
 export interface TenantDirectory {

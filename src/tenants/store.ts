@@ -1,21 +1,30 @@
 /**
  * The tenant directory with Redis overrides. The config file's plans and tenants are the base;
  * Redis records (layout in src/redis/keys.ts) override them, tombstones hide them, and a status hash
- * suspends or resumes either; snapshot.ts's buildSnapshot turns those inputs into one validated
- * snapshot, and judges admin writes the same way. Lookups read that snapshot, rebuilt and swapped
- * whole, so they stay sync and O(1) while a reload runs; onChange subscribers (broker health,
- * tenant verifiers) hear of every swap that changed something. A change reaches every instance
- * within a second through pub/sub on `<prefix>changes` (separate subscriber connection); a full
- * reload every few seconds covers lost messages and reconnects, and a failed reload is retried
- * shortly, so a slow moment of Redis does not delay a change to the next period.
+ * suspends or resumes either; snapshot.ts's TenantIndex turns those inputs into one validated
+ * directory, and judges admin writes the same way. Lookups are sync and O(1). A change to one
+ * tenant (an admin write here, or its message from another instance) places that tenant again in
+ * the index in place, in O(1); what touches every tenant (the start, a plan change, a reload
+ * that missed messages) builds a new index in slices that yield to the event loop and swaps it in
+ * (docs/tenancy.md, "Many tenants"). onChange subscribers (broker health, tenant verifiers) hear
+ * of every change with the tenants it touched.
+ *
+ * A change reaches every instance within a second through pub/sub on `<prefix>changes` (separate
+ * subscriber connection): each message names the tenant (or plan) and the directory version its
+ * write reached, so a peer applies it alone unless it missed one, in which case it reloads
+ * everything. A check of the version every few seconds covers lost messages and reconnects, and a
+ * failed reload is retried shortly, so a slow moment of Redis does not delay a change to the next
+ * period.
  */
+import { ConfigError } from '../config/load.js';
 import { planSchema, tenantSchema, type RawTenant } from '../config/schema.js';
 import { connectRedis, subscriberFor, whenReady, type RedisClient, type RedisTarget } from '../redis/connection.js';
 import type { Logger } from '../observability/log.js';
 import { directoryKeys, type DirectoryKeys } from '../redis/keys.js';
 import { ID_PATTERN, type Plan, type Tenant, type TenantDirectory } from './model.js';
+import type { RawPlan } from '../config/schema.js';
+import { changedTenants, noRecords, problemsOf, sameKeys, sameMap, snapshotChanged, TenantIndex, type FileDirectory, type RedisRecords } from './snapshot.js';
 import { BrokerAddresses, brokerUrlsOf } from './broker-addresses.js';
-import { buildSnapshot, NO_RECORDS, problemsOf, snapshotChanged, type Built, type FileDirectory, type RedisRecords, type Snapshot } from './snapshot.js';
 
 /**
  * The outcome of a write: validation problems are values, listed by path. `conflict`: the
@@ -56,17 +65,42 @@ export interface TenantStore extends TenantDirectory {
    * Replaces the config file's plans and tenants (a configuration reload). Nothing changes when
    * the new file's tenants are refused (bad id, unknown plan, a host listed twice).
    */
-  reloadFile(file: FileDirectory): WriteResult;
+  reloadFile(file: FileDirectory, diff?: FileDiff): WriteResult;
   /**
-   * Calls `listener` after every snapshot that changed something a reader can see (tenants,
-   * plans, storage); returns the unsubscribe function.
+   * Compares a new file's tenants with the running file's, in slices between event-loop turns
+   * (100,000 tenants take a few hundred milliseconds): reloadFile then skips the comparison.
    */
-  onChange(listener: () => void): () => void;
+  diffFile(file: FileDirectory): Promise<FileDiff>;
+  /** File tenants whose record or status the admin API overrides. */
+  overridden(): string[];
+  /**
+   * Calls `listener` after every change a reader can see (tenants, plans, storage), with what it
+   * touched; returns the unsubscribe function.
+   */
+  onChange(listener: (change: DirectoryChange) => void): () => void;
+  /** Tenants in force with their own token settings (few): what the verifiers follow. */
+  withOwnAuth(): Iterable<Tenant>;
   /** Counts the snapshots that changed something; tests and callers wait on it after a write. */
   readonly generation: number;
   /** 'redis' when backed by Redis, 'memory' for writes kept in this process only, 'static' for the file alone. */
   readonly backing: 'redis' | 'memory' | 'static';
   close(): Promise<void>;
+}
+
+/** The file tenants that differ between the running file (`base`) and `next`, and whether the plans do. */
+export interface FileDiff {
+  readonly base: FileDirectory;
+  readonly next: Readonly<Record<string, RawTenant>>;
+  readonly changed: readonly string[];
+  readonly plans: boolean;
+}
+
+/** What one change touched. */
+export interface DirectoryChange {
+  /** Tenants added, removed or changed. */
+  readonly tenants: ReadonlySet<string>;
+  /** The set of broker URLs in force changed (a broker is listed for the first time, or no longer). */
+  readonly brokers: boolean;
 }
 
 /** What the store reads from the configuration: the file's directory and where Redis is. */
@@ -79,7 +113,7 @@ export interface TenantStoreDeps {
   readonly log: Logger;
   /** A client owned by the caller (not closed by close()); otherwise one is made from cfg.redis. */
   readonly redis?: RedisClient;
-  /** Safety-net full reload period; default 5000 ms. */
+  /** Safety-net period: the directory version is checked every period, everything read every sixth; default 5000 ms. */
   readonly refreshMs?: number;
   /**
    * Without Redis, accept admin writes and keep them in this process's memory (lost on exit):
@@ -94,8 +128,25 @@ export interface TenantStoreDeps {
 const RETRY_MS = 250;
 
 /** The problems of the file's own entries in a build; empty when the file is acceptable. */
-function fileProblems(built: Built): string[] {
-  return built.rejected.filter((r) => r.source === 'file').flatMap((r) => r.problems);
+function fileProblems(rejected: ReturnType<TenantIndex['rejectionsOf']>): string[] {
+  return rejected.filter((r) => r.source === 'file').flatMap((r) => r.problems);
+}
+
+/** Longest run of directory work between two yields to the event loop. */
+const SLICE_MS = 5;
+
+/** Resolves on the event loop's next turn: what a full build waits for between slices. */
+const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+/** Structural equality of two parsed records (JSON values). */
+function sameValue(a: unknown, b: unknown): boolean {
+  if (a === b) return true;
+  if (typeof a !== 'object' || typeof b !== 'object' || a === null || b === null) return false;
+  if (Array.isArray(a) !== Array.isArray(b)) return false;
+  const ka = Object.keys(a);
+  if (ka.length !== Object.keys(b).length) return false;
+  for (const k of ka) if (!sameValue((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return false;
+  return true;
 }
 
 class Directory implements TenantStore {
@@ -109,11 +160,12 @@ class Directory implements TenantStore {
   readonly #owned: boolean;
   readonly #keys: DirectoryKeys;
   #file: FileDirectory;
-  /** The Redis records the snapshot was built from (an admin write is checked against them). */
-  #records: RedisRecords = NO_RECORDS;
-  #snap: Snapshot;
+  /** The index in force; its `redis` are the Redis records it was built from, edited in place by each change. */
+  #snap: TenantIndex;
+  /** The directory version (Redis `version`) the records are known to be at; -1 before the first load. */
+  #version = -1;
   #generation = 0;
-  readonly #listeners = new Set<() => void>();
+  readonly #listeners = new Set<(change: DirectoryChange) => void>();
   /** Rejected Redis records already logged, so a bad record is logged once while it stays bad. */
   #reported = new Set<string>();
   #subscriber: RedisClient | null = null;
@@ -123,7 +175,13 @@ class Directory implements TenantStore {
   #inflight: Promise<void> | null = null;
   #again = false;
   #failing = false;
-  /** Broker names resolved: records' names are learnt before a build judges them (docs/tenancy.md). */
+  /** A full build in progress; changes placed meanwhile are placed again in its result. */
+  #building: Promise<void> | null = null;
+  #placedDuringBuild = new Set<string>();
+  /** Messages from other instances, applied one at a time in their order. */
+  #messages: Promise<void> = Promise.resolve();
+
+  /** Broker names resolved: records' names are learnt before they are judged (docs/tenancy.md). */
   readonly #addresses: BrokerAddresses;
 
   constructor(cfg: TenantStoreSettings, log: Logger, redis: RedisClient | null, owned: boolean, memoryOverrides: boolean, addresses: BrokerAddresses) {
@@ -136,16 +194,25 @@ class Directory implements TenantStore {
     this.#keys = directoryKeys(cfg.redis.keyPrefix);
     this.#file = { plans: cfg.plans, tenants: cfg.tenants, auth: cfg.auth };
     this.#addresses = addresses;
-    this.#snap = buildSnapshot(this.#file, NO_RECORDS, undefined, addresses.identitiesOf).snapshot;
+    this.#snap = new TenantIndex(this.#file, noRecords(), undefined, addresses.identitiesOf);
+    for (const _ of this.#snap.build());
+    this.#brokerEpoch = this.#snap.brokerEpoch;
+    // The file's tenants are judged here as by compileTables: a refused one is a configuration problem.
+    const problems = fileProblems(this.#snap.rejected);
+    if (problems.length > 0) throw new ConfigError(problems);
   }
 
   get generation(): number {
     return this.#generation;
   }
 
-  onChange(listener: () => void): () => void {
+  onChange(listener: (change: DirectoryChange) => void): () => void {
     this.#listeners.add(listener);
     return () => this.#listeners.delete(listener);
+  }
+
+  withOwnAuth(): Iterable<Tenant> {
+    return this.#snap.withOwnAuth();
   }
 
   recordOf(id: string): RawTenant | undefined {
@@ -161,39 +228,136 @@ class Directory implements TenantStore {
     const record = this.#snap.records.get(id);
     if (record === undefined) return undefined;
     const inFile = this.#file.tenants[id] !== undefined;
-    // The snapshot keeps the file's own object for a tenant the file decides.
-    return { record: record === this.#file.tenants[id] ? 'file' : 'admin', status: this.#records.status[id] === undefined ? 'record' : 'admin', inFile };
+    return { record: this.#snap.fromRecord.has(id) ? 'admin' : 'file', status: this.#records.status[id] === undefined ? 'record' : 'admin', inFile };
+  }
+
+  get #records(): RedisRecords {
+    return this.#snap.redis;
   }
 
   async resetToFile(id: string): Promise<WriteResult> {
     const refusal = this.#cannotWrite(id);
     if (refusal) return refusal;
     if (this.#file.tenants[id] === undefined) return { ok: false, problems: [`tenant "${id}" is not in the configuration file: nothing to reset to`] };
-    const r = this.#records;
-    const tenants = new Map(r.tenants);
-    tenants.delete(id);
-    const deleted = new Set(r.deleted);
-    deleted.delete(id);
-    const status = { ...r.status };
-    delete status[id];
     const k = this.#keys;
     await this.#commit(
-      { ...r, tenants, deleted, status },
-      (redis) => redis.multi().del(k.tenant(id)).srem(k.tenants, id).srem(k.deleted, id).hdel(k.status, id).hdel(k.authSince, id).exec(),
+      (redis) => redis.multi().del(k.tenant(id)).srem(k.tenants, id).srem(k.deleted, id).hdel(k.status, id).hdel(k.authSince, id),
+      (r) => {
+        r.tenants.delete(id);
+        r.deleted.delete(id);
+        delete r.status[id];
+        if (r.authSince) delete r.authSince[id];
+      },
       `tenant:${id}`,
     );
     return { ok: true };
   }
 
-  reloadFile(reloaded: FileDirectory): WriteResult {
+  async diffFile(next: FileDirectory): Promise<FileDiff> {
+    const base = this.#file;
+    const changed: string[] = [];
+    let sliceStart = performance.now();
+    let n = 0;
+    const pause = async (): Promise<void> => {
+      if (++n % 256 !== 0 || performance.now() - sliceStart < SLICE_MS) return;
+      await nextTurn();
+      sliceStart = performance.now();
+    };
+    for (const id in next.tenants) {
+      if (!sameValue(base.tenants[id], next.tenants[id])) changed.push(id);
+      await pause();
+    }
+    for (const id in base.tenants) {
+      if (next.tenants[id] === undefined) changed.push(id);
+      await pause();
+    }
+    return { base, next: next.tenants, changed, plans: !sameValue(base.plans, next.plans) };
+  }
+
+  overridden(): string[] {
+    const ids = new Set(this.#snap.fromRecord);
+    for (const id in this.#records.status) ids.add(id);
+    return [...ids].filter((id) => this.#file.tenants[id] !== undefined);
+  }
+
+  reloadFile(reloaded: FileDirectory, diff?: FileDiff): WriteResult {
     // A reload applies the global auth settings too: tenants' own are checked against the new ones.
     const file = { plans: reloaded.plans, tenants: reloaded.tenants, auth: reloaded.auth ?? this.#file.auth };
-    const built = this.#build(file, this.#records);
-    const problems = fileProblems(built);
-    if (problems.length > 0) return { ok: false, problems };
+    const before = this.#file;
+    // A comparison made against another file than the running one (two reloads crossed) is made again.
+    const known = diff !== undefined && diff.base === before && diff.next === reloaded.tenants ? diff : undefined;
+    if (known?.plans ?? !sameValue(before.plans, file.plans)) {
+      // A plan every tenant may use changed: a full build, checked whole before it is swapped in.
+      const next = new TenantIndex(file, this.#records, this.#snap, this.#addresses.identitiesOf);
+      for (const _ of next.build());
+      const problems = fileProblems(next.rejected);
+      if (problems.length > 0) return { ok: false, problems };
+      this.#file = file;
+      this.#install(next, changedTenants(this.#snap, next));
+      return { ok: true };
+    }
+    // Only the tenants whose entry differs are placed again; the first refused entry undoes them all.
+    let changed = known?.changed;
+    if (changed === undefined) {
+      const list: string[] = [];
+      for (const id in file.tenants) if (!sameValue(before.tenants[id], file.tenants[id])) list.push(id);
+      for (const id in before.tenants) if (file.tenants[id] === undefined) list.push(id);
+      changed = list;
+    }
+    if (changed.length === 0) {
+      this.#file = file;
+      this.#snap.file = file;
+      this.#snap.fileChanged();
+      this.#adoptSoon(file, new Set());
+      return { ok: true };
+    }
+    const apply = (f: FileDirectory): { problems: string[]; whole: boolean } => {
+      this.#snap.file = f;
+      this.#snap.fileChanged();
+      let whole = false;
+      const problems: string[] = [];
+      for (const id of changed) if (!this.#snap.place(id)) whole = true;
+      for (const id of changed) problems.push(...fileProblems(this.#snap.rejectionsOf(`tenant:${id}`)));
+      return { problems, whole };
+    };
+    const snapBefore = new Map(changed.map((id) => [id, this.#snap.byId.get(id)]));
+    const tried = apply(file);
+    if (tried.whole || tried.problems.length > 0) {
+      apply(before);
+      if (tried.problems.length > 0 && !tried.whole) return { ok: false, problems: tried.problems };
+      // The result depends on other tenants' order: a full build decides, as at start.
+      const next = new TenantIndex(file, this.#records, this.#snap, this.#addresses.identitiesOf);
+      for (const _ of next.build());
+      const problems = fileProblems(next.rejected);
+      if (problems.length > 0) return { ok: false, problems };
+      this.#file = file;
+      this.#install(next, changedTenants(this.#snap, next));
+      return { ok: true };
+    }
     this.#file = file;
-    this.#install(built);
+    this.#adoptSoon(file, new Set(changed));
+    const touched = new Set(changed.filter((id) => snapBefore.get(id) !== this.#snap.byId.get(id)));
+    this.#changed(touched, this.#snap.rejected);
     return { ok: true };
+  }
+
+  /**
+   * Points the unchanged tenants of a reloaded file at the new file's objects, in slices, so a
+   * later full build lends their compiled tenants; stops if the file or the index was replaced.
+   */
+  #adoptSoon(file: FileDirectory, differs: ReadonlySet<string>): void {
+    const snap = this.#snap;
+    const ids = Object.keys(file.tenants);
+    const step = (from: number): void => {
+      if (this.#file !== file || this.#snap !== snap) return;
+      const started = performance.now();
+      let i = from;
+      for (; i < ids.length && performance.now() - started < SLICE_MS; i += 64) {
+        for (const id of ids.slice(i, i + 64)) if (!differs.has(id)) snap.adopt(id, file.tenants[id]!);
+      }
+      if (i < ids.length) setImmediate(step, i);
+    };
+    step(0);
   }
 
   byId(id: string): Tenant | undefined {
@@ -228,14 +392,18 @@ class Directory implements TenantStore {
     const sub = subscriberFor(redis, this.#seeds);
     this.#subscriber = sub;
     sub.on('error', () => {});
-    sub.on('message', (channel: string) => {
-      if (channel === this.#keys.changes) void this.#refreshQuietly();
+    sub.on('message', (channel: string, message: string) => {
+      if (channel !== this.#keys.changes) return;
+      this.#messages = this.#messages.then(() => this.#onMessage(message)).catch(() => this.#retrySoon());
     });
     // After a reconnect, changes published while away were missed: reload.
     sub.on('ready', () => void this.#refreshQuietly());
     await sub.subscribe(this.#keys.changes).catch((err: unknown) => this.#log.warn({ err }, 'tenant store: subscribe failed; relying on periodic refresh'));
     await this.#refreshQuietly();
-    this.#timer = setInterval(() => void this.#refreshQuietly(), refreshMs);
+    // Every period the version is checked (one GET); every FULL_EVERY periods everything is read
+    // again, in slices, for writes that did not count the version (an older instance, redis-cli).
+    let ticks = 0;
+    this.#timer = setInterval(() => void (++ticks % FULL_EVERY === 0 ? this.#refreshQuietly() : this.#checkVersion()), refreshMs);
     this.#timer.unref();
   }
 
@@ -248,6 +416,7 @@ class Directory implements TenantStore {
     this.#subscriber?.disconnect();
     this.#subscriber = null;
     await this.#inflight?.catch(() => {});
+    await this.#building?.catch(() => {});
     if (this.#owned) this.#redis?.disconnect();
   }
 
@@ -272,35 +441,27 @@ class Directory implements TenantStore {
     if (refusal) return refusal;
     const parsed = tenantSchema.safeParse(raw);
     if (!parsed.success) return { ok: false, problems: problemsOf(parsed.error) };
-    // The record is judged by the same build every reload runs, against the records in force.
-    const text = JSON.stringify(parsed.data);
+    // The record is judged by the rules every build runs, against the directory in force.
     await this.#addresses.learn(parsed.data.brokers);
-    const r = this.#records;
-    const deleted = new Set(r.deleted);
-    deleted.delete(id);
-    const status = { ...r.status };
-    delete status[id];
-    // A record's `auth` keeps its age while unchanged: the older of two holders keeps a shared key (src/auth/key-claims.ts).
-    const before = r.tenants.get(id);
-    const authText = JSON.stringify(parsed.data.auth);
-    const sameAuth = before !== undefined && JSON.stringify((JSON.parse(before) as RawTenant).auth ?? null) === authText;
-    const authSince = sameAuth ? r.authSince : { ...r.authSince, [id]: String(Date.now()) };
-    const next = { ...r, tenants: new Map(r.tenants).set(id, text), deleted, status, authSince };
-    const trial = this.#build(this.#file, next);
-    const refused = trial.rejected.find((x) => x.kind === 'tenant' && x.id === id && x.source === 'redis');
-    if (refused) return refused.conflict ? { ok: false, problems: refused.problems, conflict: true } : { ok: false, problems: refused.problems };
-    // Among records the lower id wins a clash, so a new record could push a tenant in force out of
-    // the directory (or back to its file version): such a write is a conflict too.
-    const displaced = trial.rejected.find(
-      (x) => x.kind === 'tenant' && x.id !== id && x.conflict && trial.snapshot.byId.get(x.id) !== this.#snap.byId.get(x.id),
-    );
-    if (displaced) return { ok: false, problems: displaced.problems.map((p) => `would displace tenant "${displaced.id}": ${p}`), conflict: true };
+    await this.#building;
+    const verdict = this.#snap.judge(id, parsed.data);
+    if (verdict) return verdict.conflict ? { ok: false, problems: verdict.problems, conflict: true } : { ok: false, problems: verdict.problems };
+    const text = JSON.stringify(parsed.data);
     const k = this.#keys;
+    // A record's `auth` keeps its age while unchanged: the older of two holders keeps a shared key (src/auth/key-claims.ts).
+    const before = this.#records.tenants.get(id);
+    const sameAuth = before !== undefined && JSON.stringify((JSON.parse(before) as RawTenant).auth ?? null) === JSON.stringify(parsed.data.auth);
+    const since = String(Date.now());
     await this.#commit(
-      next,
       (redis) => {
         const m = redis.multi().set(k.tenant(id), text).sadd(k.tenants, id).srem(k.deleted, id).hdel(k.status, id);
-        return (sameAuth ? m : m.hset(k.authSince, id, authSince![id]!)).exec();
+        return sameAuth ? m : m.hset(k.authSince, id, since);
+      },
+      (r) => {
+        r.tenants.set(id, text);
+        r.deleted.delete(id);
+        delete r.status[id];
+        if (!sameAuth && r.authSince) r.authSince[id] = since;
       },
       `tenant:${id}`,
     );
@@ -311,17 +472,15 @@ class Directory implements TenantStore {
     if (this.#cannotWrite(id)) return false;
     const existed = this.#snap.byId.has(id);
     const k = this.#keys;
-    const r = this.#records;
-    const tenants = new Map(r.tenants);
-    tenants.delete(id);
-    const status = { ...r.status };
-    delete status[id];
-    const storage = { ...r.storage };
-    delete storage[id];
-    const next = { ...r, tenants, deleted: new Set(r.deleted).add(id), status, storage };
     await this.#commit(
-      next,
-      (redis) => redis.multi().del(k.tenant(id)).srem(k.tenants, id).sadd(k.deleted, id).hdel(k.status, id).hdel(k.storage, id).hdel(k.authSince, id).exec(),
+      (redis) => redis.multi().del(k.tenant(id)).srem(k.tenants, id).sadd(k.deleted, id).hdel(k.status, id).hdel(k.storage, id).hdel(k.authSince, id),
+      (r) => {
+        r.tenants.delete(id);
+        r.deleted.add(id);
+        delete r.status[id];
+        delete r.storage[id];
+        if (r.authSince) delete r.authSince[id];
+      },
       `tenant:${id}`,
     );
     return existed;
@@ -332,9 +491,12 @@ class Directory implements TenantStore {
     if (refusal) return refusal;
     const parsed = planSchema.safeParse(raw);
     if (!parsed.success) return { ok: false, problems: problemsOf(parsed.error) };
-    const text = JSON.stringify(parsed.data);
-    const next = { ...this.#records, plans: new Map(this.#records.plans).set(id, text) };
-    await this.#commit(next, (redis) => redis.multi().set(this.#keys.plan(id), text).sadd(this.#keys.plans, id).exec(), `plan:${id}`);
+    const text = JSON.stringify(parsed.data satisfies RawPlan);
+    await this.#commit(
+      (redis) => redis.multi().set(this.#keys.plan(id), text).sadd(this.#keys.plans, id),
+      (r) => r.plans.set(id, text),
+      `plan:${id}`,
+    );
     return { ok: true };
   }
 
@@ -342,8 +504,13 @@ class Directory implements TenantStore {
     const refusal = this.#cannotWrite(id);
     if (refusal) return refusal;
     if (!this.#snap.byId.has(id)) return { ok: false, problems: [`unknown tenant "${id}"`] };
-    const next = { ...this.#records, status: { ...this.#records.status, [id]: status } };
-    await this.#commit(next, (redis) => redis.hset(this.#keys.status, id, status), `status:${id}`);
+    await this.#commit(
+      (redis) => redis.multi().hset(this.#keys.status, id, status),
+      (r) => {
+        r.status[id] = status;
+      },
+      `tenant:${id}`,
+    );
     return { ok: true };
   }
 
@@ -351,20 +518,106 @@ class Directory implements TenantStore {
     const refusal = this.#cannotWrite(id);
     if (refusal) return refusal;
     if (!Number.isSafeInteger(bytes) || bytes < 0) return { ok: false, problems: ['bytes: must be a non-negative integer'] };
-    const next = { ...this.#records, storage: { ...this.#records.storage, [id]: String(bytes) } };
-    await this.#commit(next, (redis) => redis.hset(this.#keys.storage, id, String(bytes)), `storage:${id}`);
+    await this.#commit(
+      (redis) => redis.multi().hset(this.#keys.storage, id, String(bytes)),
+      (r) => {
+        r.storage[id] = String(bytes);
+      },
+      `tenant:${id}`,
+    );
     return { ok: true };
   }
 
-  /** Applies a write: to Redis (then every instance reloads), or in memory, to `next` at once. */
-  async #commit(next: RedisRecords, write: (redis: RedisClient) => Promise<unknown>, what: string): Promise<void> {
+  /**
+   * Applies a write: to Redis (counting the directory version and telling every instance which
+   * tenant or plan changed), then here, to the records in force, so the writer reads its own write.
+   */
+  async #commit(write: (redis: RedisClient) => ReturnType<RedisClient['multi']>, edit: (records: RedisRecords) => void, what: string): Promise<void> {
     if (this.#redis) {
-      await write(this.#redis);
-      await this.#announce(what);
+      const replies = await write(this.#redis).incr(this.#keys.version).exec();
+      const last = replies?.[replies.length - 1];
+      if (!last || last[0]) throw last?.[0] ?? new Error('tenant store: write not applied');
+      const version = Number(last[1]);
+      // Another write landed in between: its message may not be here yet, so read everything.
+      const inOrder = version === this.#version + 1;
+      if (inOrder) this.#version = version;
+      await this.#redis.publish(this.#keys.changes, `${version} ${what}`);
+      if (!inOrder) return this.refresh();
+    }
+    edit(this.#records);
+    await this.#apply(what);
+  }
+
+  /** Places the tenant `what` names again (`tenant:ID`), or builds everything again (`plan:ID`). */
+  async #apply(what: string): Promise<void> {
+    await this.#building;
+    if (what.startsWith('tenant:')) {
+      const id = what.slice('tenant:'.length);
+      if (this.#building) this.#placedDuringBuild.add(id);
+      const snap = this.#snap;
+      const before = [snap.byId.get(id), snap.storage.get(id), snap.blocked.has(id)] as const;
+      if (snap.place(id)) {
+        const tenant = snap.byId.get(id);
+        const gate = before[1] !== snap.storage.get(id) || before[2] !== snap.blocked.has(id);
+        this.#changed(before[0] === tenant ? new Set() : new Set([id]), snap.rejected, gate);
+        return;
+      }
+    }
+    await this.#rebuild(this.#records);
+  }
+
+  /** A message from another instance: `VERSION tenant:ID` or `VERSION plan:ID`; anything else, or a gap, reloads everything. */
+  async #onMessage(message: string): Promise<void> {
+    const space = message.indexOf(' ');
+    const version = Number(message.slice(0, space));
+    const what = message.slice(space + 1);
+    if (space > 0 && Number.isSafeInteger(version) && version <= this.#version) return;
+    if (space <= 0 || version !== this.#version + 1 || !this.#redis || (!what.startsWith('tenant:') && !what.startsWith('plan:'))) {
+      await this.#refreshQuietly();
       return;
     }
-    this.#records = next;
-    this.#install(this.#build(this.#file, next));
+    const k = this.#keys;
+    const r = this.#records;
+    if (what.startsWith('plan:')) {
+      const id = what.slice('plan:'.length);
+      const text = await this.#redis.get(k.plan(id));
+      if (text === null) r.plans.delete(id);
+      else r.plans.set(id, text);
+    } else {
+      const id = what.slice('tenant:'.length);
+      const replies = await this.#redis.multi().get(k.tenant(id)).sismember(k.deleted, id).hget(k.status, id).hget(k.storage, id).hget(k.authSince, id).exec();
+      const [text, deleted, status, storage, since] = (replies ?? []).map(([err, value]) => {
+        if (err) throw err;
+        return value;
+      }) as [string | null, number, string | null, string | null, string | null];
+      if (text !== null) await this.#addresses.learn(brokerUrlsOf([text]));
+      if (r.authSince) {
+        if (since === null) delete r.authSince[id];
+        else r.authSince[id] = since;
+      }
+      if (text === null) r.tenants.delete(id);
+      else r.tenants.set(id, text);
+      if (deleted === 1) r.deleted.add(id);
+      else r.deleted.delete(id);
+      if (status === null) delete r.status[id];
+      else r.status[id] = status;
+      if (storage === null) delete r.storage[id];
+      else r.storage[id] = storage;
+    }
+    // A write between the message and these reads is applied now and again by its own message: harmless.
+    if (version !== this.#version + 1) return this.#refreshQuietly();
+    this.#version = version;
+    await this.#apply(what);
+  }
+
+  /** The safety net: reloads everything when the directory version moved past what was applied. */
+  async #checkVersion(): Promise<void> {
+    try {
+      const v = Number((await this.#redis!.get(this.#keys.version)) ?? 0);
+      if (v !== this.#version) await this.#refreshQuietly();
+    } catch {
+      this.#retrySoon();
+    }
   }
 
   /** The refusal when writing is impossible (no Redis) or the id unusable; null to go ahead. */
@@ -372,12 +625,6 @@ class Directory implements TenantStore {
     if (this.backing === 'static') return { ok: false, problems: ['no Redis configured: tenants and plans come from the config file only'] };
     if (!ID_PATTERN.test(id)) return { ok: false, problems: [`id: must match ${ID_PATTERN.source}`] };
     return null;
-  }
-
-  /** Tells every instance, then reloads here so the writer reads its own write. */
-  async #announce(what: string): Promise<void> {
-    await this.#redis!.publish(this.#keys.changes, what);
-    await this.refresh();
   }
 
   async #refreshQuietly(): Promise<void> {
@@ -402,11 +649,13 @@ class Directory implements TenantStore {
     this.#retry.unref();
   }
 
+  /** Reads every record and builds the directory again from them (the start, a missed message). */
   async #load(): Promise<void> {
     const redis = this.#redis!;
     const k = this.#keys;
     const first = await redis
       .pipeline()
+      .get(k.version)
       .smembers(k.tenants)
       .smembers(k.plans)
       .smembers(k.deleted)
@@ -414,13 +663,15 @@ class Directory implements TenantStore {
       .hgetall(k.storage)
       .hgetall(k.authSince)
       .exec();
-    const [tenantIds, planIds, deleted, status, storage, authSince] = (first ?? []).map(([err, value]) => {
+    const [version, tenantIds, planIds, deleted, status, storage, authSince] = (first ?? []).map(([err, value]) => {
       if (err) throw err;
       return value;
-    }) as [string[], string[], string[], Record<string, string>, Record<string, string>, Record<string, string>];
-    // Every directory key shares the {dir} hash tag, so one MGET serves Redis Cluster too.
+    }) as [string | null, string[], string[], string[], Record<string, string>, Record<string, string>, Record<string, string>];
+    // Every directory key shares the {dir} hash tag, so MGET serves Redis Cluster too; in batches,
+    // so no one reply holds Redis or this event loop long.
     const keys = [...tenantIds.map((id) => k.tenant(id)), ...planIds.map((id) => k.plan(id))];
-    const values = keys.length > 0 ? await redis.mget(keys) : [];
+    const values: (string | null)[] = [];
+    for (let i = 0; i < keys.length; i += MGET_BATCH) values.push(...(await redis.mget(keys.slice(i, i + MGET_BATCH))));
     const zip = (ids: string[], offset: number): Map<string, string> => {
       const m = new Map<string, string>();
       ids.forEach((id, i) => {
@@ -429,20 +680,82 @@ class Directory implements TenantStore {
       });
       return m;
     };
+    this.#version = Number(version ?? 0);
     const tenants = zip(tenantIds, 0);
     await this.#addresses.learn(brokerUrlsOf(tenants.values()));
-    this.#records = { tenants, plans: zip(planIds, tenantIds.length), deleted: new Set(deleted), status, storage, authSince };
-    this.#install(this.#build(this.#file, this.#records));
+    await this.#applyRecords({ tenants, plans: zip(planIds, tenantIds.length), deleted: new Set(deleted), status, storage, authSince });
   }
 
-  #build(file: FileDirectory, records: RedisRecords): Built {
-    return buildSnapshot(file, records, this.#snap, this.#addresses.identitiesOf);
+  /**
+   * Swaps in records read whole: the tenants whose record, tombstone, status or storage differ are
+   * placed again; a changed plan, or a change whose outcome depends on other tenants, builds everything.
+   */
+  async #applyRecords(next: RedisRecords): Promise<void> {
+    await this.#building;
+    const now = this.#records;
+    if (!sameMap(now.plans, next.plans)) return this.#rebuild(next);
+    const changed = new Set<string>();
+    const diffMap = (a: ReadonlyMap<string, string>, b: ReadonlyMap<string, string>): void => {
+      for (const [id, v] of a) if (b.get(id) !== v) changed.add(id);
+      for (const id of b.keys()) if (!a.has(id)) changed.add(id);
+    };
+    const diffHash = (a: Readonly<Record<string, string>>, b: Readonly<Record<string, string>>): void => {
+      for (const id in a) if (b[id] !== a[id]) changed.add(id);
+      for (const id in b) if (a[id] === undefined) changed.add(id);
+    };
+    diffMap(now.tenants, next.tenants);
+    diffHash(now.status, next.status);
+    diffHash(now.storage, next.storage);
+    diffHash(now.authSince ?? {}, next.authSince ?? {});
+    for (const id of now.deleted) if (!next.deleted.has(id)) changed.add(id);
+    for (const id of next.deleted) if (!now.deleted.has(id)) changed.add(id);
+    if (changed.size === 0) return;
+    const snap = this.#snap;
+    snap.redis = next;
+    const before = new Map([...changed].map((id) => [id, snap.byId.get(id)]));
+    for (const id of changed) if (!snap.place(id)) return this.#rebuild(next);
+    this.#changed(new Set([...changed].filter((id) => before.get(id) !== snap.byId.get(id))), snap.rejected, true);
   }
 
-  /** Swaps the snapshot in, logs rejected records once, and tells subscribers when something changed. */
-  #install(built: Built): void {
+  /**
+   * Builds the whole directory from `records` in slices of about SLICE_MS, yielding to the event
+   * loop between them, and swaps it in; tenants placed meanwhile in the old one are placed again.
+   */
+  #rebuild(records: RedisRecords): Promise<void> {
+    const run = async (): Promise<void> => {
+      await this.#building?.catch(() => {});
+      const next = new TenantIndex(this.#file, records, this.#snap, this.#addresses.identitiesOf);
+      this.#placedDuringBuild = new Set();
+      let sliceStart = performance.now();
+      for (const _ of next.build()) {
+        if (performance.now() - sliceStart < SLICE_MS) continue;
+        await nextTurn();
+        sliceStart = performance.now();
+      }
+      let whole = false;
+      for (const id of this.#placedDuringBuild) if (!next.place(id)) whole = true;
+      if (whole) for (const _ of next.build());
+      this.#install(next, changedTenants(this.#snap, next));
+    };
+    const building = run().finally(() => {
+      if (this.#building === building) this.#building = null;
+    });
+    this.#building = building;
+    return building;
+  }
+
+  /** Swaps a new index in and tells subscribers what changed. */
+  #install(next: TenantIndex, touched: ReadonlySet<string>): void {
+    const before = this.#snap;
+    const brokersBefore = before.brokerUrls;
+    this.#snap = next;
+    this.#changed(touched, next.rejected, snapshotChanged(before, next), !sameKeys(brokersBefore, next.brokerUrls));
+  }
+
+  /** Logs rejected records once, and tells subscribers when something changed. */
+  #changed(touched: ReadonlySet<string>, rejected: ReturnType<TenantIndex['rejectionsOf']>, other = false, brokers?: boolean): void {
     const reported = new Set<string>();
-    for (const r of built.rejected) {
+    for (const r of rejected) {
       // A file entry is rejected at run time only when its record lost a host and the file's version clashes too.
       const key = r.source === 'file' ? `config:tenants.${r.id}` : r.kind === 'tenant' ? this.#keys.tenant(r.id) : this.#keys.plan(r.id);
       const line = `${key}\n${r.problems.join('\n')}`;
@@ -450,19 +763,29 @@ class Directory implements TenantStore {
       if (!this.#reported.has(line)) this.#log.warn({ key, problems: r.problems }, 'tenant store: record refused by the directory; the previous version stays');
     }
     this.#reported = reported;
-    const before = this.#snap;
-    this.#snap = built.snapshot;
-    if (!snapshotChanged(before, built.snapshot)) return;
+    const brokerSetChanged = brokers ?? this.#brokerEpoch !== this.#snap.brokerEpoch;
+    this.#brokerEpoch = this.#snap.brokerEpoch;
+    if (touched.size === 0 && !other && !brokerSetChanged) return;
     this.#generation++;
+    const change: DirectoryChange = { tenants: touched, brokers: brokerSetChanged };
     for (const listener of this.#listeners) {
       try {
-        listener();
+        listener(change);
       } catch (err) {
         this.#log.error({ err }, 'tenant store: change listener failed');
       }
     }
   }
+
+  /** The index's brokerEpoch when subscribers last heard of its brokers. */
+  #brokerEpoch = 0;
 }
+
+/** Periods between two full reads of the directory (the others only check its version). */
+const FULL_EVERY = 6;
+
+/** Keys per MGET of a full load. */
+const MGET_BATCH = 1000;
 
 /** Builds the store: Redis-backed (started: subscribed, loaded, refreshing) or the file alone. */
 export async function createTenantStore(cfg: TenantStoreSettings, deps: TenantStoreDeps): Promise<TenantStore> {
