@@ -8,30 +8,31 @@ import { compileRouteTables } from './tables.js';
 import { BrokerAddresses, brokerUrlsOf } from './tenants/broker-addresses.js';
 import { ConfigError } from './config/load.js';
 import { inlineKeyFiles } from './auth/key-files.js';
-import { createTenantVerifiers, type DomainRank } from './auth/verifiers.js';
-import { createMinter } from './auth/mint.js';
+import { createTenantVerifiers, type DomainRank, type TenantVerifiers } from './auth/verifiers.js';
+import { createMinter, type UpstreamMinter } from './auth/mint.js';
 import { createClientLimits } from './limits/client-limits.js';
 import { LeasedLimiter } from './limits/leased.js';
-import { createLimiter } from './limits/limiter.js';
-import { createListeners, type BoundAddresses } from './listen/servers.js';
+import { createLimiter, type EdgeLimiter } from './limits/limiter.js';
+import { createListeners, type BoundAddresses, type H1Handler, type Listeners, type RequestHandler } from './listen/servers.js';
 import { CertificateSet } from './listen/tls.js';
-import { planReload, runningConfig } from './config/reload-plan.js';
+import { planReload, runningConfig, type ReloadPlan } from './config/reload-plan.js';
 import { startWarnings } from './config/warnings.js';
 import { Meter } from './metering/meter.js';
 import type { UsageRecorder } from './metering/recorder.js';
-import { createUsageStore } from './metering/store.js';
+import { createUsageStore, type UsageStore } from './metering/store.js';
 import { processLogger, type Logger } from './observability/log.js';
-import { createMetrics } from './observability/metrics.js';
+import { createMetrics, type EdgeMetrics } from './observability/metrics.js';
 import { ReloadHistory } from './observability/reloads.js';
-import { compileRoutes } from './routes/match.js';
+import { compileRoutes, type RouteMatcher } from './routes/match.js';
+import type { RouteSpec } from './routes/table.js';
 import { createPipeline, pipelineSettings } from './pipeline.js';
-import { connectRedis, credentialsRefused, useCredentials, whenReady } from './redis/connection.js';
-import { createTenantStore, type TenantStore } from './tenants/store.js';
-import { createApiKeyStore, fileKeyRecords } from './keys/store.js';
+import { connectRedis, credentialsRefused, useCredentials, whenReady, type RedisClient } from './redis/connection.js';
+import { createTenantStore, type FileDiff, type TenantStore } from './tenants/store.js';
+import { createApiKeyStore, fileKeyRecords, type ApiKeyStore } from './keys/store.js';
 import { ApiKeyVerifier } from './keys/verifier.js';
-import { createClusters } from './upstream/clusters.js';
-import { createBrokerPools } from './upstream/pools.js';
-import { createUpstreamProxy } from './upstream/proxy.js';
+import { createClusters, type Clusters } from './upstream/clusters.js';
+import { createBrokerPools, type BrokerPools } from './upstream/pools.js';
+import { createUpstreamProxy, type UpstreamProxy } from './upstream/proxy.js';
 import { createBrokerMaintenance } from './upstream/maintenance.js';
 import { createAdminHandler, type AdminDeps } from './admin/api.js';
 import { adminHostNames } from './admin/hosts.js';
@@ -71,17 +72,129 @@ export interface App {
   close(drainMs?: number): Promise<void>;
 }
 
+/** Everything built from the configuration at start; reload() changes what they hold, never which they are. */
+interface Parts {
+  /** The file the process started with (after inlineKeyFiles): what reloads compare against to tell restart-only settings. */
+  readonly config: RawConfig;
+  readonly log: Logger;
+  readonly clock: () => number;
+  /** Broker names resolved for the directory's shared-broker rule, kept for reloads and admin writes. */
+  readonly brokerAddresses: BrokerAddresses;
+  readonly routeTable: readonly RouteSpec[];
+  /** One Redis connection for the limiter and the tenant store; null = in-memory, one instance. */
+  readonly redis: RedisClient | null;
+  readonly tenants: TenantStore;
+  readonly verifiers: TenantVerifiers;
+  readonly apiKeys: ApiKeyStore;
+  readonly keyVerifier: ApiKeyVerifier;
+  readonly minter: UpstreamMinter | null;
+  readonly limiter: EdgeLimiter;
+  readonly clusters: Clusters;
+  readonly pools: BrokerPools;
+  readonly proxy: UpstreamProxy;
+  readonly usageStore: UsageStore;
+  readonly meter: Meter;
+  readonly reloads: ReloadHistory;
+  readonly metrics: EdgeMetrics;
+}
+
+/** What changes at run time, read by the admin handler's readiness and plan ids. */
+interface LiveState {
+  /** Swapped whole by reload(); the pipeline reads it through this indirection on every request. */
+  routes: RouteMatcher;
+  /** Set by close(): the readiness probe answers "draining". */
+  draining: boolean;
+  /** The file last applied: the start's, then each reload's. */
+  current: RawConfig;
+  /** The last reload, settled: reloads run one after the other. */
+  reloading: Promise<void>;
+}
+
+/** The run-time state, and the admin handler over it. */
+interface Live extends LiveState {
+  readonly adminDeps: Omit<AdminDeps, 'token'>;
+  /** Rebuilt when a reload changes the token: the old one is refused from then on. */
+  admin: H1Handler;
+}
+
+/** The listeners once bound: a reload may replace their certificates. */
+interface Served {
+  readonly listeners: Listeners;
+  readonly addresses: BoundAddresses;
+}
+
+/** What a reload prepared before its synchronous swap. */
+interface Staged {
+  readonly routes: RouteMatcher;
+  readonly diff: FileDiff;
+  readonly certs: CertificateSet | null;
+  readonly commitAuth: (() => void) | null;
+}
+
 export async function startApp(given: RawConfig, opts: AppOptions = {}): Promise<App> {
   // A config not read by loadConfigFile (tests, embedders) may still name key files: read them now, safely.
   const config = await inlineKeyFiles(given);
+  // The certificates are scraped only once the listeners below exist (the admin listener is one of them).
+  const p = await buildParts(config, opts, () => listeners.certificates());
+  warnAboutConfig(config, p.log);
+  const live = startLive(p, opts.metricsText ?? (() => p.metrics.text()));
+  const edge = buildEdge(p, live, opts);
+  const listeners = await createListeners(config.server, { edge, admin: (req, res) => live.admin(req, res) }, { log: p.log });
+  await startParts(p);
+  const addresses = await listeners.listen();
+  p.log.info({ https: addresses.https, http: addresses.http, admin: addresses.admin }, 'queen-edge listening');
+  const served: Served = { listeners, addresses };
+
+  return {
+    addresses,
+    log: p.log,
+    metrics: p.metrics.registry,
+    tenants: p.tenants,
+    reloads: p.reloads,
+    reload(next) {
+      const run = live.reloading.then(() => reloadApp(p, live, served, next));
+      live.reloading = run.catch(() => {});
+      return run;
+    },
+    async close(drainMs = config.server.drainTimeoutMs): Promise<void> {
+      live.draining = true;
+      await listeners.close(drainMs);
+      await closeParts(p);
+    },
+  };
+}
+
+/** Every adapter, from the configuration: the directory, verifiers and keys, limiter, upstream, metering, metrics. */
+async function buildParts(config: RawConfig, opts: AppOptions, certificates: Listeners['certificates']): Promise<Parts> {
+  const base = await buildDirectory(config, opts);
+  const { log, clock, redis } = base;
+  const verifiers = createTenantVerifiers(config.auth, { log, clock });
+  const apiKeys = createApiKeyStore(redis, config.redis, log);
+  const keyVerifier = new ApiKeyVerifier(apiKeys, { clock, log });
+  keyVerifier.setFileKeys(fileKeyRecords(config.apiKeys));
+  const minter = config.upstreamIdentity.mode === 'mint' ? await createMinter(config.upstreamIdentity.mint, { clock }) : null;
+  const limiter = buildLimiter(config, redis, log, clock);
+  const clusters = createClusters(config.upstream, { log, clock });
+  const pools = createBrokerPools(config.upstream);
+  const proxy = createUpstreamProxy({ clusters, pools, log });
+  const usageStore = createUsageStore(redis, config.redis.keyPrefix);
+  const meter = new Meter({ store: usageStore, log, clock, ...(opts.usageFlushMs ? { flushMs: opts.usageFlushMs } : {}) });
+  const reloads = new ReloadHistory(clock);
+  const parts = { ...base, verifiers, apiKeys, keyVerifier, minter, limiter, clusters, pools, proxy, usageStore, meter, reloads };
+  return { ...parts, metrics: buildMetrics(parts, certificates) };
+}
+
+/** The log and clock, the route table, Redis, and the tenant directory over it. */
+async function buildDirectory(
+  config: RawConfig,
+  opts: AppOptions,
+): Promise<Pick<Parts, 'config' | 'log' | 'clock' | 'brokerAddresses' | 'routeTable' | 'redis' | 'tenants'>> {
   const log = opts.log ?? processLogger(config.log);
   const clock = opts.clock ?? Date.now;
-  // Broker names resolved for the directory's shared-broker rule, kept for reloads and admin writes.
   const brokerAddresses = new BrokerAddresses();
   await brokerAddresses.learn(brokerUrlsOf(Object.values(config.tenants)));
   // The tenants are checked by the directory's own build (createTenantStore): one build, not two.
   const routeTable = compileRouteTables(config);
-  // One Redis connection for the limiter and the tenant store; null = in-memory, one instance.
   const redis = connectRedis(config.redis);
   if (redis) await whenReady(redis, 2000);
   else log.info('no redis configured: limits, tenants and usage are in memory (one instance only)');
@@ -91,11 +204,11 @@ export async function startApp(given: RawConfig, opts: AppOptions = {}): Promise
     memoryOverrides: opts.memoryOverrides === true,
     addresses: brokerAddresses,
   });
-  const verifiers = createTenantVerifiers(config.auth, { log, clock });
-  const apiKeys = createApiKeyStore(redis, config.redis, log);
-  const keyVerifier = new ApiKeyVerifier(apiKeys, { clock, log });
-  keyVerifier.setFileKeys(fileKeyRecords(config.apiKeys));
-  const minter = config.upstreamIdentity.mode === 'mint' ? await createMinter(config.upstreamIdentity.mint, { clock }) : null;
+  return { config, log, clock, brokerAddresses, routeTable, redis, tenants };
+}
+
+/** The exact limiter, or the leased one over it (limits.mode: leased, with Redis). */
+function buildLimiter(config: RawConfig, redis: RedisClient | null, log: Logger, clock: () => number): EdgeLimiter {
   const lp = config.server.longPoll;
   // Leasing needs the shared state; without Redis the memory limiter is already local.
   const leased = redis !== null && config.limits.mode === 'leased';
@@ -108,13 +221,12 @@ export async function startApp(given: RawConfig, opts: AppOptions = {}): Promise
     // a lease, plus the sweep that returns a quiet tenant's slices.
     ...(leased ? { quotaDenialMs: 2 * config.limits.lease.durationMs } : {}),
   });
-  const limiter = leased ? new LeasedLimiter(exactLimiter, redis, config.redis.keyPrefix, config.limits.lease, clock) : exactLimiter;
-  const clusters = createClusters(config.upstream, { log, clock });
-  const pools = createBrokerPools(config.upstream);
-  const proxy = createUpstreamProxy({ clusters, pools, log });
-  const usageStore = createUsageStore(redis, config.redis.keyPrefix);
-  const meter = new Meter({ store: usageStore, log, clock, ...(opts.usageFlushMs ? { flushMs: opts.usageFlushMs } : {}) });
-  const reloads = new ReloadHistory(clock);
+  return leased ? new LeasedLimiter(exactLimiter, redis, config.redis.keyPrefix, config.limits.lease, clock) : exactLimiter;
+}
+
+/** The process's metrics, read from the parts at scrape time; Redis errors and token checks counted too. */
+function buildMetrics(p: Omit<Parts, 'metrics'>, certificates: Listeners['certificates']): EdgeMetrics {
+  const { reloads, limiter, clusters, tenants, meter, verifiers } = p;
   const metrics = createMetrics(
     {
       reloads: () => reloads,
@@ -123,186 +235,209 @@ export async function startApp(given: RawConfig, opts: AppOptions = {}): Promise
       usage: () => meter.lifetime(),
       flush: () => meter.stats(),
       jwksFailures: () => verifiers.jwksFailures(),
-      // Scraped only once the listeners below exist (the admin listener is one of them).
-      certificates: () => listeners.certificates(),
+      certificates,
     },
     undefined,
-    config.metrics.tenantLabels,
+    p.config.metrics.tenantLabels,
   );
-  redis?.on('error', () => metrics.redisError('main'));
+  p.redis?.on('error', () => metrics.redisError('main'));
   verifiers.registerMetrics(metrics.registry, (id) => metrics.tenantLabels.label(id));
-  let draining = false;
+  return metrics;
+}
 
+/** Settings that start but are likely mistakes, and a disabled admin API. */
+function warnAboutConfig(config: RawConfig, log: Logger): void {
   for (const warning of startWarnings(config)) log.warn(warning);
   if (!config.server.admin.token) log.info('no server.admin.token: admin API disabled (probes and /metrics still answer)');
+}
 
-  // Swapped whole by reload(); the pipeline reads it through this indirection on every request.
-  let routes = compileRoutes(routeTable);
-  const edge = createPipeline({
+/** The run-time state at start, and the admin handler with the start's token. */
+function startLive(p: Parts, metricsText: () => Promise<string>): Live {
+  const state: LiveState = { routes: compileRoutes(p.routeTable), draining: false, current: p.config, reloading: Promise.resolve() };
+  const adminDeps = buildAdminDeps(p, state, metricsText);
+  // The same object, not a copy: the admin deps read its drain flag and current file.
+  return Object.assign(state, { adminDeps, admin: createAdminHandler({ ...adminDeps, token: p.config.server.admin.token }) });
+}
+
+/** The request pipeline over the parts. */
+function buildEdge(p: Parts, live: LiveState, opts: AppOptions): RequestHandler {
+  const { config, tenants } = p;
+  return createPipeline({
     settings: pipelineSettings(config),
-    routes: { match: (method, path) => routes.match(method, path) },
+    routes: { match: (method, path) => live.routes.match(method, path) },
     tenants,
     storageBlocked: (id) => tenants.storageBlocked(id),
-    verifiers,
-    apiKeys: keyVerifier,
-    limiter,
+    verifiers: p.verifiers,
+    apiKeys: p.keyVerifier,
+    limiter: p.limiter,
     clientLimits: createClientLimits({ failedAuth: config.auth.failedAuth, publicRoutes: config.server.publicRateLimit }),
-    proxy,
-    minter,
-    usage: opts.usage ?? meter,
-    metrics,
-    log,
-    clock,
+    proxy: p.proxy,
+    minter: p.minter,
+    usage: opts.usage ?? p.meter,
+    metrics: p.metrics,
+    log: p.log,
+    clock: p.clock,
   });
-  const metricsText = opts.metricsText ?? (() => metrics.text());
-  // The file last applied: the start's, then each reload's.
-  let current = config;
-  const adminDeps: Omit<AdminDeps, 'token'> = {
+}
+
+/** What the admin handler serves from, but its token (a reload may change that alone). */
+function buildAdminDeps(p: Parts, live: LiveState, metricsText: () => Promise<string>): Omit<AdminDeps, 'token'> {
+  const { config, tenants, meter, clusters, clock } = p;
+  return {
     hostNames: adminHostNames(config.server.admin.host, config.server.admin.allowedHosts),
     tenants,
     tenantRecord: async (id) => tenants.recordOf(id) ?? null,
-    keys: { store: apiKeys, verifier: keyVerifier, tenant: (id) => tenants.byId(id), clock },
+    keys: { store: p.apiKeys, verifier: p.keyVerifier, tenant: (id) => tenants.byId(id), clock },
     usage: (id, from, to) => meter.usage(id, from, to),
     brokers: () => clusters.snapshot(tenants.all()),
-    maintenance: createBrokerMaintenance({ minter, timeoutMs: config.upstream.requestTimeoutMs }),
-    readiness: {
-      // Redis down makes an instance unready only in failMode closed: in open/local it still serves,
-      // and taking every instance out of the load balancer would turn degraded into down.
-      notReadyReason: () =>
-        draining
-          ? 'draining'
-          : limiter.mode() === 'closed'
-            ? 'limiter unavailable (redis down, failMode closed)'
-            : anyBrokerHealthy()
-              ? null
-              : 'no broker reachable',
-    },
-    usageExport: { flush: () => meter.flush(), read: (id, from, to) => usageStore.read(id, from, to) },
-    stats: createLiveStats(metricsText, { redisConfigured: redis !== null, failMode: config.redis.failMode }, clock),
-    planIds: () => Object.keys(current.plans),
+    maintenance: createBrokerMaintenance({ minter: p.minter, timeoutMs: config.upstream.requestTimeoutMs }),
+    readiness: { notReadyReason: () => notReadyReason(p, live) },
+    usageExport: { flush: () => meter.flush(), read: (id, from, to) => p.usageStore.read(id, from, to) },
+    stats: createLiveStats(metricsText, { redisConfigured: p.redis !== null, failMode: config.redis.failMode }, clock),
+    planIds: () => Object.keys(live.current.plans),
     metricsText,
-    reloads,
-    log,
+    reloads: p.reloads,
+    log: p.log,
     clock,
   };
-  // Rebuilt when a reload changes the token: the old one is refused from then on.
-  let admin = createAdminHandler({ ...adminDeps, token: config.server.admin.token });
-  function anyBrokerHealthy(): boolean {
-    for (const cluster of clusters.snapshot(tenants.all())) if (cluster.brokers.some((b) => b.healthy)) return true;
-    return false;
-  }
-  const listeners = await createListeners(config.server, { edge, admin: (req, res) => admin(req, res) }, { log });
+}
 
-  await Promise.all([verifiers.start(), limiter.start()]);
-  clusters.start(tenants.all());
-  // Who keeps a key two tenants hold: the file's tenants, then records by age, whatever was fetched first (key-claims.ts).
-  const origin = (id: string): DomainRank =>
-    tenants.sourceOf(id)?.record === 'file' ? { origin: 'file' } : { origin: 'record', since: tenants.authSince(id) };
-  verifiers.sync(tenants.withOwnAuth(), origin);
+/**
+ * Why this instance is not ready, or null. Redis down makes an instance unready only in failMode
+ * closed: in open/local it still serves, and taking every instance out of the load balancer would
+ * turn degraded into down.
+ */
+function notReadyReason(p: Parts, live: LiveState): string | null {
+  if (live.draining) return 'draining';
+  if (p.limiter.mode() === 'closed') return 'limiter unavailable (redis down, failMode closed)';
+  for (const cluster of p.clusters.snapshot(p.tenants.all())) if (cluster.brokers.some((b) => b.healthy)) return null;
+  return 'no broker reachable';
+}
+
+/** Starts the parts' timers and connections, and makes brokers and tenant keys follow the directory. */
+async function startParts(p: Parts): Promise<void> {
+  const { tenants } = p;
+  await Promise.all([p.verifiers.start(), p.limiter.start()]);
+  p.clusters.start(tenants.all());
+  syncVerifiers(p);
   // Brokers and tenant keys follow the directory: removed brokers stop being probed and lose their
   // pools, and the verifiers and JWKS sets of removed or re-keyed tenants are dropped.
   // A change names what it touched: the brokers are synced only when their set changed (new
   // tenants on known brokers get their ring on first use), the verifiers from the few tenants
   // with keys of their own.
   tenants.onChange((change) => {
-    if (change.brokers) proxy.sync(tenants.all());
-    verifiers.sync(tenants.withOwnAuth(), origin);
+    if (change.brokers) p.proxy.sync(tenants.all());
+    syncVerifiers(p);
   });
-  meter.start();
-  const addresses = await listeners.listen();
-  log.info({ https: addresses.https, http: addresses.http, admin: addresses.admin }, 'queen-edge listening');
+  p.meter.start();
+}
 
-  let reloading: Promise<void> = Promise.resolve();
-  /** Prepares everything that can fail (tables, certificates, keys), then swaps it all synchronously. */
-  /** Records a refused reload; the error to throw. */
-  function refuse(err: unknown): ConfigError {
-    const problems = err instanceof ConfigError ? err.problems : [String((err as Error)?.message ?? err)];
-    reloads.refused(problems);
-    return err instanceof ConfigError ? err : new ConfigError(problems);
+/** The verifiers follow the tenants with keys of their own, each ranked by `origin`. */
+function syncVerifiers(p: Parts): void {
+  p.verifiers.sync(p.tenants.withOwnAuth(), (id) => origin(p.tenants, id));
+}
+
+/** Who keeps a key two tenants hold: the file's tenants, then records by age, whatever was fetched first (key-claims.ts). */
+function origin(tenants: TenantStore, id: string): DomainRank {
+  return tenants.sourceOf(id)?.record === 'file' ? { origin: 'file' } : { origin: 'record', since: tenants.authSince(id) };
+}
+
+/** App.reload(): prepares everything that can fail (tables, certificates, keys), then swaps it all synchronously. */
+async function reloadApp(p: Parts, live: Live, served: Served, given: RawConfig): Promise<void> {
+  let next: RawConfig;
+  try {
+    // Key files named by a config not read by loadConfigFile are read now, as at start.
+    next = await inlineKeyFiles(given);
+  } catch (err) {
+    throw refuse(p.reloads, err);
   }
-  async function applyReload(given: RawConfig): Promise<void> {
-    let next: RawConfig;
-    try {
-      // Key files named by a config not read by loadConfigFile are read now, as at start.
-      next = await inlineKeyFiles(given);
-    } catch (err) {
-      throw refuse(err);
+  // Broker names resolved first (off the request path), so the shared-broker rule sees addresses.
+  await p.brokerAddresses.learn(brokerUrlsOf(Object.values(next.tenants)));
+  const plan = planReload(p.config, live.current, next);
+  const staged = await stageReload(p, served, next, plan);
+  swapReload(p, live, served, next, plan, staged);
+  reportReload(p, next, plan);
+}
+
+/** Everything a reload needs that can fail, before anything changes; refused (and recorded) as a whole. */
+async function stageReload(p: Parts, served: Served, next: RawConfig, plan: ReloadPlan): Promise<Staged> {
+  const running = runningConfig(p.config, next);
+  let certs: CertificateSet | null = null;
+  try {
+    // The tenants are checked by reloadFile, which places only those that changed.
+    const routes = compileRoutes(compileRouteTables(next));
+    // Which tenants changed, compared in slices that yield to the event loop.
+    const diff = await p.tenants.diffFile(next);
+    if (served.addresses.https !== null && plan.applied.some((s) => s.startsWith('server.https.'))) {
+      certs = await CertificateSet.load(running.server.https, { log: p.log });
     }
-    // Broker names resolved first (off the request path), so the shared-broker rule sees addresses.
-    await brokerAddresses.learn(brokerUrlsOf(Object.values(next.tenants)));
-    const plan = planReload(config, current, next);
-    const running = runningConfig(config, next);
-    let certs: CertificateSet | null = null;
-    let commitAuth: (() => void) | null = null;
-    let nextRoutes: typeof routes;
-    try {
-      // The tenants are checked by reloadFile, which places only those that changed.
-      nextRoutes = compileRoutes(compileRouteTables(next));
-      // Which tenants changed, compared in slices that yield to the event loop.
-      const diff = await tenants.diffFile(next);
-      if (addresses.https !== null && plan.applied.some((p) => p.startsWith('server.https.'))) {
-        certs = await CertificateSet.load(running.server.https, { log });
-      }
-      // A PEM key file is read again at every reload: replacing the file and reloading rotates it.
-      const pemFiles = next.auth.publicKey !== null || Object.values(next.tenants).some((t) => t.auth?.publicKey);
-      if (pemFiles || plan.applied.some((p) => p.startsWith('auth.'))) commitAuth = await verifiers.reconfigure(next.auth);
-      // New Redis credentials must work before they replace the ones that do.
-      const refusedBy = redis !== null && plan.applied.includes('redis.url') ? await credentialsRefused(next.redis.url!, next.redis.timeoutMs) : null;
-      if (refusedBy !== null) throw new ConfigError([`redis.url: Redis refuses the new credentials: ${refusedBy}`]);
-      // Synchronous from here: no request sees new tenants with old routes, or the reverse.
-      const swapped = tenants.reloadFile(next, diff);
-      if (!swapped.ok) throw new ConfigError([...swapped.problems]);
-    } catch (err) {
-      certs?.close();
-      throw refuse(err);
-    }
-    routes = nextRoutes;
-    keyVerifier.setFileKeys(fileKeyRecords(next.apiKeys));
-    commitAuth?.();
-    verifiers.sync(tenants.withOwnAuth(), origin);
-    if (certs !== null) listeners.replaceCertificates(certs);
-    if (redis !== null && plan.applied.includes('redis.url')) useCredentials(redis, next.redis.url!);
-    if (next.server.admin.token !== current.server.admin.token) admin = createAdminHandler({ ...adminDeps, token: next.server.admin.token });
-    current = next;
-    // The file changed, but these tenants keep what the admin API wrote over it: say so.
-    const shadowed = tenants.overridden();
-    if (shadowed.length > 0)
-      log.warn(
-        { tenants: shadowed },
-        'configuration reload: admin API overrides stay on top of the file for these tenants (queen-edge tenants reset ID drops them)',
-      );
-    reloads.applied(plan);
-    if (plan.restartNeeded.length > 0)
-      log.warn({ settings: plan.restartNeeded }, 'configuration reload: these settings changed but apply only after a restart');
-    log.info(
-      { tenants: Object.keys(next.tenants).length, plans: Object.keys(next.plans).length, settings: plan.applied },
-      'configuration reloaded: tenants, plans, routes, CORS and the settings listed',
+    // A PEM key file is read again at every reload: replacing the file and reloading rotates it.
+    const pemFiles = next.auth.publicKey !== null || Object.values(next.tenants).some((t) => t.auth?.publicKey);
+    const commitAuth = pemFiles || plan.applied.some((s) => s.startsWith('auth.')) ? await p.verifiers.reconfigure(next.auth) : null;
+    // New Redis credentials must work before they replace the ones that do.
+    const refusedBy = p.redis !== null && plan.applied.includes('redis.url') ? await credentialsRefused(next.redis.url!, next.redis.timeoutMs) : null;
+    if (refusedBy !== null) throw new ConfigError([`redis.url: Redis refuses the new credentials: ${refusedBy}`]);
+    return { routes, diff, certs, commitAuth };
+  } catch (err) {
+    certs?.close();
+    throw refuse(p.reloads, err);
+  }
+}
+
+/** Synchronous: no request sees new tenants with old routes, or the reverse. */
+function swapReload(p: Parts, live: Live, served: Served, next: RawConfig, plan: ReloadPlan, staged: Staged): void {
+  try {
+    const swapped = p.tenants.reloadFile(next, staged.diff);
+    if (!swapped.ok) throw new ConfigError([...swapped.problems]);
+  } catch (err) {
+    staged.certs?.close();
+    throw refuse(p.reloads, err);
+  }
+  live.routes = staged.routes;
+  p.keyVerifier.setFileKeys(fileKeyRecords(next.apiKeys));
+  staged.commitAuth?.();
+  syncVerifiers(p);
+  if (staged.certs !== null) served.listeners.replaceCertificates(staged.certs);
+  if (p.redis !== null && plan.applied.includes('redis.url')) useCredentials(p.redis, next.redis.url!);
+  if (next.server.admin.token !== live.current.server.admin.token) live.admin = createAdminHandler({ ...live.adminDeps, token: next.server.admin.token });
+  live.current = next;
+}
+
+/** Records an applied reload and logs what it changed, what it could not, and what admin writes still shadow. */
+function reportReload(p: Parts, next: RawConfig, plan: ReloadPlan): void {
+  const { log } = p;
+  // The file changed, but these tenants keep what the admin API wrote over it: say so.
+  const shadowed = p.tenants.overridden();
+  if (shadowed.length > 0)
+    log.warn(
+      { tenants: shadowed },
+      'configuration reload: admin API overrides stay on top of the file for these tenants (queen-edge tenants reset ID drops them)',
     );
-  }
+  p.reloads.applied(plan);
+  if (plan.restartNeeded.length > 0) log.warn({ settings: plan.restartNeeded }, 'configuration reload: these settings changed but apply only after a restart');
+  log.info(
+    { tenants: Object.keys(next.tenants).length, plans: Object.keys(next.plans).length, settings: plan.applied },
+    'configuration reloaded: tenants, plans, routes, CORS and the settings listed',
+  );
+}
 
-  return {
-    addresses,
-    log,
-    metrics: metrics.registry,
-    tenants,
-    reloads,
-    reload(next) {
-      const run = reloading.then(() => applyReload(next));
-      reloading = run.catch(() => {});
-      return run;
-    },
-    async close(drainMs = config.server.drainTimeoutMs): Promise<void> {
-      draining = true;
-      await listeners.close(drainMs);
-      // Exchanges that finished last may still wait for their answer's meter (a compressed answer's decoder).
-      await new Promise((r) => setImmediate(r));
-      await meter.close();
-      verifiers.close();
-      await clusters.close();
-      await Promise.all([limiter.close(), pools.close(), tenants.close(), apiKeys.close()]);
-      if (redis) await redis.quit().catch(() => redis.disconnect());
-      // The log is written asynchronously: the last lines must not be lost on exit.
-      await new Promise<void>((resolve) => log.flush(() => resolve()));
-    },
-  };
+/** Records a refused reload; the error to throw. */
+function refuse(reloads: ReloadHistory, err: unknown): ConfigError {
+  const problems = err instanceof ConfigError ? err.problems : [String((err as Error)?.message ?? err)];
+  reloads.refused(problems);
+  return err instanceof ConfigError ? err : new ConfigError(problems);
+}
+
+/** After the listeners drained: flushes usage, then releases everything in order. */
+async function closeParts(p: Parts): Promise<void> {
+  // Exchanges that finished last may still wait for their answer's meter (a compressed answer's decoder).
+  await new Promise((r) => setImmediate(r));
+  await p.meter.close();
+  p.verifiers.close();
+  await p.clusters.close();
+  await Promise.all([p.limiter.close(), p.pools.close(), p.tenants.close(), p.apiKeys.close()]);
+  const redis = p.redis;
+  if (redis) await redis.quit().catch(() => redis.disconnect());
+  // The log is written asynchronously: the last lines must not be lost on exit.
+  await new Promise<void>((resolve) => p.log.flush(() => resolve()));
 }
