@@ -356,7 +356,8 @@ async function reloadApp(p: Parts, live: Live, served: Served, given: RawConfig)
   const plan = planReload(p.config, live.current, next);
   const staged = await stageReload(p, served, next, plan);
   swapReload(p, live, served, next, plan, staged);
-  reportReload(p, next, plan);
+  // The directory compared the tenants (planReload leaves them to it).
+  reportReload(p, next, staged.diff.changed.length > 0 ? { ...plan, applied: [...plan.applied, 'tenants'] } : plan);
 }
 
 /** Everything a reload needs that can fail, before anything changes; refused (and recorded) as a whole. */

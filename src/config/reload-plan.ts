@@ -48,8 +48,18 @@ function isTree(v: unknown): v is Tree {
   return v !== null && typeof v === 'object' && !Array.isArray(v);
 }
 
-/** Dotted paths of the settings whose values differ (arrays and id-keyed maps compared whole), in schema order. */
+/**
+ * Tenants are compared by the directory, tenant by tenant, in slices that yield to the event loop
+ * (tenants/store.ts, diffFile): with 100,000 of them one comparison here would hold every request.
+ */
+const COMPARED_BY_THE_DIRECTORY = 'tenants';
+
+/**
+ * Dotted paths of the settings whose values differ (arrays and id-keyed maps compared whole), in
+ * schema order; `tenants` is left to the directory.
+ */
 export function changedPaths(a: unknown, b: unknown, path = ''): string[] {
+  if (path === COMPARED_BY_THE_DIRECTORY) return [];
   if (isTree(a) && isTree(b) && !WHOLE.has(path)) {
     const keys = [...new Set([...Object.keys(a), ...Object.keys(b)])];
     return keys.flatMap((k) => changedPaths(a[k], b[k], path ? `${path}.${k}` : k));
@@ -104,7 +114,8 @@ export function planReload(started: RawConfig, current: RawConfig, next: RawConf
  * with it, so it serves exactly as the workers that reloaded.
  */
 export function runningConfig(started: RawConfig, next: RawConfig): RawConfig {
-  const out = structuredClone(next) as unknown as Tree;
+  // Tenants always come from `next` (a reload applies them): shared, not copied.
+  const out: Tree = { ...(structuredClone({ ...next, tenants: {} }) as unknown as Tree), tenants: next.tenants };
   for (const path of changedPaths(started, next)) {
     if (appliedChange(path, started, next)) continue;
     const keys = path.split('.');
