@@ -351,8 +351,6 @@ async function reloadApp(p: Parts, live: Live, served: Served, given: RawConfig)
   } catch (err) {
     throw refuse(p.reloads, err);
   }
-  // Broker names resolved first (off the request path), so the shared-broker rule sees addresses.
-  await p.brokerAddresses.learn(brokerUrlsOf(Object.values(next.tenants)));
   const plan = planReload(p.config, live.current, next);
   const staged = await stageReload(p, served, next, plan);
   swapReload(p, live, served, next, plan, staged);
@@ -369,12 +367,14 @@ async function stageReload(p: Parts, served: Served, next: RawConfig, plan: Relo
     const routes = compileRoutes(compileRouteTables(next));
     // Which tenants changed, compared in slices that yield to the event loop.
     const diff = await p.tenants.diffFile(next);
+    // Their broker names resolved (off the request path), so the shared-broker rule sees addresses.
+    await p.brokerAddresses.learn(brokerUrlsOf(diff.changed.map((id) => next.tenants[id])));
     if (served.addresses.https !== null && plan.applied.some((s) => s.startsWith('server.https.'))) {
       certs = await CertificateSet.load(running.server.https, { log: p.log });
     }
-    // A PEM key file is read again at every reload: replacing the file and reloading rotates it.
-    const pemFiles = next.auth.publicKey !== null || Object.values(next.tenants).some((t) => t.auth?.publicKey);
-    const commitAuth = pemFiles || plan.applied.some((s) => s.startsWith('auth.')) ? await p.verifiers.reconfigure(next.auth) : null;
+    // Key files were read again (inlineKeyFiles): a replaced file is a changed auth.publicKey, a
+    // tenant's a changed tenant, whose verifier the directory's sync rebuilds.
+    const commitAuth = plan.applied.some((s) => s.startsWith('auth.')) ? await p.verifiers.reconfigure(next.auth) : null;
     // New Redis credentials must work before they replace the ones that do.
     const refusedBy = p.redis !== null && plan.applied.includes('redis.url') ? await credentialsRefused(next.redis.url!, next.redis.timeoutMs) : null;
     if (refusedBy !== null) throw new ConfigError([`redis.url: Redis refuses the new credentials: ${refusedBy}`]);

@@ -55,9 +55,13 @@ export async function inlineKeyFiles(config: RawConfig): Promise<RawConfig> {
     }
   };
   const publicKey = await inline('auth.publicKey', config.auth.publicKey);
-  const tenants: RawConfig['tenants'] = {};
-  for (const [id, t] of Object.entries(config.tenants)) {
-    tenants[id] = t.auth === null ? t : { ...t, auth: { ...t.auth, publicKey: await inline(`tenants.${id}.auth.publicKey`, t.auth.publicKey) } };
+  // Only the tenants naming a key file are copied: the tenant map is shared otherwise (100,000 tenants, a few with files).
+  let tenants = config.tenants;
+  for (const id in config.tenants) {
+    const t = config.tenants[id]!;
+    if (t.auth?.publicKey == null || isInlineKey(t.auth.publicKey)) continue;
+    if (tenants === config.tenants) tenants = { ...config.tenants };
+    tenants[id] = { ...t, auth: { ...t.auth, publicKey: await inline(`tenants.${id}.auth.publicKey`, t.auth.publicKey) } };
   }
   if (problems.length > 0) throw new ConfigError(problems);
   return { ...config, auth: { ...config.auth, publicKey }, tenants };

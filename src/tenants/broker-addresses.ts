@@ -99,7 +99,8 @@ export class BrokerAddresses {
   async learn(urls: Iterable<string>): Promise<void> {
     const now = this.#clock();
     const waits: Promise<void>[] = [];
-    for (const url of urls) {
+    // Once per distinct URL: 100,000 tenants often name a handful of brokers.
+    for (const url of new Set(urls)) {
       const name = hostNameOf(url);
       if (name === null) continue;
       const known = this.#known.get(name);
@@ -151,7 +152,21 @@ export class BrokerAddresses {
 }
 
 /** The host name of a broker URL, as urlHost writes it; null for an address, a loopback name or no URL. */
+/** hostNameOf's answers: parsing a URL and checking it for loopback costs microseconds, and every reload asks for every tenant's brokers. */
+const hostNames = new Map<string, string | null>();
+
 function hostNameOf(url: string): string | null {
+  let name = hostNames.get(url);
+  if (name === undefined) {
+    // Bounded: dedicated brokers make as many URLs as tenants, and removed ones must not stay.
+    if (hostNames.size >= 100_000) hostNames.clear();
+    name = parseHostName(url);
+    hostNames.set(url, name);
+  }
+  return name;
+}
+
+function parseHostName(url: string): string | null {
   let u: URL;
   try {
     u = new URL(url);
