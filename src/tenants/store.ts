@@ -280,6 +280,17 @@ class Directory implements TenantStore {
     return [...ids].filter((id) => this.#file.tenants[id] !== undefined);
   }
 
+  /** A reloaded file applied by a full build, checked whole before it is swapped in. */
+  #reloadWhole(file: FileDirectory): WriteResult {
+    const next = new TenantIndex(file, this.#records, this.#snap, this.#addresses.identitiesOf);
+    for (const _ of next.build());
+    const problems = fileProblems(next.rejected);
+    if (problems.length > 0) return { ok: false, problems };
+    this.#file = file;
+    this.#install(next, changedTenants(this.#snap, next));
+    return { ok: true };
+  }
+
   reloadFile(reloaded: FileDirectory, diff?: FileDiff): WriteResult {
     // A reload applies the global auth settings too: tenants' own are checked against the new ones.
     const file = { plans: reloaded.plans, tenants: reloaded.tenants, auth: reloaded.auth ?? this.#file.auth };
@@ -288,13 +299,7 @@ class Directory implements TenantStore {
     const known = diff !== undefined && diff.base === before && diff.next === reloaded.tenants ? diff : undefined;
     if (known?.plans ?? !sameValue(before.plans, file.plans)) {
       // A plan every tenant may use changed: a full build, checked whole before it is swapped in.
-      const next = new TenantIndex(file, this.#records, this.#snap, this.#addresses.identitiesOf);
-      for (const _ of next.build());
-      const problems = fileProblems(next.rejected);
-      if (problems.length > 0) return { ok: false, problems };
-      this.#file = file;
-      this.#install(next, changedTenants(this.#snap, next));
-      return { ok: true };
+      return this.#reloadWhole(file);
     }
     // Only the tenants whose entry differs are placed again; the first refused entry undoes them all.
     let changed = known?.changed;
@@ -326,13 +331,7 @@ class Directory implements TenantStore {
       apply(before);
       if (tried.problems.length > 0 && !tried.whole) return { ok: false, problems: tried.problems };
       // The result depends on other tenants' order: a full build decides, as at start.
-      const next = new TenantIndex(file, this.#records, this.#snap, this.#addresses.identitiesOf);
-      for (const _ of next.build());
-      const problems = fileProblems(next.rejected);
-      if (problems.length > 0) return { ok: false, problems };
-      this.#file = file;
-      this.#install(next, changedTenants(this.#snap, next));
-      return { ok: true };
+      return this.#reloadWhole(file);
     }
     this.#file = file;
     this.#adoptSoon(file, new Set(changed));
