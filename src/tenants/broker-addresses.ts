@@ -13,7 +13,7 @@
  */
 import { lookup } from 'node:dns/promises';
 import { isIP } from 'node:net';
-import { brokerIdentity } from './brokers.js';
+import { brokerIdentity, memoByUrl } from './brokers.js';
 import { urlHost, urlPort } from '../net/url-host.js';
 
 /** Resolves a host name to its addresses (IPv4 dotted or IPv6 text). */
@@ -152,19 +152,7 @@ export class BrokerAddresses {
 }
 
 /** The host name of a broker URL, as urlHost writes it; null for an address, a loopback name or no URL. */
-/** hostNameOf's answers: parsing a URL and checking it for loopback costs microseconds, and every reload asks for every tenant's brokers. */
-const hostNames = new Map<string, string | null>();
-
-function hostNameOf(url: string): string | null {
-  let name = hostNames.get(url);
-  if (name === undefined) {
-    // Bounded: dedicated brokers make as many URLs as tenants, and removed ones must not stay.
-    if (hostNames.size >= 100_000) hostNames.clear();
-    name = parseHostName(url);
-    hostNames.set(url, name);
-  }
-  return name;
-}
+const hostNameOf = memoByUrl(parseHostName);
 
 function parseHostName(url: string): string | null {
   let u: URL;

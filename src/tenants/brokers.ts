@@ -17,3 +17,19 @@ export function brokerIdentity(url: string): string {
   }
   return `${urlHost(u)}:${urlPort(u)}`;
 }
+
+/**
+ * `parse` remembered per URL: parsing a URL and checking it for loopback costs microseconds, and
+ * builds and reloads ask for every tenant's brokers. Bounded: dedicated brokers make as many URLs
+ * as tenants, and removed ones must not stay.
+ */
+export function memoByUrl<T>(parse: (url: string) => T, max = 100_000): (url: string) => T {
+  const seen = new Map<string, T>();
+  return (url) => {
+    if (seen.has(url)) return seen.get(url) as T;
+    if (seen.size >= max) seen.clear();
+    const value = parse(url);
+    seen.set(url, value);
+    return value;
+  };
+}

@@ -25,7 +25,7 @@ import type { z } from 'zod';
 import { recordAuthProblems } from '../auth/key-files.js';
 import type { TenantJwksAllowances } from '../auth/jwks-url.js';
 import { planSchema, tenantSchema, type RawPlan, type RawTenant } from '../config/schema.js';
-import { brokerIdentity } from './brokers.js';
+import { brokerIdentity, memoByUrl } from './brokers.js';
 import { sameTrust, type TrustSettings } from './tenancy.js';
 import { storageVerdict } from './storage.js';
 import { canonicalHost, compilePlan, compileTenant, ID_PATTERN, type Plan, type Tenant } from './model.js';
@@ -122,18 +122,8 @@ interface BrokerUsers {
   readonly undeclared: Set<string>;
 }
 
-/** brokerIdentity of each broker URL seen lately: parsing a URL and checking it for loopback costs microseconds, paid three times per tenant placed. */
-const identities = new Map<string, string>();
-function identityOf(url: string): string {
-  let id = identities.get(url);
-  if (id === undefined) {
-    // Bounded: dedicated brokers make as many URLs as tenants, and removed ones must not stay.
-    if (identities.size >= 100_000) identities.clear();
-    id = brokerIdentity(url);
-    identities.set(url, id);
-  }
-  return id;
-}
+/** brokerIdentity, asked three times per tenant placed. */
+const identityOf = memoByUrl(brokerIdentity);
 
 /** What identifies the broker a URL names: its host and port, and the addresses its name resolved to (broker-addresses.ts). */
 export type BrokerIdentities = (url: string) => readonly string[];
