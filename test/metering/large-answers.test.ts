@@ -1,8 +1,9 @@
 /**
- * A pop answer of 64 MiB (64 messages of 1 MiB) through a real edge: the process's RSS grows by at
- * most 32 MiB while it streams (nothing holds the answer), another tenant's requests keep being
- * answered, the delivered count is exact, and the lease id is still learnt (the lease's next call
- * goes back to the broker that served it). The full-size figures (286 MiB) are in RELIABILITY.md.
+ * A pop answer of 128 MiB (128 messages of 1 MiB) through a real edge: nothing holds the answer
+ * while it streams (the live heap and buffers grow by at most a quarter of it, the process's RSS
+ * by less than half), another tenant's requests keep being answered, the delivered count is
+ * exact, and the lease id is still learnt (the lease's next call goes back to the broker that
+ * served it). The full-size figures (286 MiB) are in RELIABILITY.md.
  */
 import v8 from 'node:v8';
 import { runInNewContext } from 'node:vm';
@@ -13,7 +14,7 @@ import { call, forwarded, startEdge, testConfig, token, TEST_PLAN, type EdgeHarn
 import { waitFor } from '../helpers/wait.js';
 import { ADMIN_TOKEN, admin } from '../admin/admin-call.js';
 
-const MESSAGES = 64;
+const MESSAGES = 128;
 const MESSAGE_BYTES = 1 << 20;
 const MiB = 1 << 20;
 
@@ -81,15 +82,23 @@ describe('a pop answer far larger than any buffer', { timeout: 20_000 }, () => {
     await drain(await pop(rw));
     for (const b of brokers) b.setOptions({ answers: { bigPop: { ...bigPop(b), messages: MESSAGES } } });
 
-    // Collected at every sample: the figure is what is held, not garbage awaiting a collection
+    // Collected at every sample: the figures are what is held, not garbage awaiting a collection
     // (this process also runs the client and the broker double, whose relayed chunks are garbage).
-    gc({ type: 'minor' });
-    const base = process.memoryUsage().rss;
-    let peak = base;
+    // Live memory (heap and buffers) is the exact measure of holding; RSS also moves with the
+    // allocator's free lists and what a busy machine's scheduling leaves in flight, so its bound is
+    // looser, yet below what holding the answer would take.
+    const live = () => {
+      const m = process.memoryUsage();
+      return m.heapUsed + m.arrayBuffers;
+    };
+    gc();
+    const base = { rss: process.memoryUsage().rss, live: live() };
+    const peak = { ...base };
     const sampler = setInterval(() => {
-      gc({ type: 'minor' });
-      peak = Math.max(peak, process.memoryUsage().rss);
-    }, 20);
+      gc();
+      peak.rss = Math.max(peak.rss, process.memoryUsage().rss);
+      peak.live = Math.max(peak.live, live());
+    }, 50);
 
     let received = 0;
     let bigDone = false;
@@ -116,8 +125,10 @@ describe('a pop answer far larger than any buffer', { timeout: 20_000 }, () => {
     clearInterval(sampler);
 
     expect(received).toBeGreaterThan(MESSAGES * MESSAGE_BYTES);
-    const growth = (peak - base) / MiB;
-    expect(growth, `RSS grew ${growth.toFixed(1)} MiB`).toBeLessThanOrEqual(32);
+    const liveGrowth = (peak.live - base.live) / MiB;
+    const rssGrowth = (peak.rss - base.rss) / MiB;
+    expect(liveGrowth, `heap and buffers grew ${liveGrowth.toFixed(1)} MiB`).toBeLessThanOrEqual(32);
+    expect(rssGrowth, `RSS grew ${rssGrowth.toFixed(1)} MiB`).toBeLessThan((MESSAGES * MESSAGE_BYTES) / 2 / MiB);
     expect(latencies.length).toBeGreaterThan(5);
     // Generous for a busy 2-core machine; holding and parsing the answer on the loop stalled it for seconds at full size.
     expect(Math.max(...latencies), `latencies ${latencies.map((l) => l.toFixed(0)).join(',')}`).toBeLessThan(1000);
