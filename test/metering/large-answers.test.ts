@@ -74,12 +74,20 @@ describe('a pop answer far larger than any buffer', { timeout: 20_000 }, () => {
   it('streams with bounded RSS, keeps other tenants served, and is metered exactly', async () => {
     const rw = await token({ roles: ['read-write'], tenant: 'acme' });
     const otherRw = await token({ roles: ['read-write'], tenant: 'other' });
+    let pushed = 0;
+    const otherPush = async (): Promise<number> => {
+      const t0 = performance.now();
+      const r = await call(edge, 'POST', '/api/v1/push', { host: 'other.localhost', token: otherRw, body: { items: [{ queue: 'q', payload: pushed++ }] } });
+      expect(r.status).toBe(201);
+      return performance.now() - t0;
+    };
     // Warm both paths with a smaller big answer first, so first-use allocations (compiled code,
     // socket and parser buffers, malloc arenas) are not counted as growth.
-    expect((await call(edge, 'POST', '/api/v1/push', { host: 'other.localhost', token: otherRw, body: { items: [{ queue: 'q', payload: 1 }] } })).status).toBe(
-      201,
-    );
+    await otherPush();
     await drain(await pop(rw));
+    // The other tenant's push time with nothing streaming, on this machine as busy as it is now.
+    const alone: number[] = [];
+    for (let i = 0; i < 10; i++) alone.push(await otherPush());
     for (const b of brokers) b.setOptions({ answers: { bigPop: { ...bigPop(b), messages: MESSAGES } } });
 
     // Collected at every sample: the figures are what is held, not garbage awaiting a collection
@@ -98,7 +106,7 @@ describe('a pop answer far larger than any buffer', { timeout: 20_000 }, () => {
       gc();
       peak.rss = Math.max(peak.rss, process.memoryUsage().rss);
       peak.live = Math.max(peak.live, live());
-    }, 50);
+    }, 200);
 
     let received = 0;
     let bigDone = false;
@@ -109,17 +117,12 @@ describe('a pop answer far larger than any buffer', { timeout: 20_000 }, () => {
 
     // Another tenant's pushes, one after another, while the answer streams and just after it.
     const latencies: number[] = [];
+    let during = 0;
     let after = 0;
     while (after < 5) {
-      const t0 = performance.now();
-      const r = await call(edge, 'POST', '/api/v1/push', {
-        host: 'other.localhost',
-        token: otherRw,
-        body: { items: [{ queue: 'q', payload: latencies.length }] },
-      });
-      latencies.push(performance.now() - t0);
-      expect(r.status).toBe(201);
+      latencies.push(await otherPush());
       if (bigDone) after++;
+      else during++;
     }
     await big;
     clearInterval(sampler);
@@ -130,8 +133,16 @@ describe('a pop answer far larger than any buffer', { timeout: 20_000 }, () => {
     expect(liveGrowth, `heap and buffers grew ${liveGrowth.toFixed(1)} MiB`).toBeLessThanOrEqual(32);
     expect(rssGrowth, `RSS grew ${rssGrowth.toFixed(1)} MiB`).toBeLessThan((MESSAGES * MESSAGE_BYTES) / 2 / MiB);
     expect(latencies.length).toBeGreaterThan(5);
-    // Generous for a busy 2-core machine; holding and parsing the answer on the loop stalled it for seconds at full size.
-    expect(Math.max(...latencies), `latencies ${latencies.map((l) => l.toFixed(0)).join(',')}`).toBeLessThan(1000);
+    // Served while the answer streams, not after it: the relay yields between chunks. Holding and
+    // parsing the answer on the event loop stalled every tenant for seconds (3.4 s for 286 MiB on
+    // a quiet machine); holding is what the live-memory bound above catches, so the ceiling here is
+    // only against a stall of several seconds, relative to the same pushes with nothing streaming
+    // so that a busy machine's slowness is not taken for one.
+    expect(during, 'pushes answered while the answer streamed').toBeGreaterThanOrEqual(3);
+    const worstAlone = Math.max(...alone);
+    expect(Math.max(...latencies), `latencies ${latencies.map((l) => l.toFixed(0)).join(',')}; alone ${alone.map((l) => l.toFixed(0)).join(',')}`).toBeLessThan(
+      2 * worstAlone + 3000,
+    );
 
     let usage: any;
     await waitFor(
