@@ -5,8 +5,10 @@
  * process), Redis limits (a private redis-server), one worker, a steady client pushing every
  * 20 ms. Measured: the start (spawn to /readyz 200), idle RSS, the steady client's worst wait with
  * nothing changing, during a SIGHUP reload that changes one tenant, and during admin PUTs of new
- * tenants (each PUT's answer time, and when the new tenant is served), /metrics (bytes, series)
- * after up to 2,000 tenants pushed once, and the first page of GET /admin/v1/tenants.
+ * tenants on the existing brokers, then of new tenants each on a broker URL no tenant listed yet
+ * (each PUT's answer time, and when the new tenant is served), /readyz's and /metrics' answer
+ * times and /metrics (bytes, series) after up to 2,000 tenants pushed once, and the first page of
+ * GET /admin/v1/tenants.
  *
  *   npm run bench:many-tenants -- --tenants 1000,10000 [--edge-root DIR] [--start-timeout-s 180] [--out FILE]
  *
@@ -29,6 +31,8 @@ import { freePort, loadAverage, makeCertificate, sleep, spawnWithLimits, stopChi
 const SECRET = 'queen-edge-bench-secret-0123456789abcdef';
 const ADMIN_TOKEN = 'many-tenants-admin-token-0123456789';
 const BROKERS = 4;
+/** Admin PUTs of new tenants per variant (existing brokers, then a new broker URL each). */
+const PUTS = 5;
 /** Tenants that push once before /metrics is read (the issue's "2,000 tenants were active"). */
 const ACTIVE = 2000;
 const STEADY_EVERY_MS = 20;
@@ -108,6 +112,13 @@ export interface ManyTenantsRow {
   putFailures: string[];
   servedAfterPutMs: number[];
   steadyPutsWorstMs: number | null;
+  /** The same for PUTs of new tenants each listing a broker URL no tenant listed before. */
+  newBrokerPutMs: number[];
+  newBrokerServedAfterPutMs: number[];
+  steadyNewBrokerPutsWorstMs: number | null;
+  /** Median answer time of 21 `/readyz` probes one after another, and the `/metrics` read's. */
+  readyzMs: number | null;
+  metricsMs: number | null;
   metricsBytes: number | null;
   metricsSeries: number | null;
   activeTenants: number;
@@ -188,10 +199,54 @@ async function until(what: string, timeoutMs: number, check: () => Promise<boole
   }
 }
 
-/** Runs the scenario for `n` tenants. */
+/** Admin PUTs of new tenants `first`, `first + 1`, … one after another, on `brokersOf(k)`; each PUT's answer time and when its tenant is served. */
+async function putNewTenants(
+  first: number,
+  brokersOf: (k: number) => readonly string[],
+  c: { adminBase: string; base: string; dispatcher: Agent },
+): Promise<{ putMs: number[]; servedMs: number[]; failures: string[] }> {
+  const out = { putMs: [] as number[], servedMs: [] as number[], failures: [] as string[] };
+  for (let k = 0; k < PUTS; k++) {
+    const i = first + k;
+    const id = tenantId(i);
+    const p0 = performance.now();
+    // tenantRecord lists brokers[i % length]: a one-URL list gives that URL.
+    const put = await adminCall(c.adminBase, 'PUT', `/admin/v1/tenants/${id}`, tenantRecord(i, brokersOf(k)));
+    const answered = performance.now();
+    out.putMs.push(Math.round(answered - p0));
+    if (put.status !== 200) {
+      // Recorded, not fatal: a refused PUT is a finding (the store timed out under the load).
+      out.failures.push(`${put.status} ${put.text.slice(0, 120)}`);
+      continue;
+    }
+    const tok = tokenFor(id);
+    await until(`${id} served`, 60_000, async () => {
+      const r = await request(`${c.base}/api/v1/push`, {
+        method: 'POST',
+        dispatcher: c.dispatcher,
+        headers: { host: `${id}.bench`, authorization: `Bearer ${tok}`, 'content-type': 'application/json' },
+        body: '{"items":[{"queue":"q","payload":1}]}',
+      });
+      await r.body.text();
+      return r.statusCode === 201;
+    });
+    out.servedMs.push(Math.round(performance.now() - answered));
+  }
+  return out;
+}
+
+/** Runs the scenario for `n` tenants; `spare` are brokers no tenant lists, one per PUT of the new-broker variant. */
 export async function runManyTenants(
   n: number,
-  o: { dir: string; edgeRoot: string; startTimeoutMs: number; doubles: readonly FastDouble[]; redis: PrivateRedis; log: (l: string) => void },
+  o: {
+    dir: string;
+    edgeRoot: string;
+    startTimeoutMs: number;
+    doubles: readonly FastDouble[];
+    spare: readonly FastDouble[];
+    redis: PrivateRedis;
+    log: (l: string) => void;
+  },
 ): Promise<ManyTenantsRow> {
   const row: ManyTenantsRow = {
     tenants: n,
@@ -206,6 +261,11 @@ export async function runManyTenants(
     putFailures: [],
     servedAfterPutMs: [],
     steadyPutsWorstMs: null,
+    newBrokerPutMs: [],
+    newBrokerServedAfterPutMs: [],
+    steadyNewBrokerPutsWorstMs: null,
+    readyzMs: null,
+    metricsMs: null,
     metricsBytes: null,
     metricsSeries: null,
     activeTenants: Math.min(ACTIVE, n),
@@ -273,37 +333,27 @@ export async function runManyTenants(
     row.steadyReloadWorstMs = steady.worst();
     o.log(`  ${n} tenants: reload ${row.reloadSeconds.toFixed(2)} s, steady worst ${row.steadyReloadWorstMs} ms (idle ${row.steadyIdleWorstMs} ms)`);
 
-    // Admin PUTs of new tenants, one after another.
+    // Admin PUTs of new tenants on the existing brokers, one after another.
+    const calls = { adminBase, base, dispatcher };
     steady.reset();
-    for (let k = 0; k < 5; k++) {
-      const i = n + k;
-      const id = tenantId(i);
-      const p0 = performance.now();
-      const put = await adminCall(adminBase, 'PUT', `/admin/v1/tenants/${id}`, tenantRecord(i, settings.brokers));
-      const answered = performance.now();
-      row.putMs.push(Math.round(answered - p0));
-      if (put.status !== 200) {
-        // Recorded, not fatal: a refused PUT is a finding (the store timed out under the load).
-        row.putFailures.push(`${put.status} ${put.text.slice(0, 120)}`);
-        continue;
-      }
-      const tok = tokenFor(id);
-      await until(`${id} served`, 60_000, async () => {
-        const r = await request(`${base}/api/v1/push`, {
-          method: 'POST',
-          dispatcher,
-          headers: { host: `${id}.bench`, authorization: `Bearer ${tok}`, 'content-type': 'application/json' },
-          body: '{"items":[{"queue":"q","payload":1}]}',
-        });
-        await r.body.text();
-        return r.statusCode === 201;
-      });
-      row.servedAfterPutMs.push(Math.round(performance.now() - answered));
-    }
+    const known = await putNewTenants(n, () => settings.brokers, calls);
     await sleep(200);
     row.steadyPutsWorstMs = steady.worst();
+    row.putMs = known.putMs;
+    row.servedAfterPutMs = known.servedMs;
+    // Then new tenants each on a broker URL no tenant listed yet: the broker set changes with each.
+    steady.reset();
+    const fresh = await putNewTenants(n + PUTS, (k) => [`http://127.0.0.1:${o.spare[k]!.port}`], calls);
+    await sleep(200);
+    row.steadyNewBrokerPutsWorstMs = steady.worst();
+    row.newBrokerPutMs = fresh.putMs;
+    row.newBrokerServedAfterPutMs = fresh.servedMs;
+    row.putFailures = [...known.failures, ...fresh.failures];
     if (row.putFailures.length > 0) o.log(`  ${n} tenants: PUTs refused: ${row.putFailures.join(' | ')}`);
     o.log(`  ${n} tenants: PUTs ${row.putMs.join(', ')} ms, served after ${row.servedAfterPutMs.join(', ')} ms, steady worst ${row.steadyPutsWorstMs} ms`);
+    o.log(
+      `  ${n} tenants: PUTs on a new broker ${row.newBrokerPutMs.join(', ')} ms, served after ${row.newBrokerServedAfterPutMs.join(', ')} ms, steady worst ${row.steadyNewBrokerPutsWorstMs} ms`,
+    );
     await steady.stop();
     steady = null;
 
@@ -323,12 +373,21 @@ export async function runManyTenants(
       );
     }
     await sleep(1500); // usage families are read up to the meter's last flush (every second)
+    const probes: number[] = [];
+    for (let k = 0; k < 21; k++) {
+      const r0 = performance.now();
+      await adminCall(adminBase, 'GET', '/readyz');
+      probes.push(performance.now() - r0);
+    }
+    row.readyzMs = Math.round(probes.sort((a, b) => a - b)[10]! * 10) / 10;
+    const m0 = performance.now();
     const metrics = await adminCall(adminBase, 'GET', '/metrics');
+    row.metricsMs = Math.round(performance.now() - m0);
     row.metricsBytes = Buffer.byteLength(metrics.text);
     row.metricsSeries = metrics.text.split('\n').filter((l) => l !== '' && !l.startsWith('#')).length;
     row.tenantListBytes = Buffer.byteLength((await adminCall(adminBase, 'GET', '/admin/v1/tenants')).text);
     o.log(
-      `  ${n} tenants: /metrics ${row.metricsSeries} series (${Math.round(row.metricsBytes / 1024)} KiB) after ${row.activeTenants} active; tenant list ${Math.round(row.tenantListBytes / 1024)} KiB`,
+      `  ${n} tenants: /readyz ${row.readyzMs} ms (median); /metrics ${row.metricsMs} ms, ${row.metricsSeries} series (${Math.round(row.metricsBytes / 1024)} KiB) after ${row.activeTenants} active; tenant list ${Math.round(row.tenantListBytes / 1024)} KiB`,
     );
     return row;
   } finally {
@@ -352,6 +411,7 @@ async function main(): Promise<void> {
   const log = (l: string) => process.stdout.write(`${l}\n`);
   const dir = await mkdtemp(join(tmpdir(), 'queen-edge-many-'));
   const doubles = await Promise.all(Array.from({ length: BROKERS }, () => startFastDouble(0)));
+  const spare = await Promise.all(Array.from({ length: PUTS }, () => startFastDouble(0)));
   const rows: ManyTenantsRow[] = [];
   log(`many tenants: ${counts.join(', ')} tenants, edge from ${edgeRoot}; 1-min load ${loadAverage()}`);
   try {
@@ -359,13 +419,13 @@ async function main(): Promise<void> {
       // A fresh Redis per count: tenant records a previous count's PUTs left would be loaded too.
       const redis = await PrivateRedis.start();
       try {
-        rows.push(await runManyTenants(n, { dir, edgeRoot, startTimeoutMs: Number(values['start-timeout-s']) * 1000, doubles, redis, log }));
+        rows.push(await runManyTenants(n, { dir, edgeRoot, startTimeoutMs: Number(values['start-timeout-s']) * 1000, doubles, spare, redis, log }));
       } finally {
         await redis.kill();
       }
     }
   } finally {
-    await Promise.all(doubles.map((d) => d.close()));
+    await Promise.all([...doubles, ...spare].map((d) => d.close()));
     await rm(dir, { recursive: true, force: true });
   }
   const doc = JSON.stringify({ date: new Date().toISOString(), edgeRoot, rows }, null, 2);

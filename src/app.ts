@@ -226,12 +226,12 @@ function buildLimiter(config: RawConfig, redis: RedisClient | null, log: Logger,
 
 /** The process's metrics, read from the parts at scrape time; Redis errors and token checks counted too. */
 function buildMetrics(p: Omit<Parts, 'metrics'>, certificates: Listeners['certificates']): EdgeMetrics {
-  const { reloads, limiter, clusters, tenants, meter, verifiers } = p;
+  const { reloads, limiter, clusters, meter, verifiers } = p;
   const metrics = createMetrics(
     {
       reloads: () => reloads,
       limiterMode: () => limiter.mode(),
-      brokers: () => clusters.snapshot(tenants.all()),
+      brokers: () => [{ brokers: clusters.brokers() }],
       usage: () => meter.lifetime(),
       flush: () => meter.stats(),
       jwksFailures: () => verifiers.jwksFailures(),
@@ -310,8 +310,8 @@ function buildAdminDeps(p: Parts, live: LiveState, metricsText: () => Promise<st
 function notReadyReason(p: Parts, live: LiveState): string | null {
   if (live.draining) return 'draining';
   if (p.limiter.mode() === 'closed') return 'limiter unavailable (redis down, failMode closed)';
-  for (const cluster of p.clusters.snapshot(p.tenants.all())) if (cluster.brokers.some((b) => b.healthy)) return null;
-  return 'no broker reachable';
+  // The tracked brokers are those the tenants list: no pass over the tenants per probe.
+  return p.clusters.brokers().some((b) => b.healthy) ? null : 'no broker reachable';
 }
 
 /** Starts the parts' timers and connections, and makes brokers and tenant keys follow the directory. */
@@ -320,13 +320,12 @@ async function startParts(p: Parts): Promise<void> {
   await Promise.all([p.verifiers.start(), p.limiter.start()]);
   p.clusters.start(tenants.all());
   syncVerifiers(p);
-  // Brokers and tenant keys follow the directory: removed brokers stop being probed and lose their
-  // pools, and the verifiers and JWKS sets of removed or re-keyed tenants are dropped.
-  // A change names what it touched: the brokers are synced only when their set changed (new
-  // tenants on known brokers get their ring on first use), the verifiers from the few tenants
-  // with keys of their own.
+  // Brokers and tenant keys follow the directory: new brokers are probed, removed ones stop being
+  // probed and lose their pools, and the verifiers and JWKS sets of removed or re-keyed tenants
+  // are dropped. A change names what it touched: the broker URLs that came or went (new tenants
+  // get their ring on first use), the verifiers from the few tenants with keys of their own.
   tenants.onChange((change) => {
-    if (change.brokers) p.proxy.sync(tenants.all());
+    if (change.brokers) p.proxy.follow(change.brokers);
     syncVerifiers(p);
   });
   p.meter.start();

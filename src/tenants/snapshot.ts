@@ -161,8 +161,11 @@ export class TenantIndex implements Snapshot {
   readonly #withAuth = new Map<string, RawTenantAuth>();
   /** Broker URLs in force and how many tenants list each: what the broker health checks follow. */
   readonly brokerUrls = new Map<string, number>();
-  /** Counts the times a broker URL came into force or left it. */
-  brokerEpoch = 0;
+  /**
+   * Broker URLs that came into force or left it since the store last told its subscribers, each
+   * with whether it was in force then: what the broker health checks follow, in O(changed).
+   */
+  readonly brokerMoves = new Map<string, boolean>();
   /** Position of each file tenant: the file's tenants take hosts in file order. */
   #fileOrder: Map<string, number> | null = null;
   #planSigs = new Map<string, string>();
@@ -470,7 +473,7 @@ export class TenantIndex implements Snapshot {
     }
     for (const url of tenant.brokers) {
       const n = this.brokerUrls.get(url) ?? 0;
-      if (n === 0) this.brokerEpoch++;
+      if (n === 0 && !this.brokerMoves.has(url)) this.brokerMoves.set(url, false);
       this.brokerUrls.set(url, n + 1);
     }
     if (raw.auth) this.#withAuth.set(id, raw.auth);
@@ -496,7 +499,7 @@ export class TenantIndex implements Snapshot {
       const n = (this.brokerUrls.get(url) ?? 1) - 1;
       if (n === 0) {
         this.brokerUrls.delete(url);
-        this.brokerEpoch++;
+        if (!this.brokerMoves.has(url)) this.brokerMoves.set(url, true);
       } else this.brokerUrls.set(url, n);
     }
     this.#withAuth.delete(id);

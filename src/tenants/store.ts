@@ -23,8 +23,9 @@ import type { Logger } from '../observability/log.js';
 import { directoryKeys, type DirectoryKeys } from '../redis/keys.js';
 import { ID_PATTERN, type Plan, type Tenant, type TenantDirectory } from './model.js';
 import type { RawPlan } from '../config/schema.js';
-import { changedTenants, noRecords, problemsOf, sameKeys, sameMap, snapshotChanged, TenantIndex, type FileDirectory, type RedisRecords } from './snapshot.js';
+import { changedTenants, noRecords, problemsOf, sameMap, snapshotChanged, TenantIndex, type FileDirectory, type RedisRecords } from './snapshot.js';
 import { BrokerAddresses, brokerUrlsOf } from './broker-addresses.js';
+import { brokerChange, brokersSwapped, type BrokerChange } from './broker-moves.js';
 
 /**
  * The outcome of a write: validation problems are values, listed by path. `conflict`: the
@@ -99,8 +100,8 @@ export interface FileDiff {
 export interface DirectoryChange {
   /** Tenants added, removed or changed. */
   readonly tenants: ReadonlySet<string>;
-  /** The set of broker URLs in force changed (a broker is listed for the first time, or no longer). */
-  readonly brokers: boolean;
+  /** The broker URLs listed for the first time, or no longer; null when their set did not change. */
+  readonly brokers: BrokerChange | null;
 }
 
 /** What the store reads from the configuration: the file's directory and where Redis is. */
@@ -196,7 +197,8 @@ class Directory implements TenantStore {
     this.#addresses = addresses;
     this.#snap = new TenantIndex(this.#file, noRecords(), undefined, addresses.identitiesOf);
     for (const _ of this.#snap.build());
-    this.#brokerEpoch = this.#snap.brokerEpoch;
+    // Not news: the start tracks every broker of the directory it is given.
+    this.#snap.brokerMoves.clear();
     // The file's tenants are judged here as by compileTables: a refused one is a configuration problem.
     const problems = fileProblems(this.#snap.rejected);
     if (problems.length > 0) throw new ConfigError(problems);
@@ -746,13 +748,12 @@ class Directory implements TenantStore {
   /** Swaps a new index in and tells subscribers what changed. */
   #install(next: TenantIndex, touched: ReadonlySet<string>): void {
     const before = this.#snap;
-    const brokersBefore = before.brokerUrls;
     this.#snap = next;
-    this.#changed(touched, next.rejected, snapshotChanged(before, next), !sameKeys(brokersBefore, next.brokerUrls));
+    this.#changed(touched, next.rejected, snapshotChanged(before, next), brokersSwapped(before, next));
   }
 
   /** Logs rejected records once, and tells subscribers when something changed. */
-  #changed(touched: ReadonlySet<string>, rejected: ReturnType<TenantIndex['rejectionsOf']>, other = false, brokers?: boolean): void {
+  #changed(touched: ReadonlySet<string>, rejected: ReturnType<TenantIndex['rejectionsOf']>, other = false, swapped?: BrokerChange | null): void {
     const reported = new Set<string>();
     for (const r of rejected) {
       // A file entry is rejected at run time only when its record lost a host and the file's version clashes too.
@@ -762,11 +763,11 @@ class Directory implements TenantStore {
       if (!this.#reported.has(line)) this.#log.warn({ key, problems: r.problems }, 'tenant store: record refused by the directory; the previous version stays');
     }
     this.#reported = reported;
-    const brokerSetChanged = brokers ?? this.#brokerEpoch !== this.#snap.brokerEpoch;
-    this.#brokerEpoch = this.#snap.brokerEpoch;
-    if (touched.size === 0 && !other && !brokerSetChanged) return;
+    const brokers = swapped !== undefined ? swapped : brokerChange(this.#snap.brokerUrls, this.#snap.brokerMoves);
+    this.#snap.brokerMoves.clear();
+    if (touched.size === 0 && !other && brokers === null) return;
     this.#generation++;
-    const change: DirectoryChange = { tenants: touched, brokers: brokerSetChanged };
+    const change: DirectoryChange = { tenants: touched, brokers };
     for (const listener of this.#listeners) {
       try {
         listener(change);
@@ -775,9 +776,6 @@ class Directory implements TenantStore {
       }
     }
   }
-
-  /** The index's brokerEpoch when subscribers last heard of its brokers. */
-  #brokerEpoch = 0;
 }
 
 /** Periods between two full reads of the directory (the others only check its version). */

@@ -5,10 +5,12 @@
  */
 import type { RawConfig } from '../config/schema.js';
 import type { Logger } from '../observability/log.js';
+import type { BrokerChange } from '../tenants/broker-moves.js';
 import type { Tenant } from '../tenants/model.js';
 import { createHealthChecker, type FailureKind, type HealthChange, type HealthChecker, type Probe } from './health.js';
 import { LeaseMap } from './leases.js';
-import { buildRing, ringLookup, ringShares, type Ring, type RingHash } from './ring.js';
+import { ringLookup, type RingHash } from './ring.js';
+import { RingCache, type BuiltRing } from './ring-cache.js';
 
 /** One broker of a tenant, as the admin API shows it. */
 export interface BrokerStats {
@@ -22,6 +24,13 @@ export interface BrokerStats {
   keyShare: number;
   /** The broker's last health change, null if it has been healthy since it was first seen. */
   lastChange: HealthChange | null;
+}
+
+/** One broker as readiness and the metrics see it, whichever tenants list it. */
+export interface BrokerLoad {
+  readonly url: string;
+  readonly healthy: boolean;
+  readonly inflight: number;
 }
 
 /** A tenant's brokers, for `GET /admin/v1/brokers`. */
@@ -73,11 +82,21 @@ export interface Clusters {
   reportSuccess(url: string): void;
   /** The rings and health of the given tenants. */
   snapshot(tenants: Iterable<Tenant>): ClusterSnapshot[];
+  /** True while at least one of the tenant's brokers is healthy; no placement. */
+  reachable(tenant: Tenant): boolean;
+  /** The brokers tracked now, in O(brokers) whatever the number of tenants (readiness, metrics). */
+  brokers(): BrokerLoad[];
   /**
-   * Makes `tenants` the current set: tracks their brokers, and for brokers none of them lists any
-   * more stops the health checks, drops the live counters and the rings no current tenant uses.
-   * The tenant directory calls it on every change. A tenant object from before the change (held
-   * by a request in flight) does not bring a dropped broker back: to it, that broker is down.
+   * The directory's broker URLs changed (it counts the tenants listing each): tracks the `added`
+   * ones, and for the `removed` ones stops the health checks and drops the live counters, in
+   * O(changed). A tenant object from before the change (held by a request in flight) does not
+   * bring a removed broker back: to it, that broker is down. Rings go with the last tenant object
+   * using them (ring-cache.ts).
+   */
+  follow(change: BrokerChange): void;
+  /**
+   * Makes `tenants` the current set: their brokers are tracked, the others removed as by follow().
+   * One pass over the tenants: the start, not the changes.
    */
   sync(tenants: Iterable<Tenant>): void;
   /** sync(tenants), then starts the active health checks. */
@@ -94,22 +113,23 @@ interface BrokerState {
   picks: number;
 }
 
-/** A built ring and its key shares, shared by tenants with the same broker list. */
-interface BuiltRing {
-  readonly ring: Ring;
-  readonly shares: readonly number[];
-}
-
 /** A tenant's view: its ring, its brokers' states (index-aligned), its round-robin cursor. */
 interface TenantEntry {
   readonly built: BuiltRing;
   states: readonly BrokerState[];
-  /** The sync() generation `states` were taken in; sync() may have dropped some since. */
+  /** The tracking generation `states` were checked in; a broker removed then may be tracked again since. */
   generation: number;
   cursor: number;
 }
 
 const NO_STATES: readonly BrokerState[] = Object.freeze([]);
+
+/**
+ * Removed broker URLs remembered, so that a tenant object from before their removal, first seen
+ * after it, does not track them again. The oldest are forgotten first: a request holds its tenant
+ * object for seconds, while this many removals take far longer on any directory.
+ */
+const MAX_REMOVED = 10_000;
 
 /** Creates the selector; call start() with the tenants to begin health checks. */
 export function createClusters(cfg: ClustersConfig, deps: ClustersDeps): Clusters {
@@ -119,16 +139,16 @@ export function createClusters(cfg: ClustersConfig, deps: ClustersDeps): Cluster
 class RingClusters implements Clusters {
   readonly #health: HealthChecker;
   readonly #leases: LeaseMap;
+  /** The tracked brokers: those the directory lists, and those of tenants seen that it did not announce. */
   readonly #states = new Map<string, BrokerState>();
-  readonly #rings = new Map<string, BuiltRing>();
+  readonly #rings: RingCache;
   readonly #tenants = new WeakMap<Tenant, TenantEntry>();
   readonly #unsubscribe: () => void;
   readonly #ringHash: RingHash;
+  /** Counts the brokers tracked: an entry may hold the state of one removed and tracked again since. */
   #generation = 0;
-  /** Brokers the last sync() dropped; only a later sync() that lists them again tracks them. */
-  #dropped: ReadonlySet<string> = new Set();
-  /** The tenant objects the last sync() was given. */
-  #current: WeakSet<Tenant> = new WeakSet();
+  /** Brokers removed and not listed again, oldest first (MAX_REMOVED); only follow() tracks them again. */
+  readonly #removed = new Set<string>();
   // The candidate filter of the pick in progress. pick() is synchronous, so one reusable
   // predicate reading these fields replaces a closure per request.
   #cand: readonly BrokerState[] = NO_STATES;
@@ -141,6 +161,7 @@ class RingClusters implements Clusters {
 
   constructor(cfg: ClustersConfig, deps: ClustersDeps) {
     this.#ringHash = cfg.ringHash ?? 'sdk';
+    this.#rings = new RingCache(this.#ringHash);
     this.#health = createHealthChecker({
       intervalMs: cfg.healthIntervalMs,
       timeoutMs: cfg.healthTimeoutMs,
@@ -201,8 +222,10 @@ class RingClusters implements Clusters {
 
   brokerForLease(tenant: Tenant, leaseId: string, exclude: ReadonlySet<string> | null = null): string | undefined {
     const url = this.#leases.brokerFor(leaseId);
-    if (url === undefined || !tenant.brokers.includes(url) || exclude?.has(url)) return undefined;
-    return this.#states.get(url)?.healthy === false ? undefined : url;
+    const i = url === undefined ? -1 : tenant.brokers.indexOf(url);
+    if (i < 0 || exclude?.has(url!)) return undefined;
+    // The tenant's own view: a broker removed since its object was made is down to it.
+    return this.#entry(tenant).states[i]!.healthy ? url : undefined;
   }
 
   begin(url: string): void {
@@ -244,29 +267,38 @@ class RingClusters implements Clusters {
     return out;
   }
 
-  sync(tenants: Iterable<Tenant>): void {
-    // Read once: the directory may hand over a one-shot iterator.
-    const list = [...tenants];
-    this.#generation++;
-    const urls = new Set<string>();
-    const lists = new Set<string>();
-    const current = new WeakSet<Tenant>();
-    for (const t of list) {
-      current.add(t);
-      for (const b of t.brokers) urls.add(b);
-      lists.add(ringKey(t.brokers));
-    }
-    this.#current = current;
-    const dropped = new Set<string>();
-    for (const url of this.#states.keys()) {
-      if (urls.has(url)) continue;
-      dropped.add(url);
-      this.#health.untrack(url);
+  reachable(tenant: Tenant): boolean {
+    return this.#entry(tenant).states.some((s) => s.healthy);
+  }
+
+  brokers(): BrokerLoad[] {
+    return Array.from(this.#states.values(), (s) => ({ url: s.url, healthy: s.healthy, inflight: s.inflight }));
+  }
+
+  follow(change: BrokerChange): void {
+    for (const url of change.removed) {
+      const s = this.#states.get(url);
+      // Entries holding this state keep it, down for good: a later tracking makes a new one.
+      if (s !== undefined) s.healthy = false;
       this.#states.delete(url);
+      this.#health.untrack(url);
+      this.#removed.delete(url);
+      this.#removed.add(url);
+      if (this.#removed.size > MAX_REMOVED) this.#removed.delete(this.#removed.values().next().value!);
     }
-    this.#dropped = dropped;
-    for (const key of this.#rings.keys()) if (!lists.has(key)) this.#rings.delete(key);
-    for (const t of list) this.#entry(t);
+    for (const url of change.added) {
+      this.#removed.delete(url);
+      if (!this.#states.has(url)) this.#track(url);
+    }
+  }
+
+  sync(tenants: Iterable<Tenant>): void {
+    const urls = new Set<string>();
+    for (const t of tenants) for (const b of t.brokers) urls.add(b);
+    this.follow({
+      added: [...urls].filter((url) => !this.#states.has(url)),
+      removed: [...this.#states.keys()].filter((url) => !urls.has(url)),
+    });
   }
 
   start(tenants: Iterable<Tenant>): void {
@@ -293,50 +325,43 @@ class RingClusters implements Clusters {
   }
 
   /**
-   * The tenant's entry, built on first sight of this tenant object (a reload makes a new one) and
-   * re-linked to live broker states after a sync(), which costs the hot path one integer compare.
-   * A tenant object the last sync() left out gets no new tracking for brokers that sync dropped.
+   * The tenant's entry, built on first sight of this tenant object (a change makes a new one).
+   * After a broker was tracked, an entry holding a removed broker's state takes the live one if it
+   * is tracked again (the directory may lend an old object anew); the hot path pays one integer compare.
    */
   #entry(tenant: Tenant): TenantEntry {
     const e = this.#tenants.get(tenant);
-    if (e !== undefined && e.generation === this.#generation) return e;
-    const stale = this.#dropped.size > 0 && !this.#current.has(tenant) && tenant.brokers.some((url) => this.#dropped.has(url));
-    const states = Object.freeze(tenant.brokers.map((url) => (stale && this.#dropped.has(url) ? droppedState(url) : this.#state(url))));
-    if (!stale) this.#health.track(tenant.brokers);
     if (e !== undefined) {
-      e.states = states;
-      e.generation = this.#generation;
+      if (e.generation !== this.#generation) this.#relink(e);
       return e;
     }
-    const key = ringKey(tenant.brokers);
-    let built = this.#rings.get(key);
-    if (built === undefined) {
-      const ring = buildRing(tenant.brokers, this.#ringHash);
-      built = Object.freeze({ ring, shares: Object.freeze(ringShares(ring)) });
-      // A stale tenant's ring is not kept: no current tenant uses it.
-      if (!stale) this.#rings.set(key, built);
-    }
-    const created: TenantEntry = { built, states, generation: this.#generation, cursor: 0 };
+    const states = Object.freeze(tenant.brokers.map((url) => this.#state(url)));
+    const created: TenantEntry = { built: this.#rings.ringOf(tenant.brokers), states, generation: this.#generation, cursor: 0 };
     this.#tenants.set(tenant, created);
     return created;
   }
 
+  #relink(e: TenantEntry): void {
+    e.generation = this.#generation;
+    const relive = (s: BrokerState): BrokerState => this.#states.get(s.url) ?? s;
+    if (e.states.some((s) => relive(s) !== s)) e.states = Object.freeze(e.states.map(relive));
+  }
+
+  /**
+   * The live state of `url`. A removed broker's, for a tenant object from before its removal, is
+   * down and untracked; a broker never announced (a tenant not from the directory) is tracked.
+   */
   #state(url: string): BrokerState {
-    let s = this.#states.get(url);
-    if (s === undefined) {
-      s = { url, healthy: this.#health.isHealthy(url), inflight: 0, picks: 0 };
-      this.#states.set(url, s);
-    }
+    const s = this.#states.get(url);
+    if (s !== undefined) return s;
+    return this.#removed.has(url) ? { url, healthy: false, inflight: 0, picks: 0 } : this.#track(url);
+  }
+
+  #track(url: string): BrokerState {
+    this.#health.track([url]);
+    const s: BrokerState = { url, healthy: this.#health.isHealthy(url), inflight: 0, picks: 0 };
+    this.#states.set(url, s);
+    this.#generation++;
     return s;
   }
-}
-
-/** A broker a sync() dropped, as a tenant object from before it sees it: down, untracked. */
-function droppedState(url: string): BrokerState {
-  return { url, healthy: false, inflight: 0, picks: 0 };
-}
-
-/** Cache key of a broker list; a newline cannot occur in a validated URL. */
-function ringKey(brokers: readonly string[]): string {
-  return brokers.join('\n');
 }

@@ -37,8 +37,8 @@ export interface BrokerPools {
   leave(url: string, tenant: string): void;
   /** Requests per tenant that one broker's request pool takes at once. */
   readonly tenantCap: number;
-  /** Closes, once their requests in flight end, the pools of brokers not in `urls`. */
-  retain(urls: ReadonlySet<string>): void;
+  /** Closes, once their requests in flight end, the pools of these brokers. */
+  drop(urls: Iterable<string>): void;
   close(): Promise<void>;
 }
 
@@ -167,10 +167,11 @@ export function createBrokerPools(cfg: RawConfig['upstream']): BrokerPools {
       handOver(places);
       drop(url, places, tenant, share);
     },
-    retain(urls: ReadonlySet<string>): void {
-      for (const map of [requests, parkedPools]) {
-        for (const [url, pool] of map) {
-          if (urls.has(url)) continue;
+    drop(urls: Iterable<string>): void {
+      for (const url of urls) {
+        for (const map of [requests, parkedPools]) {
+          const pool = map.get(url);
+          if (pool === undefined) continue;
           map.delete(url);
           void pool.close().catch(() => pool.destroy());
         }

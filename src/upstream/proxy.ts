@@ -11,6 +11,7 @@ import { clientGone } from '../listen/transport.js';
 import type { AnswerMeter } from '../metering/answer-meter.js';
 import type { AnswerFacts } from '../metering/answer-scan.js';
 import type { Logger } from '../observability/log.js';
+import type { BrokerChange } from '../tenants/broker-moves.js';
 import type { Tenant } from '../tenants/model.js';
 import type { Clusters } from './clusters.js';
 import { failureError, forwardOnce, type ForwardRequest, type ForwardResult, type RelayRecord } from './forward.js';
@@ -61,10 +62,10 @@ export interface UpstreamProxy {
    */
   forward(res: EdgeResponse, x: ProxyExchange, tenant: Tenant, req: ProxyRequest): Promise<EdgeError | null>;
   /**
-   * The tenants changed (the directory calls this on every change): brokers no tenant lists any
-   * more are no longer probed, picked or kept connected (see Clusters.sync).
+   * The directory's broker URLs changed: new ones are probed, and brokers no tenant lists any more
+   * are no longer probed, picked or kept connected (see Clusters.follow), in O(changed).
    */
-  sync(tenants: Iterable<Tenant>): void;
+  follow(change: BrokerChange): void;
   /** True while at least one of the tenant's brokers is healthy (what the public health check tells); read-only, no placement. */
   reachable(tenant: Tenant): boolean;
 }
@@ -171,11 +172,10 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
     return failureError(result.failure);
   }
 
-  function sync(tenants: Iterable<Tenant>): void {
-    const list = [...tenants];
-    clusters.sync(list);
-    pools.retain(new Set(list.flatMap((t) => t.brokers)));
+  function follow(change: BrokerChange): void {
+    clusters.follow(change);
+    pools.drop(change.removed);
   }
 
-  return { forward, sync, reachable: (tenant) => clusters.snapshot([tenant])[0]!.brokers.some((b) => b.healthy) };
+  return { forward, follow, reachable: (tenant) => clusters.reachable(tenant) };
 }

@@ -6,8 +6,9 @@
 import { lookup } from 'node:dns/promises';
 import { hostname } from 'node:os';
 import type { Redis } from 'ioredis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { directoryKeys } from '../../src/redis/keys.js';
+import type { DirectoryChange } from '../../src/tenants/store.js';
 import { startBrokerDouble, type BrokerDouble, type RecordedRequest } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 import { capturingLogger } from '../helpers/logs.js';
@@ -115,6 +116,41 @@ describe('brokers follow the directory', () => {
     const listed = (await admin(edge, 'GET', '/admin/v1/brokers')).json.clusters.flatMap((c: { brokers: { url: string }[] }) => c.brokers.map((b) => b.url));
     expect(listed).toContain(b3.url);
     expect(listed).not.toContain(b2.url);
+  });
+});
+
+describe('brokers follow the directory by URL', () => {
+  it('a PUT bringing a new broker, then one moving off it, tells the URLs alone: no pass over the tenants, on the PUTs or the probes', async () => {
+    const b4 = await startBrokerDouble();
+    try {
+      const changes: DirectoryChange[] = [];
+      const off = edge.app.tenants.onChange((c) => changes.push(c));
+      // Every pass over the tenants reads this iterator: none may happen from here on.
+      const all = vi.spyOn(edge.app.tenants, 'all');
+      const rw = await token({ roles: ['read-write'], tenant: 'zeta' });
+      expect((await admin(edge, 'PUT', '/admin/v1/tenants/zeta', { body: tenantBody(['zeta.localhost'], [b4.url]) })).status).toBe(200);
+      expect(changes.at(-1)!.brokers).toEqual({ added: [b4.url], removed: [] });
+      expect((await call(edge, 'GET', '/api/v1/pop/queue/q', { token: rw, host: 'zeta.localhost' })).status).toBe(204);
+      await b4.waitForRequests(2, isProbe, 10_000);
+
+      // zeta moves to b1, which acme and globex list too: b4 goes, b1 stays.
+      expect((await admin(edge, 'PUT', '/admin/v1/tenants/zeta', { body: tenantBody(['zeta.localhost'], [b1.url]) })).status).toBe(200);
+      expect(changes.at(-1)!.brokers).toEqual({ added: [], removed: [b4.url] });
+      expect((await call(edge, 'GET', '/api/v1/pop/queue/q', { token: rw, host: 'zeta.localhost' })).status).toBe(204);
+      const before = probes(b4);
+      const b1From = probes(b1);
+      await b1.waitForRequests(b1From + 3, isProbe, 10_000);
+      expect(probes(b4)).toBeLessThanOrEqual(before + 1); // at most one probe already in flight
+      expect((await admin(edge, 'GET', '/readyz', { token: null })).status).toBe(200);
+      const up = (await admin(edge, 'GET', '/metrics', { token: null })).text.split('\n').filter((l) => l.startsWith('queen_edge_broker_up{'));
+      expect(up.some((l) => l.includes(b1.url))).toBe(true);
+      expect(up.some((l) => l.includes(b4.url))).toBe(false);
+      expect(all).not.toHaveBeenCalled();
+      all.mockRestore();
+      off();
+    } finally {
+      await b4.close();
+    }
   });
 });
 

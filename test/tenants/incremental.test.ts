@@ -112,24 +112,27 @@ describe('TenantIndex.place', () => {
     expect(ix.judge('aa', tenant(['free.example']))).toBeNull();
   });
 
-  it('keeps the broker URLs in force counted, and says when their set changed', () => {
+  it('keeps the broker URLs in force counted, and which came or went since last told', () => {
     const file = fileOf(3);
     const records = noRecords();
     const ix = fresh(file, records);
-    const epoch = ix.brokerEpoch;
+    ix.brokerMoves.clear();
     records.tenants.set('x', JSON.stringify(tenant(['x.example'])));
     ix.place('x');
-    expect(ix.brokerEpoch).toBe(epoch);
+    expect([...ix.brokerMoves]).toEqual([]);
     records.tenants.set('y', JSON.stringify(tenant(['y.example'], { brokers: ['http://127.0.0.1:2/'], tenancyAwareBrokers: false })));
     ix.place('y');
-    expect(ix.brokerEpoch).toBe(epoch + 1);
+    // Placed again (released, then admitted): the URL's state before the first crossing is what counts.
+    ix.place('y');
+    expect([...ix.brokerMoves]).toEqual([['http://127.0.0.1:2', false]]);
     expect([...ix.brokerUrls]).toEqual([
       ['http://127.0.0.1:1', 4],
       ['http://127.0.0.1:2', 1],
     ]);
+    ix.brokerMoves.clear();
     records.deleted.add('y');
     ix.place('y');
-    expect(ix.brokerEpoch).toBe(epoch + 2);
+    expect([...ix.brokerMoves]).toEqual([['http://127.0.0.1:2', true]]);
     expect(ix.brokerUrls.has('http://127.0.0.1:2')).toBe(false);
   });
 

@@ -323,3 +323,70 @@ describe('clusters: lifecycle and snapshot', () => {
     await vi.waitFor(() => expect(probed.slice(again)).toContain(B[1]), { timeout: 3000 });
   });
 });
+
+describe('clusters: following the directory by URL', () => {
+  const NEW = 'http://10.0.0.7:6632';
+
+  it('tracks and checks a URL the directory adds, before any tenant listing it is picked', async () => {
+    const { c, probed } = clusters();
+    c.start([tenant('t1', [B[0]!])]);
+    c.follow({ added: [NEW], removed: [] });
+    expect(c.brokers().map((b) => b.url)).toEqual([B[0], NEW]);
+    await vi.waitFor(() => expect(probed).toContain(NEW), { timeout: 3000 });
+    expect(c.pick(tenant('t2', [NEW]), 'k')).toBe(NEW);
+  });
+
+  it('a URL removed with its last tenant is no longer checked, counted or picked; one another tenant lists stays', async () => {
+    const { c, probed } = clusters();
+    const keeps = tenant('t1', [B[0]!]);
+    const leaves = tenant('t2', [B[0]!, B[1]!]);
+    c.start([keeps, leaves]);
+    c.pick(leaves, 'k');
+    await vi.waitFor(() => expect(new Set(probed)).toEqual(new Set([B[0], B[1]])), { timeout: 3000 });
+    // t2 goes: B[1] loses its last tenant, B[0] keeps t1.
+    c.follow({ added: [], removed: [B[1]!] });
+    expect(c.brokers()).toEqual([{ url: B[0], healthy: true, inflight: 0 }]);
+    const from = probed.length;
+    await vi.waitFor(() => expect(probed.slice(from).filter((u) => u === B[0]).length).toBeGreaterThanOrEqual(3), { timeout: 3000 });
+    expect(probed.slice(from)).not.toContain(B[1]);
+    // A request holding t2 from before (its entry made before, or first seen now) sees B[1] down and does not track it again.
+    const unseen = tenant('t2', [B[1]!, B[0]!]);
+    for (const key of lanesOf(1, 20)) {
+      expect(c.pick(leaves, key)).toBe(B[0]);
+      expect(c.pick(unseen, key)).toBe(B[0]);
+    }
+    expect(c.reachable(tenant('t3', [B[1]!]))).toBe(false);
+    c.learnLease('lease-b1', B[1]!);
+    expect(c.brokerForLease(leaves, 'lease-b1')).toBeUndefined();
+    expect(c.brokers().map((b) => b.url)).toEqual([B[0]]);
+    expect(c.pick(keeps, 'k')).toBe(B[0]);
+  });
+
+  it('a URL removed and added again is live again for a tenant object the directory lends anew', () => {
+    const { c } = clusters();
+    const t = tenant('t1', [B[0]!, B[1]!]);
+    c.start([t]);
+    c.pick(t, null);
+    c.follow({ added: [], removed: [B[1]!] });
+    expect(c.snapshot([t])[0]!.brokers.map((b) => b.healthy)).toEqual([true, false]);
+    c.follow({ added: [B[1]!], removed: [] });
+    expect(c.snapshot([t])[0]!.brokers.map((b) => b.healthy)).toEqual([true, true]);
+    c.begin(c.pick(t, lanesOf(1, 1)[0]!)!);
+    expect(c.brokers()).toEqual([
+      { url: B[0], healthy: true, inflight: 0 },
+      { url: B[1], healthy: true, inflight: 1 },
+    ]);
+  });
+
+  it('tells readiness whether any tracked broker is healthy, without the tenants', () => {
+    const { c } = clusters();
+    c.start([tenant('t1', [B[0]!]), tenant('t2', [B[1]!])]);
+    expect(c.brokers().some((b) => b.healthy)).toBe(true);
+    c.reportFailure(B[0]!, 'connect');
+    expect(c.brokers().some((b) => b.healthy)).toBe(true);
+    c.reportFailure(B[1]!, 'connect');
+    expect(c.brokers().some((b) => b.healthy)).toBe(false);
+    c.follow({ added: [B[2]!], removed: [B[0]!, B[1]!] });
+    expect(c.brokers()).toEqual([{ url: B[2], healthy: true, inflight: 0 }]);
+  });
+});
