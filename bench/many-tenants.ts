@@ -61,7 +61,7 @@ function tenantRecord(i: number, brokers: readonly string[], status: 'active' | 
 /** The configuration with `n` tenants; `changed` suspends one of them (the SIGHUP's change). */
 export function manyTenantsConfig(
   n: number,
-  c: { port: number; adminPort: number; cert: string; key: string; brokers: readonly string[]; redisUrl: string },
+  c: { port: number; adminPort: number; cert: string; key: string; brokers: readonly string[]; redisUrl: string; workers?: number },
   changed = -1,
 ): Record<string, unknown> {
   const tenants: Record<string, unknown> = {};
@@ -71,7 +71,7 @@ export function manyTenantsConfig(
       https: { host: '127.0.0.1', port: c.port, cert: c.cert, key: c.key },
       http: { port: null },
       admin: { host: '127.0.0.1', port: c.adminPort, token: ADMIN_TOKEN },
-      workers: 1,
+      workers: c.workers ?? 1,
       drainTimeoutMs: 1000,
     },
     log: { level: 'warn', accessLog: false },
@@ -191,7 +191,7 @@ async function until(what: string, timeoutMs: number, check: () => Promise<boole
 /** Runs the scenario for `n` tenants. */
 export async function runManyTenants(
   n: number,
-  o: { dir: string; edgeRoot: string; startTimeoutMs: number; doubles: readonly FastDouble[]; redis: PrivateRedis; log: (l: string) => void },
+  o: { dir: string; edgeRoot: string; startTimeoutMs: number; doubles: readonly FastDouble[]; redis: PrivateRedis; log: (l: string) => void; workers: number },
 ): Promise<ManyTenantsRow> {
   const row: ManyTenantsRow = {
     tenants: n,
@@ -219,6 +219,7 @@ export async function runManyTenants(
     ...certs,
     brokers: o.doubles.map((d) => `http://127.0.0.1:${d.port}`),
     redisUrl: o.redis.url,
+    workers: o.workers,
   };
   const configFile = join(o.dir, `many-${n}.json`);
   const text = JSON.stringify(manyTenantsConfig(n, settings));
@@ -345,6 +346,7 @@ async function main(): Promise<void> {
       'edge-root': { type: 'string', default: REPO_ROOT },
       'start-timeout-s': { type: 'string', default: '180' },
       out: { type: 'string' },
+      workers: { type: 'string', default: '1' },
     },
   });
   const counts = values.tenants.split(',').map(Number);
@@ -353,13 +355,13 @@ async function main(): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), 'queen-edge-many-'));
   const doubles = await Promise.all(Array.from({ length: BROKERS }, () => startFastDouble(0)));
   const rows: ManyTenantsRow[] = [];
-  log(`many tenants: ${counts.join(', ')} tenants, edge from ${edgeRoot}; 1-min load ${loadAverage()}`);
+  log(`many tenants: ${counts.join(', ')} tenants, ${values.workers} worker(s), edge from ${edgeRoot}; 1-min load ${loadAverage()}`);
   try {
     for (const n of counts) {
       // A fresh Redis per count: tenant records a previous count's PUTs left would be loaded too.
       const redis = await PrivateRedis.start();
       try {
-        rows.push(await runManyTenants(n, { dir, edgeRoot, startTimeoutMs: Number(values['start-timeout-s']) * 1000, doubles, redis, log }));
+        rows.push(await runManyTenants(n, { dir, edgeRoot, startTimeoutMs: Number(values['start-timeout-s']) * 1000, doubles, redis, log, workers: Number(values.workers) }));
       } finally {
         await redis.kill();
       }
