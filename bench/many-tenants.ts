@@ -65,7 +65,7 @@ function tenantRecord(i: number, brokers: readonly string[], status: 'active' | 
 /** The configuration with `n` tenants; `changed` suspends one of them (the SIGHUP's change). */
 export function manyTenantsConfig(
   n: number,
-  c: { port: number; adminPort: number; cert: string; key: string; brokers: readonly string[]; redisUrl: string },
+  c: { port: number; adminPort: number; cert: string; key: string; brokers: readonly string[]; redisUrl: string; workers?: number },
   changed = -1,
 ): Record<string, unknown> {
   const tenants: Record<string, unknown> = {};
@@ -75,7 +75,7 @@ export function manyTenantsConfig(
       https: { host: '127.0.0.1', port: c.port, cert: c.cert, key: c.key },
       http: { port: null },
       admin: { host: '127.0.0.1', port: c.adminPort, token: ADMIN_TOKEN },
-      workers: 1,
+      workers: c.workers ?? 1,
       drainTimeoutMs: 1000,
     },
     log: { level: 'warn', accessLog: false },
@@ -246,6 +246,7 @@ export async function runManyTenants(
     spare: readonly FastDouble[];
     redis: PrivateRedis;
     log: (l: string) => void;
+    workers: number;
   },
 ): Promise<ManyTenantsRow> {
   const row: ManyTenantsRow = {
@@ -279,6 +280,7 @@ export async function runManyTenants(
     ...certs,
     brokers: o.doubles.map((d) => `http://127.0.0.1:${d.port}`),
     redisUrl: o.redis.url,
+    workers: o.workers,
   };
   const configFile = join(o.dir, `many-${n}.json`);
   const text = JSON.stringify(manyTenantsConfig(n, settings));
@@ -404,6 +406,7 @@ async function main(): Promise<void> {
       'edge-root': { type: 'string', default: REPO_ROOT },
       'start-timeout-s': { type: 'string', default: '180' },
       out: { type: 'string' },
+      workers: { type: 'string', default: '1' },
     },
   });
   const counts = values.tenants.split(',').map(Number);
@@ -413,13 +416,24 @@ async function main(): Promise<void> {
   const doubles = await Promise.all(Array.from({ length: BROKERS }, () => startFastDouble(0)));
   const spare = await Promise.all(Array.from({ length: PUTS }, () => startFastDouble(0)));
   const rows: ManyTenantsRow[] = [];
-  log(`many tenants: ${counts.join(', ')} tenants, edge from ${edgeRoot}; 1-min load ${loadAverage()}`);
+  log(`many tenants: ${counts.join(', ')} tenants, ${values.workers} worker(s), edge from ${edgeRoot}; 1-min load ${loadAverage()}`);
   try {
     for (const n of counts) {
       // A fresh Redis per count: tenant records a previous count's PUTs left would be loaded too.
       const redis = await PrivateRedis.start();
       try {
-        rows.push(await runManyTenants(n, { dir, edgeRoot, startTimeoutMs: Number(values['start-timeout-s']) * 1000, doubles, spare, redis, log }));
+        rows.push(
+          await runManyTenants(n, {
+            dir,
+            edgeRoot,
+            startTimeoutMs: Number(values['start-timeout-s']) * 1000,
+            doubles,
+            spare,
+            redis,
+            log,
+            workers: Number(values.workers),
+          }),
+        );
       } finally {
         await redis.kill();
       }

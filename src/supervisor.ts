@@ -6,10 +6,12 @@
  */
 import cluster, { type Worker } from 'node:cluster';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { setImmediate as turn } from 'node:timers/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
+import { ConfigJoin, splitConfig, type ConfigHead, type TenantPart } from './config/parts.js';
 import { startApp, type App } from './app.js';
 import { compileTablesResolved } from './tables.js';
 import { ConfigError } from './config/load.js';
@@ -21,8 +23,10 @@ import { processLogger, type Logger } from './observability/log.js';
 
 /** Primary → worker. The `queen-edge:` prefix keeps them apart from prom-client's own cluster messages. */
 type ToWorker =
-  | { type: 'queen-edge:config'; config: RawConfig }
-  | { type: 'queen-edge:reload'; config: RawConfig }
+  /** A configuration in parts (config/parts.ts): the head, its tenants in chunks, the end. `start` is the worker's first. */
+  | { type: 'queen-edge:config-head'; purpose: ConfigPurpose; config: ConfigHead }
+  | { type: 'queen-edge:config-tenants'; part: TenantPart }
+  | { type: 'queen-edge:config-end' }
   /** The primary refused the file: the workers record it, so their admin API and /metrics show it. */
   | { type: 'queen-edge:reload-refused'; problems: string[] }
   | { type: 'queen-edge:drain' }
@@ -38,6 +42,7 @@ type ToPrimary =
   | { type: 'queen-edge:collected'; id: number; metrics: WorkerMetrics };
 
 type WorkerMetrics = MetricObjectWithValues<MetricValue<string>>[];
+type ConfigPurpose = 'start' | 'reload';
 
 const SIGNALS = ['SIGTERM', 'SIGINT'] as const;
 /** Time the primary waits for every worker's metrics. */
@@ -269,6 +274,22 @@ export async function runPrimary(
   const send = (w: Worker, msg: ToWorker): void => {
     if (w.isConnected()) w.send(msg);
   };
+  // One configuration at a time per worker: a worker that says hello while a reload is being sent
+  // must not get the two configurations' parts interleaved.
+  const streams = new WeakMap<Worker, Promise<void>>();
+  const sendConfig = (w: Worker, purpose: ConfigPurpose, config: RawConfig): void => {
+    const sent = (streams.get(w) ?? Promise.resolve()).then(async () => {
+      const { head, parts } = splitConfig(config);
+      send(w, { type: 'queen-edge:config-head', purpose, config: head });
+      // A turn between parts: the primary hands out new connections and must not stall either.
+      for (const part of parts) {
+        send(w, { type: 'queen-edge:config-tenants', part });
+        await turn();
+      }
+      send(w, { type: 'queen-edge:config-end' });
+    });
+    streams.set(w, sent);
+  };
   const end = (): void => {
     if (workers.size === 0 && restarts.size === 0) finish(failed ? 1 : 0);
   };
@@ -295,7 +316,7 @@ export async function runPrimary(
   const onMessage = (w: Worker, msg: ToPrimary): void => {
     const state = workers.get(w);
     if (state === undefined || typeof msg !== 'object' || msg === null) return;
-    if (msg.type === 'queen-edge:hello') send(w, { type: 'queen-edge:config', config: workerConfig });
+    if (msg.type === 'queen-edge:hello') sendConfig(w, 'start', workerConfig);
     else if (msg.type === 'queen-edge:listening') {
       state.ready = true;
       log.info({ worker: w.id, workerPid: w.process.pid }, 'worker listening');
@@ -351,7 +372,7 @@ export async function runPrimary(
     const next = await selfSigned.share(await checkedFiles(await deps.reread!()));
     await compileTablesResolved(next);
     workerConfig = runningConfig(startConfig, next);
-    for (const w of workers.keys()) send(w, { type: 'queen-edge:reload', config: next });
+    for (const w of workers.keys()) sendConfig(w, 'reload', next);
     log.info({ workers: workers.size }, 'configuration reload sent to the workers');
   };
 
@@ -481,16 +502,24 @@ export async function runWorker(): Promise<number> {
     if (registry === null) answer([]);
     else registry.getMetricsAsJSON().then(answer, () => answer([]));
   };
+  // The configuration whose parts are arriving.
+  let incoming: { purpose: ConfigPurpose; join: ConfigJoin } | null = null;
   const configured = new Promise<RawConfig>((resolveConfig) => {
+    const received = (purpose: ConfigPurpose, config: RawConfig): void => {
+      if (purpose === 'start') resolveConfig(config);
+      else if (reloadWorker === null) reloadEarly = config;
+      else reloadWorker(config);
+    };
     process.on('message', (msg: ToWorker) => {
       if (typeof msg !== 'object' || msg === null) return;
-      if (msg.type === 'queen-edge:config') resolveConfig(msg.config);
-      else if (msg.type === 'queen-edge:metrics') metrics.onAnswer(msg);
+      if (msg.type === 'queen-edge:config-head') incoming = { purpose: msg.purpose, join: new ConfigJoin(msg.config) };
+      else if (msg.type === 'queen-edge:config-tenants') incoming?.join.add(msg.part);
+      else if (msg.type === 'queen-edge:config-end') {
+        if (incoming !== null) received(incoming.purpose, incoming.join.config());
+        incoming = null;
+      } else if (msg.type === 'queen-edge:metrics') metrics.onAnswer(msg);
       else if (msg.type === 'queen-edge:collect') collected(msg.id);
-      else if (msg.type === 'queen-edge:reload') {
-        if (reloadWorker === null) reloadEarly = msg.config;
-        else reloadWorker(msg.config);
-      } else if (msg.type === 'queen-edge:reload-refused') refusedWorker?.(msg.problems);
+      else if (msg.type === 'queen-edge:reload-refused') refusedWorker?.(msg.problems);
       else if (msg.type === 'queen-edge:drain') {
         if (shutdown === null) drainEarly = true;
         else shutdown.drain('primary');

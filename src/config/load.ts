@@ -9,6 +9,7 @@ import { Worker } from 'node:worker_threads';
 import { isMap, isScalar, parseDocument, visit, type Document } from 'yaml';
 import type { z } from 'zod';
 import { configSchema, type RawConfig } from './schema.js';
+import { ConfigJoin, type ConfigHead, type TenantPart } from './parts.js';
 
 /** A configuration that cannot be used; `problems` lists each as `path: message`. */
 export class ConfigError extends Error {
@@ -188,8 +189,7 @@ export function loadConfigFileOffThread(path: string, env: NodeJS.ProcessEnv = p
       () =>
         new Promise<RawConfig>((resolve, reject) => {
           const { worker } = thread;
-          let head: Omit<RawConfig, 'tenants'> | null = null;
-          const tenants: RawConfig['tenants'] = {};
+          let join: ConfigJoin | null = null;
           const done = (): void => {
             worker.off('message', onMessage);
             worker.off('error', reject);
@@ -199,21 +199,15 @@ export function loadConfigFileOffThread(path: string, env: NodeJS.ProcessEnv = p
             done();
             reject(new Error(`configuration reader exited with ${code}`));
           };
-          const onMessage = (m: {
-            type: string;
-            config?: Omit<RawConfig, 'tenants'>;
-            part?: RawConfig['tenants'];
-            problems?: string[] | null;
-            message?: string;
-          }): void => {
-            if (m.type === 'head') head = m.config!;
+          const onMessage = (m: { type: string; config?: ConfigHead; part?: TenantPart; problems?: string[] | null; message?: string }): void => {
+            if (m.type === 'head') join = new ConfigJoin(m.config!);
             else if (m.type === 'tenants') {
-              Object.assign(tenants, m.part);
+              join!.add(m.part!);
               // The next chunk after a turn of the event loop: requests are served between chunks.
               setImmediate(() => worker.postMessage({ type: 'next' }));
             } else {
               done();
-              if (m.type === 'done') resolve({ ...head!, tenants });
+              if (m.type === 'done') resolve(join!.config());
               else reject(m.problems ? new ConfigError(m.problems) : new Error(m.message));
             }
           };

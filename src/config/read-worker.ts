@@ -7,9 +7,7 @@
  */
 import { parentPort } from 'node:worker_threads';
 import { ConfigError, loadConfigFile } from './load.js';
-
-/** Tenants per message: copying one chunk in takes the main thread about a millisecond. */
-const CHUNK = 500;
+import { splitConfig } from './parts.js';
 
 const port = parentPort!;
 /** Resolves when the main thread asks for the next chunk: messages waiting in a port are all copied in one turn of its event loop, so they are sent one at a time. */
@@ -26,12 +24,9 @@ port.on('message', async (m: { type: 'read'; path: string; env: NodeJS.ProcessEn
   }
   const { path, env } = m;
   try {
-    const { tenants, ...rest } = await loadConfigFile(path, env);
-    port.postMessage({ type: 'head', config: rest });
-    const ids = Object.keys(tenants);
-    for (let i = 0; i < ids.length; i += CHUNK) {
-      const part: typeof tenants = {};
-      for (const id of ids.slice(i, i + CHUNK)) part[id] = tenants[id]!;
+    const { head, parts } = splitConfig(await loadConfigFile(path, env));
+    port.postMessage({ type: 'head', config: head });
+    for (const part of parts) {
       const more = asked();
       port.postMessage({ type: 'tenants', part });
       await more;
