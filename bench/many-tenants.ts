@@ -8,7 +8,7 @@
  * tenants on the existing brokers, then of new tenants each on a broker URL no tenant listed yet
  * (each PUT's answer time, and when the new tenant is served), /readyz's and /metrics' answer
  * times and /metrics (bytes, series) after up to 2,000 tenants pushed once, and the first page of
- * GET /admin/v1/tenants.
+ * GET /admin/v1/tenants and of GET /admin/v1/brokers (its answer time too).
  *
  *   npm run bench:many-tenants -- --tenants 1000,10000 [--edge-root DIR] [--start-timeout-s 180] [--out FILE]
  *
@@ -123,6 +123,9 @@ export interface ManyTenantsRow {
   metricsSeries: number | null;
   activeTenants: number;
   tenantListBytes: number | null;
+  /** Median answer time of 5 `GET /admin/v1/brokers` without parameters, and its size. */
+  brokersMs: number | null;
+  brokersBytes: number | null;
   load1: number;
 }
 
@@ -271,6 +274,8 @@ export async function runManyTenants(
     metricsSeries: null,
     activeTenants: Math.min(ACTIVE, n),
     tenantListBytes: null,
+    brokersMs: null,
+    brokersBytes: null,
     load1: loadAverage(),
   };
   const certs = await makeCertificate(o.dir);
@@ -388,8 +393,15 @@ export async function runManyTenants(
     row.metricsBytes = Buffer.byteLength(metrics.text);
     row.metricsSeries = metrics.text.split('\n').filter((l) => l !== '' && !l.startsWith('#')).length;
     row.tenantListBytes = Buffer.byteLength((await adminCall(adminBase, 'GET', '/admin/v1/tenants')).text);
+    const brokerReads: number[] = [];
+    for (let k = 0; k < 5; k++) {
+      const b0 = performance.now();
+      row.brokersBytes = Buffer.byteLength((await adminCall(adminBase, 'GET', '/admin/v1/brokers')).text);
+      brokerReads.push(performance.now() - b0);
+    }
+    row.brokersMs = Math.round(brokerReads.sort((a, b) => a - b)[2]! * 10) / 10;
     o.log(
-      `  ${n} tenants: /readyz ${row.readyzMs} ms (median); /metrics ${row.metricsMs} ms, ${row.metricsSeries} series (${Math.round(row.metricsBytes / 1024)} KiB) after ${row.activeTenants} active; tenant list ${Math.round(row.tenantListBytes / 1024)} KiB`,
+      `  ${n} tenants: /readyz ${row.readyzMs} ms (median); /metrics ${row.metricsMs} ms, ${row.metricsSeries} series (${Math.round(row.metricsBytes / 1024)} KiB) after ${row.activeTenants} active; tenant list ${Math.round(row.tenantListBytes / 1024)} KiB; brokers ${row.brokersMs} ms (median), ${Math.round(row.brokersBytes! / 1024)} KiB`,
     );
     return row;
   } finally {

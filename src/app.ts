@@ -289,7 +289,7 @@ function buildAdminDeps(p: Parts, live: LiveState, metricsText: () => Promise<st
     tenantRecord: async (id) => tenants.recordOf(id) ?? null,
     keys: { store: p.apiKeys, verifier: p.keyVerifier, tenant: (id) => tenants.byId(id), clock },
     usage: (id, from, to) => meter.usage(id, from, to),
-    brokers: () => clusters.snapshot(tenants.all()),
+    brokers: (page) => clusters.snapshot(page),
     maintenance: createBrokerMaintenance({ minter: p.minter, timeoutMs: config.upstream.requestTimeoutMs }),
     readiness: { notReadyReason: () => notReadyReason(p, live) },
     usageExport: { flush: () => meter.flush(), read: (id, from, to) => p.usageStore.read(id, from, to) },

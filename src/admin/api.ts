@@ -56,7 +56,8 @@ export interface AdminDeps {
   readonly stats: () => Promise<Record<string, unknown>>;
   /** Plan ids to list: the config file's plus those tenants use. */
   readonly planIds: () => Iterable<string>;
-  readonly brokers: () => ClusterSnapshot[];
+  /** The cluster views of the tenants given (a page of them), in their order: O(those tenants). */
+  readonly brokers: (tenants: readonly Tenant[]) => ClusterSnapshot[];
   /** Reads and switches the brokers' maintenance modes. */
   readonly maintenance: BrokerMaintenance;
   readonly readiness: Readiness;
@@ -458,8 +459,28 @@ async function usageExport(c: Call): Promise<Reply | Refusal> {
   };
 }
 
-async function listBrokers(c: Call): Promise<Reply> {
-  return { status: 200, body: { clusters: c.d.brokers() } };
+/**
+ * The cluster views of a page of tenants, chosen as `GET /admin/v1/tenants` chooses them (same
+ * cursor, limit and filters), or of the one `tenant` names: only those tenants are viewed, so the
+ * answer costs the page, not the directory.
+ */
+async function listBrokers(c: Call): Promise<Reply | Refusal> {
+  const one = c.query.get('tenant');
+  if (one !== null) {
+    if ([...c.query.keys()].some((k) => k !== 'tenant')) return edgeError('invalid_request', 'tenant: names one tenant, without paging or filters');
+    const t = existing(c.d, one);
+    return t instanceof EdgeError ? t : { status: 200, body: { clusters: c.d.brokers([t]), next: null } };
+  }
+  const q = listQuery(c.query);
+  if (q instanceof EdgeError) return q;
+  const ids = tenantIds(c);
+  const page = tenantPage(
+    ids,
+    (id) => c.d.tenants.byId(id),
+    q,
+    (t) => c.d.brokers([t])[0]!,
+  );
+  return { status: 200, body: { clusters: page.tenants, next: page.next, total: ids.length } };
 }
 
 // Broker maintenance, for all of a tenant's brokers or the one named by `broker`; 502 when a

@@ -109,38 +109,53 @@ const usageRow = (label: string, c: Json): string[] => [
     .join(',') || '-',
 ];
 
+/** The options of the listings that page over the tenants (`tenants list`, `brokers`): the admin API's cursor, limit and filters. */
+const PAGE_OPTIONS: Options = {
+  status: { type: 'string' },
+  plan: { type: 'string' },
+  prefix: { type: 'string' },
+  limit: { type: 'string' },
+  cursor: { type: 'string' },
+  all: { type: 'boolean' },
+};
+const PAGE_HELP = '[--status active|suspended] [--plan ID] [--prefix ID-OR-HOST] [--limit N] [--cursor C | --all]';
+
+/**
+ * A page of a listing over the tenants, `field` holding its entries; --all follows the cursors and
+ * gathers every page's entries here, the edge holding one page at a time.
+ */
+async function listPages(api: CommandContext['api'], path: string, field: string, values: CommandContext['values']): Promise<Json> {
+  const q = new URLSearchParams();
+  for (const name of ['status', 'plan', 'prefix', 'limit', 'cursor'] as const) if (typeof values[name] === 'string') q.set(name, values[name]);
+  const doc = await api('GET', `${path}?${q}`);
+  while (values.all === true && doc.next) {
+    q.set('cursor', doc.next);
+    const page = await api('GET', `${path}?${q}`);
+    doc[field].push(...page[field]);
+    doc.next = page.next;
+  }
+  return doc;
+}
+
+/** Under a listing's table: how to get the next page, when there is one. */
+const moreText = (doc: Json): string => (doc.next ? `more: --cursor ${doc.next} (or --all)\n` : '');
+
 export const COMMANDS: readonly AdminCommand[] = [
   {
     words: ['tenants', 'list'],
     args: [],
-    options: {
-      status: { type: 'string' },
-      plan: { type: 'string' },
-      prefix: { type: 'string' },
-      limit: { type: 'string' },
-      cursor: { type: 'string' },
-      all: { type: 'boolean' },
-    },
-    optionsHelp: '[--status active|suspended] [--plan ID] [--prefix ID-OR-HOST] [--limit N] [--cursor C | --all]',
+    options: PAGE_OPTIONS,
+    optionsHelp: PAGE_HELP,
     summary: 'a page of tenants in id order (--all: every page), filtered',
     async run({ api, values }) {
-      const q = new URLSearchParams();
-      for (const name of ['status', 'plan', 'prefix', 'limit', 'cursor'] as const) if (typeof values[name] === 'string') q.set(name, values[name]);
-      const doc = await api('GET', `/admin/v1/tenants?${q}`);
-      // --all follows the cursors: one page in memory at a time on the edge, the list here.
-      while (values.all === true && doc.next) {
-        q.set('cursor', doc.next);
-        const page = await api('GET', `/admin/v1/tenants?${q}`);
-        doc.tenants.push(...page.tenants);
-        doc.next = page.next;
-      }
+      const doc = await listPages(api, '/admin/v1/tenants', 'tenants', values);
       return {
         doc,
         human: () =>
           table(
             ['ID', 'STATUS', 'PLAN', 'HOSTS', 'BROKERS', 'SOURCE'],
             doc.tenants.map((t: Json) => [t.id, t.status, t.plan, t.hosts.join(',') || '-', String(t.brokers.length), sourceText(t.source)]),
-          ) + (doc.next ? `more: --cursor ${doc.next} (or --all)\n` : ''),
+          ) + moreText(doc),
       };
     },
   },
@@ -241,9 +256,17 @@ export const COMMANDS: readonly AdminCommand[] = [
   {
     words: ['brokers'],
     args: [],
-    summary: "each tenant's brokers: health, requests in flight, picks, ring share, last health change",
-    async run({ api }) {
-      const doc = await api('GET', '/admin/v1/brokers');
+    options: { ...PAGE_OPTIONS, tenant: { type: 'string' } },
+    optionsHelp: `[--tenant ID | ${PAGE_HELP}]`,
+    summary: "a page of tenants' brokers, in tenant id order (--all: every page): health, requests in flight, picks, ring share, last health change",
+    async run({ api, values }) {
+      if (typeof values.tenant === 'string' && Object.keys(PAGE_OPTIONS).some((name) => values[name] !== undefined)) {
+        throw new UsageError('brokers: --tenant names one tenant, without paging or filters');
+      }
+      const doc =
+        typeof values.tenant === 'string'
+          ? await api('GET', `/admin/v1/brokers?${new URLSearchParams({ tenant: values.tenant })}`)
+          : await listPages(api, '/admin/v1/brokers', 'clusters', values);
       const change = (c: Json): string => (c ? `${c.healthy ? 'up' : 'down'} ${new Date(c.at).toISOString()}${c.reason ? ` (${c.reason})` : ''}` : '-');
       return {
         doc,
@@ -261,7 +284,7 @@ export const COMMANDS: readonly AdminCommand[] = [
                 change(b.lastChange),
               ]),
             ),
-          ),
+          ) + moreText(doc),
       };
     },
   },

@@ -1,9 +1,10 @@
 /**
  * GET /admin/v1/tenants for many tenants: pages by cursor and limit, filters by status, plan and
- * id or host prefix, no page over 256 KiB; /admin/v1/usage pages the same way; the usage export
- * leaves out all-zero rows on request.
+ * id or host prefix, no page over 256 KiB; /admin/v1/usage and /admin/v1/brokers page the same
+ * way, a brokers page reading only its own tenants; the usage export leaves out all-zero rows on
+ * request.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { DEFAULT_PAGE, MAX_PAGE, PAGE_MAX_BYTES, SortedTenantIds, listQuery, tenantPage } from '../../src/admin/tenant-list.js';
 import { EdgeError } from '../../src/errors.js';
 import type { Tenant } from '../../src/tenants/model.js';
@@ -120,6 +121,63 @@ describe('listing 3,000 tenants through the admin listener', () => {
     expect(next.out).toContain('--cursor');
     const all = await runCli(h, 'tenants', 'list', '--all', '--status', 'suspended', '--json');
     expect(JSON.parse(all.out).tenants).toHaveLength(N / 10);
+  });
+
+  it('GET /admin/v1/brokers pages as the tenant list does: every tenant once, in id order, each page under 256 KiB', async () => {
+    const seen: string[] = [];
+    let cursor = '';
+    do {
+      const res = await admin(h, 'GET', `/admin/v1/brokers?limit=${MAX_PAGE}&cursor=${cursor}`);
+      expect(res.status).toBe(200);
+      expect(Buffer.byteLength(res.text)).toBeLessThanOrEqual(PAGE_MAX_BYTES);
+      expect(res.json.total).toBe(N + 1);
+      seen.push(...res.json.clusters.map((c: { tenant: string }) => c.tenant));
+      cursor = res.json.next ?? '';
+    } while (cursor !== '');
+    expect(seen).toEqual(['acme', ...Array.from({ length: N }, (_, i) => manyTenantId(i))].sort());
+    const first = await admin(h, 'GET', '/admin/v1/brokers');
+    expect(first.json.clusters).toHaveLength(DEFAULT_PAGE);
+    expect(first.json.clusters[0]).toMatchObject({ tenant: 'acme', brokers: [expect.objectContaining({ url: broker.url, keyShare: 1 })] });
+    expect(first.json.next).toEqual(expect.any(String));
+    const filtered = await admin(h, 'GET', '/admin/v1/brokers?status=suspended&prefix=t00001');
+    expect(filtered.json.clusters.map((c: { tenant: string }) => c.tenant)).toEqual([19].map(manyTenantId));
+  });
+
+  it('a brokers page reads only its own tenants from the directory, never all of them; tenant=ID gives one', async () => {
+    const after = (await admin(h, 'GET', '/admin/v1/brokers?limit=3')).json.next;
+    const all = vi.spyOn(h.app.tenants, 'all');
+    const byId = vi.spyOn(h.app.tenants, 'byId');
+    try {
+      const page = await admin(h, 'GET', `/admin/v1/brokers?limit=10&cursor=${after}`);
+      expect(page.json.clusters.map((c: { tenant: string }) => c.tenant)).toEqual([2, 3, 4, 5, 6, 7, 8, 9, 10, 11].map(manyTenantId));
+      const one = await admin(h, 'GET', `/admin/v1/brokers?tenant=${manyTenantId(2345)}`);
+      expect(one.json).toEqual({ clusters: [expect.objectContaining({ tenant: manyTenantId(2345) })], next: null });
+      expect(all).not.toHaveBeenCalled();
+      expect(byId).toHaveBeenCalledTimes(11);
+    } finally {
+      all.mockRestore();
+      byId.mockRestore();
+    }
+    expect((await admin(h, 'GET', '/admin/v1/brokers?tenant=nobody')).status).toBe(404);
+    expect((await admin(h, 'GET', '/admin/v1/brokers?tenant=acme&limit=5')).json.code).toBe('invalid_request');
+    expect((await admin(h, 'GET', '/admin/v1/brokers?limit=0')).json.code).toBe('invalid_request');
+  });
+
+  it('the CLI brokers command pages as tenants list does, or shows one tenant', async () => {
+    const one = await runCli(h, 'brokers', '--prefix', 't00001', '--limit', '4', '--json');
+    expect(one.code).toBe(0);
+    const doc = JSON.parse(one.out);
+    expect(doc.clusters.map((c: { tenant: string }) => c.tenant)).toEqual([10, 11, 12, 13].map(manyTenantId));
+    const next = await runCli(h, 'brokers', '--prefix', 't00001', '--limit', '4', '--cursor', doc.next);
+    expect(next.out).toMatch(new RegExp(`^${manyTenantId(14)}\\s`, 'm'));
+    expect(next.out).toContain('more: --cursor');
+    const all = await runCli(h, 'brokers', '--all', '--status', 'suspended', '--json');
+    expect(JSON.parse(all.out).clusters).toHaveLength(N / 10);
+    const named = await runCli(h, 'brokers', '--tenant', manyTenantId(42));
+    expect(named.out.trim().split('\n').slice(1)).toEqual([
+      expect.stringMatching(new RegExp(`^${manyTenantId(42)}\\s+${broker.url.replace(/[.]/g, '\\.')}\\s`)),
+    ]);
+    expect((await runCli(h, 'brokers', '--tenant', 'acme', '--limit', '3')).code).toBe(2);
   });
 
   it('GET /admin/v1/usage gives a page of tenants with its cursor; the export leaves out all-zero rows with zeros=omit', async () => {
