@@ -9,6 +9,8 @@ const OVERVIEW_REFRESH_MS = 3000;
 const TENANTS_REFRESH_MS = 5000;
 /** Tenants per page of the Tenants table (the admin API lists them in pages, docs/operating.md). */
 const TENANTS_PAGE = 50;
+/** Tenants per page of the Brokers page: each is a panel with its ring's table. */
+const BROKERS_PAGE = 20;
 const HOUR = 3600_000;
 
 /** uPlot instances of the tenant page, by chart name (the browser test reads their data). */
@@ -308,47 +310,37 @@ async function renderOverview(_arg, current) {
   });
 }
 
-// ---------- Tenants ----------
+// ---------- Paged listings (Tenants, Brokers) ----------
 
 /**
- * The Tenants page's search and position, kept while the operator moves between pages of the
- * console: the filters, and the cursor of every page up to the one shown (Previous pops one).
+ * A listing's query: `limit`, the filters set in `state` and the cursor of the page shown. The
+ * admin API pages over the tenants in id order (docs/operating.md), so a page costs the same
+ * whatever the directory holds.
  */
-const tenantsView = { prefix: '', status: '', plan: '', cursors: [''] };
-
-function tenantsQuery() {
-  const q = new URLSearchParams({ limit: String(TENANTS_PAGE) });
-  for (const k of ['prefix', 'status', 'plan']) if (tenantsView[k]) q.set(k, tenantsView[k]);
-  const cursor = tenantsView.cursors.at(-1);
+function pageQuery(state, limit) {
+  const q = new URLSearchParams({ limit: String(limit) });
+  for (const k of ['prefix', 'status', 'plan']) if (state[k]) q.set(k, state[k]);
+  const cursor = state.cursors.at(-1);
   if (cursor) q.set('cursor', cursor);
   return q;
 }
 
-/** The search form above the table: id or host prefix, status, plan. */
-function tenantsSearch(plans) {
-  const select = (id, label, options, value) =>
-    h(
-      'label',
-      {},
-      `${label} `,
-      h(
-        'select',
-        { id },
-        options.map(([v, text]) => h('option', { value: v, selected: v === value }, text)),
-      ),
-    );
+/**
+ * The search form above a listing: id or host prefix, then `selects` ([key, label, options]);
+ * a search starts again from page one.
+ */
+function listSearch(name, state, selects = []) {
   return h(
     'form',
     {
-      id: 'tenants-search',
+      id: `${name}-search`,
       class: 'search',
       role: 'search',
       onsubmit: (e) => {
         e.preventDefault();
-        tenantsView.prefix = document.getElementById('tenants-prefix').value.trim();
-        tenantsView.status = document.getElementById('tenants-status').value;
-        tenantsView.plan = document.getElementById('tenants-plan').value;
-        tenantsView.cursors = [''];
+        state.prefix = document.getElementById(`${name}-prefix`).value.trim();
+        for (const [key] of selects) state[key] = document.getElementById(`${name}-${key}`).value;
+        state.cursors = [''];
         route();
       },
     },
@@ -356,26 +348,27 @@ function tenantsSearch(plans) {
       'label',
       {},
       'Id or host starts with ',
-      h('input', { id: 'tenants-prefix', type: 'search', value: tenantsView.prefix, spellcheck: 'false', autocomplete: 'off' }),
+      h('input', { id: `${name}-prefix`, type: 'search', value: state.prefix, spellcheck: 'false', autocomplete: 'off' }),
     ),
-    select(
-      'tenants-status',
-      'Status',
-      [
-        ['', 'any'],
-        ['active', 'active'],
-        ['suspended', 'suspended'],
-      ],
-      tenantsView.status,
+    selects.map(([key, label, options]) =>
+      h(
+        'label',
+        {},
+        `${label} `,
+        h(
+          'select',
+          { id: `${name}-${key}` },
+          options.map(([v, text]) => h('option', { value: v, selected: v === state[key] }, text)),
+        ),
+      ),
     ),
-    select('tenants-plan', 'Plan', [['', 'any'], ...plans.map((p) => [p.id, p.id])], tenantsView.plan),
     h('button', { type: 'submit', class: 'primary' }, 'Search'),
   );
 }
 
-/** Previous / Next under the table; `next` is the API's cursor of the following page. */
-function tenantsPager(next, shown) {
-  const n = tenantsView.cursors.length;
+/** Previous / Next under a listing; `next` is the API's cursor of the following page. */
+function pager(name, state, next, shown) {
+  const n = state.cursors.length;
   return h(
     'div',
     { class: 'pager' },
@@ -383,24 +376,24 @@ function tenantsPager(next, shown) {
       'button',
       {
         type: 'button',
-        id: 'tenants-prev',
+        id: `${name}-prev`,
         disabled: n === 1,
         onclick: () => {
-          tenantsView.cursors.pop();
+          state.cursors.pop();
           route();
         },
       },
       '← Previous',
     ),
-    h('span', { class: 'muted', id: 'tenants-page' }, `Page ${num(n)}: ${num(shown)} tenant${shown === 1 ? '' : 's'}`),
+    h('span', { class: 'muted', id: `${name}-page` }, `Page ${num(n)}: ${num(shown)} tenant${shown === 1 ? '' : 's'}`),
     h(
       'button',
       {
         type: 'button',
-        id: 'tenants-next',
+        id: `${name}-next`,
         disabled: !next,
         onclick: () => {
-          tenantsView.cursors.push(next);
+          state.cursors.push(next);
           route();
         },
       },
@@ -409,8 +402,32 @@ function tenantsPager(next, shown) {
   );
 }
 
+// ---------- Tenants ----------
+
+/**
+ * The Tenants page's search and position, kept while the operator moves between pages of the
+ * console: the filters, and the cursor of every page up to the one shown (Previous pops one).
+ */
+const tenantsView = { prefix: '', status: '', plan: '', cursors: [''] };
+
+/** The search form above the table: id or host prefix, status, plan. */
+function tenantsSearch(plans) {
+  return listSearch('tenants', tenantsView, [
+    [
+      'status',
+      'Status',
+      [
+        ['', 'any'],
+        ['active', 'active'],
+        ['suspended', 'suspended'],
+      ],
+    ],
+    ['plan', 'Plan', [['', 'any'], ...plans.map((p) => [p.id, p.id])]],
+  ]);
+}
+
 async function renderTenants(_arg, current) {
-  const q = tenantsQuery();
+  const q = pageQuery(tenantsView, TENANTS_PAGE);
   const [{ tenants, next, total }, { plans, writable, backing }, stats, monthUsage] = await Promise.all([
     api('GET', `/admin/v1/tenants?${q}`),
     api('GET', '/admin/v1/plans'),
@@ -553,7 +570,7 @@ async function renderTenants(_arg, current) {
             : tenants.map((t, i) => row(t, usage[i])),
         ),
       ),
-      tenantsPager(next, tenants.length),
+      pager('tenants', tenantsView, next, tenants.length),
     ),
   );
   fillRates(stats);
@@ -848,12 +865,20 @@ function healthSource(reason) {
   return /health check/.test(reason) ? 'active check' : 'live traffic (passive)';
 }
 
+/** The Brokers page's search and position, as the Tenants page keeps its own. */
+const brokersView = { prefix: '', cursors: [''] };
+
 async function renderBrokers() {
-  const [{ clusters }, stats] = await Promise.all([api('GET', '/admin/v1/brokers'), api('GET', '/admin/v1/stats')]);
+  const [{ clusters, next }, stats] = await Promise.all([
+    api('GET', `/admin/v1/brokers?${pageQuery(brokersView, BROKERS_PAGE)}`),
+    api('GET', '/admin/v1/stats'),
+  ]);
   const live = new Map(stats.brokers.map((b) => [b.url, b]));
   page(
     'Brokers',
     'Each tenant’s ring: the share of lanes each broker owns while all are healthy, its health as active checks and live traffic (passive) see it, requests in flight, and the last health change with its cause.',
+    listSearch('brokers', brokersView),
+    ...(clusters.length === 0 ? [h('p', { class: 'empty' }, brokersView.prefix ? 'No tenant matches.' : 'No tenants.')] : []),
     ...clusters.map((c) =>
       h(
         'div',
@@ -909,6 +934,7 @@ async function renderBrokers() {
         ),
       ),
     ),
+    pager('brokers', brokersView, next, clusters.length),
   );
 }
 

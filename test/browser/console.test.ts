@@ -350,10 +350,10 @@ describe('the operator console', { timeout: 60_000 }, () => {
   });
 });
 
-// Many tenants: the table shows a page at a time and searches on the server (the admin API's
-// cursor and filters), so the page stays small whatever the directory holds. 10,000 file tenants
-// keep the edge's start inside the hook's minute on a loaded 2-core machine; the test itself
-// takes a few seconds.
+// Many tenants: the tenants table and the brokers page show a page at a time and search on the
+// server (the admin API's cursor and filters), so the page stays small whatever the directory
+// holds. 10,000 file tenants keep the edge's start inside the hook's minute on a loaded 2-core
+// machine; the tests themselves take a few seconds.
 describe('the operator console with 10,000 tenants', { timeout: 60_000 }, () => {
   const N = 10_000;
   let big: EdgeHarness;
@@ -422,6 +422,26 @@ describe('the operator console with 10,000 tenants', { timeout: 60_000 }, () => 
     await tab.click('#tenants-search button[type="submit"]');
     await tab.waitForSelector('#tenants td.empty', { timeout: UI_TIMEOUT });
     expect(await tab.innerText('#tenants td.empty')).toBe('No tenant matches.');
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('pages through the brokers page (Next, Previous) and searches it by id or host prefix', async () => {
+    const rings = () => tab.$$eval('[data-ring]', (els) => els.map((el) => el.getAttribute('data-ring')));
+    await tab.click('#nav a[data-page="brokers"]');
+    await tab.waitForSelector(`[data-ring="${manyTenantId(0)}"]`, { timeout: UI_TIMEOUT });
+    expect(await rings()).toEqual(['acme', ...range(0, 19)]);
+    await tab.click('#brokers-next');
+    await tab.waitForSelector(`[data-ring="${manyTenantId(19)}"]`, { timeout: UI_TIMEOUT });
+    expect(await rings()).toEqual(range(19, 39));
+    expect(await tab.innerText(`[data-ring="${manyTenantId(19)}"]`)).toContain(b3.url);
+    await tab.click('#brokers-prev');
+    await tab.waitForSelector('[data-ring="acme"]', { timeout: UI_TIMEOUT });
+
+    await tab.fill('#brokers-prefix', `${manyTenantId(4321)}.LOCAL`);
+    await tab.click('#brokers-search button[type="submit"]');
+    await tab.waitForSelector(`[data-ring="${manyTenantId(4321)}"]`, { timeout: UI_TIMEOUT });
+    expect(await rings()).toEqual([manyTenantId(4321)]);
+    expect(await tab.isDisabled('#brokers-next')).toBe(true);
     expect(pageErrors).toEqual([]);
   });
 });
