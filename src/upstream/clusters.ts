@@ -84,6 +84,8 @@ export interface Clusters {
   snapshot(tenants: Iterable<Tenant>): ClusterSnapshot[];
   /** True while at least one of the tenant's brokers is healthy; no placement. */
   reachable(tenant: Tenant): boolean;
+  /** True while `url` is one of the tenant's brokers and healthy to it (a broker removed since its object was made is down). */
+  usable(tenant: Tenant, url: string): boolean;
   /** The brokers tracked now, in O(brokers) whatever the number of tenants (readiness, metrics). */
   brokers(): BrokerLoad[];
   /**
@@ -222,10 +224,14 @@ class RingClusters implements Clusters {
 
   brokerForLease(tenant: Tenant, leaseId: string, exclude: ReadonlySet<string> | null = null): string | undefined {
     const url = this.#leases.brokerFor(leaseId);
-    const i = url === undefined ? -1 : tenant.brokers.indexOf(url);
-    if (i < 0 || exclude?.has(url!)) return undefined;
+    if (url === undefined || exclude?.has(url)) return undefined;
+    return this.usable(tenant, url) ? url : undefined;
+  }
+
+  usable(tenant: Tenant, url: string): boolean {
+    const i = tenant.brokers.indexOf(url);
     // The tenant's own view: a broker removed since its object was made is down to it.
-    return this.#entry(tenant).states[i]!.healthy ? url : undefined;
+    return i >= 0 && this.#entry(tenant).states[i]!.healthy;
   }
 
   begin(url: string): void {

@@ -117,13 +117,15 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
         x.broker = broker;
         const result = await attempt(res, x, tenant, req, broker);
         if (isEdgeError(result)) return result;
-        // What the broker did is metered from its answer whenever one was read to the end.
-        if (result.meter !== null) {
-          metered = true;
-          afterResponse(x, broker, result.meter, req.learnsLease);
+        if (result !== RETRY) {
+          // What the broker did is metered from its answer whenever one was read to the end.
+          if (result.meter !== null) {
+            metered = true;
+            afterResponse(x, broker, result.meter, req.learnsLease);
+          }
+          const next = judge(res, x, req, broker, result);
+          if (next !== RETRY) return next;
         }
-        const next = judge(res, x, req, broker, result);
-        if (next !== RETRY) return next;
         tried ??= new Set();
         tried.add(broker);
         broker = clusters.pick(tenant, lane.key, tried);
@@ -134,13 +136,25 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
   }
 
   /** One attempt on `broker`, inside the tenant's share of a shared broker's request pool (parked polls have a pool of their own). */
-  async function attempt(res: EdgeResponse, x: ProxyExchange, tenant: Tenant, req: ProxyRequest, broker: string): Promise<ForwardResult | EdgeError> {
+  async function attempt(
+    res: EdgeResponse,
+    x: ProxyExchange,
+    tenant: Tenant,
+    req: ProxyRequest,
+    broker: string,
+  ): Promise<ForwardResult | EdgeError | typeof RETRY> {
     // Only a tenancy-aware tenant's brokers can be shared (a broker two tenants list is refused
     // otherwise): on a dedicated broker the tenant has the whole pool, with no neighbour to protect.
     const shared = !req.parked && tenant.tenancyAwareBrokers;
     const entered = shared ? pools.enter(broker, tenant.id) : true;
-    if (entered !== true && !(await entered)) {
-      return edgeError('rate_limited', `too many requests in flight to one broker (${pools.tenantCap} at a time)`, { retryAfterSec: 1 });
+    if (entered !== true) {
+      if (!(await entered)) return edgeError('rate_limited', `too many requests in flight to one broker (${pools.tenantCap} at a time)`, { retryAfterSec: 1 });
+      // The broker may have left the directory (its pool closed) or gone down during the wait:
+      // nothing was sent, so the lane's next broker is tried rather than a pool opened anew.
+      if (!clusters.usable(tenant, broker)) {
+        pools.leave(broker, tenant.id);
+        return RETRY;
+      }
     }
     clusters.begin(broker);
     try {
