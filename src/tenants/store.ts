@@ -557,12 +557,13 @@ class Directory implements TenantStore {
       if (this.#building) this.#placedDuringBuild.add(id);
       const snap = this.#snap;
       const before = [snap.byId.get(id), snap.storage.get(id), snap.blocked.has(id)] as const;
-      if (snap.place(id)) {
-        const tenant = snap.byId.get(id);
-        const gate = before[1] !== snap.storage.get(id) || before[2] !== snap.blocked.has(id);
-        this.#changed(before[0] === tenant ? new Set() : new Set([id]), snap.rejected, gate);
-        return;
-      }
+      const placed = snap.place(id);
+      // A place() that leaves the outcome to a full build may have put a version in force, served
+      // until the build replaces it: subscribers hear of it now, so the build's change undoes it.
+      const tenant = snap.byId.get(id);
+      const gate = before[1] !== snap.storage.get(id) || before[2] !== snap.blocked.has(id);
+      this.#changed(before[0] === tenant ? new Set() : new Set([id]), snap.rejected, gate);
+      if (placed) return;
     }
     await this.#rebuild(this.#records);
   }
@@ -714,8 +715,15 @@ class Directory implements TenantStore {
     const snap = this.#snap;
     snap.redis = next;
     const before = new Map([...changed].map((id) => [id, snap.byId.get(id)]));
-    for (const id of changed) if (!snap.place(id)) return this.#rebuild(next);
+    let whole = false;
+    for (const id of changed) {
+      if (snap.place(id)) continue;
+      whole = true;
+      break;
+    }
+    // Heard of before a full build too: what was placed is served until the build replaces it.
     this.#changed(new Set([...changed].filter((id) => before.get(id) !== snap.byId.get(id))), snap.rejected, true);
+    if (whole) return this.#rebuild(next);
   }
 
   /**
