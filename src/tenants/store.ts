@@ -733,14 +733,18 @@ class Directory implements TenantStore {
   #rebuild(records: RedisRecords): Promise<void> {
     const run = async (): Promise<void> => {
       await this.#building?.catch(() => {});
-      const next = new TenantIndex(this.#file, records, this.#snap, this.#addresses.identitiesOf);
-      this.#placedDuringBuild = new Set();
-      let sliceStart = performance.now();
-      for (const _ of next.build()) {
-        if (performance.now() - sliceStart < SLICE_MS) continue;
-        await nextTurn();
-        sliceStart = performance.now();
-      }
+      let next: TenantIndex;
+      // A file reloaded meanwhile went to the index in force, not to this one: built again from it.
+      do {
+        next = new TenantIndex(this.#file, records, this.#snap, this.#addresses.identitiesOf);
+        this.#placedDuringBuild = new Set();
+        let sliceStart = performance.now();
+        for (const _ of next.build()) {
+          if (performance.now() - sliceStart < SLICE_MS) continue;
+          await nextTurn();
+          sliceStart = performance.now();
+        }
+      } while (next.file !== this.#file);
       let whole = false;
       for (const id of this.#placedDuringBuild) if (!next.place(id)) whole = true;
       if (whole) for (const _ of next.build());
