@@ -149,8 +149,11 @@ class RingClusters implements Clusters {
   readonly #ringHash: RingHash;
   /** Counts the brokers tracked: an entry may hold the state of one removed and tracked again since. */
   #generation = 0;
-  /** Brokers removed and not listed again, oldest first (MAX_REMOVED); only follow() tracks them again. */
-  readonly #removed = new Set<string>();
+  /**
+   * Brokers removed and not listed again, oldest first (MAX_REMOVED), with their last state: down,
+   * and counting the requests still in flight there as they end. Only follow() tracks them again.
+   */
+  readonly #removed = new Map<string, BrokerState>();
   // The candidate filter of the pick in progress. pick() is synchronous, so one reusable
   // predicate reading these fields replaces a closure per request.
   #cand: readonly BrokerState[] = NO_STATES;
@@ -235,12 +238,12 @@ class RingClusters implements Clusters {
   }
 
   begin(url: string): void {
-    const s = this.#states.get(url);
+    const s = this.#counted(url);
     if (s !== undefined) s.inflight++;
   }
 
   end(url: string): void {
-    const s = this.#states.get(url);
+    const s = this.#counted(url);
     if (s !== undefined && s.inflight > 0) s.inflight--;
   }
 
@@ -283,18 +286,20 @@ class RingClusters implements Clusters {
 
   follow(change: BrokerChange): void {
     for (const url of change.removed) {
-      const s = this.#states.get(url);
       // Entries holding this state keep it, down for good: a later tracking makes a new one.
-      if (s !== undefined) s.healthy = false;
+      const s = this.#states.get(url) ?? { url, healthy: false, inflight: 0, picks: 0 };
+      s.healthy = false;
       this.#states.delete(url);
       this.#health.untrack(url);
       this.#removed.delete(url);
-      this.#removed.add(url);
-      if (this.#removed.size > MAX_REMOVED) this.#removed.delete(this.#removed.values().next().value!);
+      this.#removed.set(url, s);
+      if (this.#removed.size > MAX_REMOVED) this.#removed.delete(this.#removed.keys().next().value!);
     }
     for (const url of change.added) {
+      // The requests begun before the removal still end on the new state: it counts them.
+      const before = this.#removed.get(url);
       this.#removed.delete(url);
-      if (!this.#states.has(url)) this.#track(url);
+      if (!this.#states.has(url)) this.#track(url, before?.inflight ?? 0);
     }
   }
 
@@ -358,14 +363,17 @@ class RingClusters implements Clusters {
    * down and untracked; a broker never announced (a tenant not from the directory) is tracked.
    */
   #state(url: string): BrokerState {
-    const s = this.#states.get(url);
-    if (s !== undefined) return s;
-    return this.#removed.has(url) ? { url, healthy: false, inflight: 0, picks: 0 } : this.#track(url);
+    return this.#counted(url) ?? this.#track(url);
   }
 
-  #track(url: string): BrokerState {
+  /** The state counting the requests to `url`: the live one, or a removed broker's. */
+  #counted(url: string): BrokerState | undefined {
+    return this.#states.get(url) ?? this.#removed.get(url);
+  }
+
+  #track(url: string, inflight = 0): BrokerState {
     this.#health.track([url]);
-    const s: BrokerState = { url, healthy: this.#health.isHealthy(url), inflight: 0, picks: 0 };
+    const s: BrokerState = { url, healthy: this.#health.isHealthy(url), inflight, picks: 0 };
     this.#states.set(url, s);
     this.#generation++;
     return s;

@@ -390,3 +390,19 @@ describe('clusters: following the directory by URL', () => {
     expect(c.brokers()).toEqual([{ url: B[2], healthy: true, inflight: 0 }]);
   });
 });
+
+describe('clusters: a URL removed and added again with requests still in flight', () => {
+  it('counts the requests begun before the removal until they end, not the new ones they would hide', () => {
+    const { c } = clusters();
+    c.start([tenant('t1', [B[0]!])]);
+    c.begin(B[0]!);
+    c.follow({ added: [], removed: [B[0]!] });
+    c.follow({ added: [B[0]!], removed: [] });
+    c.begin(B[0]!);
+    // The request from before the removal ends: the one begun since is still in flight.
+    c.end(B[0]!);
+    expect(c.brokers()).toEqual([{ url: B[0], healthy: true, inflight: 1 }]);
+    c.end(B[0]!);
+    expect(c.brokers()).toEqual([{ url: B[0], healthy: true, inflight: 0 }]);
+  });
+});
