@@ -329,8 +329,8 @@ class RedisLimiter implements EdgeLimiter {
     try {
       d = await this.#store.admit(input.tenant.id, entry.plan, input, now, month, slot, this.#slotTtlMs);
     } catch (err) {
-      // A failed admit may still take its slot in Redis later; give it back once Redis answers again.
-      if (input.parkedPoll) this.#store.releaseLater(input.tenant.id, slot);
+      // A failed admit may still take its slot in Redis later; the heartbeats give it back (releaseLater).
+      if (input.parkedPoll) this.#store.releaseLater(input.tenant.id, slot, now + this.#slotTtlMs);
       if (isScriptError(err)) this.#scriptFailed(input.tenant, err);
       else this.#failed(err);
       return this.#fallback(input, this.#clock());
@@ -358,7 +358,7 @@ class RedisLimiter implements EdgeLimiter {
       this.#instances = Math.max(1, await this.#store.heartbeat(this.#slots.instanceId, this.#clock(), this.#heartbeatMs * 3));
       // A working heartbeat proves Redis is back, so recovery does not wait for traffic.
       this.#succeeded();
-      await this.#store.retryReleases();
+      await this.#store.retryReleases(this.#clock());
     } catch (err) {
       this.#failed(err);
     }

@@ -3,7 +3,10 @@
  * tenant's admits of the turn in order (EVAL once after a NOSCRIPT, e.g. after a Redis restart),
  * parked-slot releases as fire-and-forget ZREMs, and the instance heartbeat.
  * A release that fails (connection dropped, Redis still holding the slot) is kept and sent
- * again by retryReleases(), so a blip does not hold a tenant's slots until they expire.
+ * again by retryReleases(), so a blip does not hold a tenant's slots until they expire. The slot
+ * of an admit that failed is removed again at each retry until a removal finds it or it expires:
+ * the admit may still run late (a Cluster client re-sends it to the promoted replica), after a
+ * removal that found nothing.
  */
 import calculateSlot from 'cluster-key-slot';
 import { Cluster } from 'ioredis';
@@ -44,6 +47,8 @@ export class RedisLimitStore {
   readonly #keys = new Map<string, { month: string; keys: string[] }>();
   /** Slot id → tenant id of releases that did not reach Redis, oldest first. */
   readonly #pending = new Map<string, string>();
+  /** Slot id → tenant and the slot's expiry, of admits that failed but may still run (releaseLater). */
+  readonly #late = new Map<string, { tenantId: string; expiresAt: number }>();
   /** Admits waiting for this turn's write; null when none is queued. */
   #batch: QueuedAdmit[] | null = null;
 
@@ -111,16 +116,38 @@ export class RedisLimitStore {
   }
 
   /**
-   * Queues a release for the next retryReleases() without sending it now: for the slot of an admit
-   * that failed (timed out). Redis may still run that admit late (a Cluster client re-sends
-   * commands to the promoted replica after a failover), and a release sent now could arrive first.
+   * Queues a release for retryReleases() without sending it now: for the slot of an admit that
+   * failed (timed out). Redis may still run that admit late (a Cluster client re-sends commands to
+   * the promoted replica after a failover), so one removal that found nothing does not settle it:
+   * the slot is removed again at each retry until a removal finds it or it expires (`expiresAt`,
+   * the score the admit gives it).
    */
-  releaseLater(tenantId: string, slot: string): void {
-    this.#keep(tenantId, slot);
+  releaseLater(tenantId: string, slot: string, expiresAt: number): void {
+    if (this.#late.size >= MAX_PENDING_RELEASES) this.#late.delete(this.#late.keys().next().value!);
+    this.#late.set(slot, { tenantId, expiresAt });
   }
 
-  /** Sends the releases that failed earlier again (one ZREM per tenant); failures stay kept. */
-  async retryReleases(): Promise<void> {
+  /** Sends the releases that failed earlier again (one ZREM per tenant) and those of failed admits (see releaseLater); failures stay kept. */
+  async retryReleases(now: number): Promise<void> {
+    await Promise.all([this.#retryPending(), this.#retryLate(now)]);
+  }
+
+  /** One ZREM per slot, as its count says whether that admit's slot was there. */
+  async #retryLate(now: number): Promise<void> {
+    for (const [slot, late] of this.#late) if (late.expiresAt <= now) this.#late.delete(slot);
+    await Promise.all(
+      [...this.#late].map(([slot, late]) =>
+        this.#redis.zrem(parkedKey(this.#prefix, late.tenantId), slot).then(
+          (removed) => {
+            if (removed > 0) this.#late.delete(slot);
+          },
+          () => {},
+        ),
+      ),
+    );
+  }
+
+  async #retryPending(): Promise<void> {
     if (this.#pending.size === 0) return;
     const byTenant = new Map<string, string[]>();
     for (const [slot, tenantId] of this.#pending) {

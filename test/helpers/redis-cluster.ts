@@ -1,8 +1,8 @@
 /**
  * A real Redis Cluster for tests: three masters and three replicas, redis-server children on free
  * loopback ports in a temporary directory, joined by `redis-cli --cluster create`. A test file
- * starts one in beforeAll and stops it in afterAll; a test may kill a node (a crash) and restart
- * it, after which it rejoins as a replica of whoever took over its slots.
+ * starts one in beforeAll and stops it in afterAll; a test may kill a node (a crash) and heal the
+ * cluster, after which that node rejoins as a replica of whoever took over its slots.
  *
  * Ready means more than `cluster_state:ok`: that comes before the replicas have synced, and a
  * replica that never synced is never promoted, so start() also waits for `master_link_status:up`
@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Cluster, Redis } from 'ioredis';
 import calculateSlot from 'cluster-key-slot';
-import { waitFor } from './wait.js';
+import { waitFor, waitForValue } from './wait.js';
 
 const run = promisify(execFile);
 /** Redis Cluster's bus listens on the client port plus this. */
@@ -130,6 +130,12 @@ export class RedisCluster {
         join(this.#dir, `nodes-${node.port}.conf`),
         '--cluster-node-timeout',
         '2000',
+        // A replica held back from failing over (holdFailover) stays eligible however long it was held.
+        '--cluster-replica-validity-factor',
+        '0',
+        // A replica syncs at once, not after the 5 s Redis waits by default for others to share the transfer.
+        '--repl-diskless-sync-delay',
+        '0',
         '--dir',
         this.#dir,
         '--save',
@@ -195,6 +201,43 @@ export class RedisCluster {
     throw new Error(`no node reports an owner for slot ${slot}`);
   }
 
+  /** The port of the running node that replicates `master`. */
+  async replicaOf(master: number): Promise<number> {
+    return waitForValue(
+      async () => {
+        for (const n of this.nodes) {
+          if (!n.child || n.port === master) continue;
+          if ((await ask(n.port, 'INFO', 'replication'))?.includes(`master_port:${master}\r\n`)) return n.port;
+        }
+        return undefined;
+      },
+      10_000,
+      `a node replicating ${master}`,
+    );
+  }
+
+  /**
+   * Holds a replica back from taking over its failed master (`cluster-replica-no-failover`), or lets
+   * it: a test can then see what happens while the master is away for as long as it needs to.
+   */
+  async holdFailover(replica: number, held: boolean): Promise<void> {
+    const value = held ? 'yes' : 'no';
+    await waitFor(
+      async () => (await ask(replica, 'CONFIG', 'SET', 'cluster-replica-no-failover', value)) === 'OK',
+      10_000,
+      `${replica} to take cluster-replica-no-failover ${value}`,
+    );
+  }
+
+  /**
+   * Starts every killed node again on its port and config file (a failed-over master rejoins as a
+   * replica of its successor) and waits until the cluster is healthy.
+   */
+  async heal(timeoutMs = 30_000): Promise<void> {
+    for (const n of this.nodes) if (!n.child) await this.#spawn(n);
+    await this.waitHealthy(timeoutMs);
+  }
+
   /** A test client for the cluster (closed by stop()). */
   async client(): Promise<Cluster> {
     const c = new Cluster(this.seeds.slice(0, 3), { enableOfflineQueue: false, redisOptions: { commandTimeout: 2000, maxRetriesPerRequest: 0 } });
@@ -223,12 +266,6 @@ export class RedisCluster {
       child.once('exit', () => done());
       child.kill('SIGKILL');
     });
-  }
-
-  /** Starts a killed node again on its port and config file: it rejoins, as a replica of its successor. */
-  async restart(port: number): Promise<void> {
-    const node = this.nodes.find((n) => n.port === port)!;
-    if (!node.child) await this.#spawn(node);
   }
 
   /** Kills every node and removes the directory; safe to call twice. */

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { RedisLimitStore } from '../../src/limits/redis-store.js';
 import { compileLimitPlan, monthWindow } from '../../src/limits/verdict.js';
+import { parkedKey } from '../../src/redis/keys.js';
 import { commandCalls, connectTest, PrivateRedis, uniquePrefix } from '../helpers/redis.js';
 
 let server: PrivateRedis;
@@ -71,5 +72,39 @@ describe('RedisLimitStore deadline', () => {
       slow.disconnect();
       await frozen.kill();
     }
+  });
+});
+
+describe('RedisLimitStore releases', () => {
+  const parkedCost = { ...cost, parkedPoll: true };
+  const removals = async (): Promise<number> => (await commandCalls(probe)).get('zrem') ?? 0;
+
+  it('gives back the slot of a failed admit that runs late, after a retry found nothing to remove', async () => {
+    const prefix = uniquePrefix();
+    const store = new RedisLimitStore(client, prefix);
+    const now = Date.now();
+    store.releaseLater('t', 'late', now + 60_000);
+    // Retried before the admit ran (a Cluster client still re-sending it): nothing to remove yet.
+    await store.retryReleases(now);
+    expect((await store.admit('t', plan, parkedCost, now, monthWindow(now), 'late', 60_000)).refused).toBe(0);
+    expect(await client.zrange(parkedKey(prefix, 't'), '0', '-1')).toEqual(['late']);
+    await store.retryReleases(now);
+    expect(await client.zcard(parkedKey(prefix, 't'))).toBe(0);
+    // Settled: no removal is sent for it again.
+    const settled = await removals();
+    await store.retryReleases(now);
+    expect(await removals()).toBe(settled);
+  });
+
+  it("retries a failed admit's slot until the slot would have expired, then forgets it", async () => {
+    const store = new RedisLimitStore(client, uniquePrefix());
+    const now = Date.now();
+    store.releaseLater('t', 'never', now + 60_000);
+    const start = await removals();
+    await store.retryReleases(now);
+    await store.retryReleases(now + 59_999);
+    expect(await removals()).toBe(start + 2);
+    await store.retryReleases(now + 60_000);
+    expect(await removals()).toBe(start + 2);
   });
 });
