@@ -158,6 +158,24 @@ function onSignals(onSignal: (name: string) => void): () => void {
 }
 
 /** Hands held hangups over to `onHup` (logging one that came during the start); without `onHup` they stay held. */
+/**
+ * Runs jobs one after another in the order they are given, whatever each one's outcome: reloads
+ * and refusals are read, applied and recorded in the order of the signals, so a slow check of one
+ * file cannot let an older file win over a newer one, nor a refusal be recorded before the reload
+ * it followed.
+ */
+export function inTurn(): (job: () => Promise<unknown> | unknown) => Promise<void> {
+  let last: Promise<unknown> = Promise.resolve();
+  return (job) => {
+    const run = last.then(job).then(
+      () => {},
+      () => {},
+    );
+    last = run;
+    return run;
+  };
+}
+
 function takeHangups(hangups: HeldHangups, log: Logger, onHup: (() => void) | null): () => void {
   if (onHup === null) return () => {};
   if (hangups.pending) log.info('SIGHUP received while starting: reloading now');
@@ -170,18 +188,21 @@ export async function runInProcess(config: RawConfig, deps: { log: Logger; hangu
   const shutdown = shutdownOf(app, deps.log);
   const release = onSignals((name) => shutdown.signal(name));
   const reread = deps.reread;
+  const next = inTurn();
   const releaseHup = takeHangups(
     deps.hangups,
     deps.log,
     reread
       ? () =>
-          void reread()
-            .then(checkedFiles)
-            .then(
-              // app.reload records its own refusals.
-              (next) => app.reload(next).catch((err: unknown) => void reloadRefused(deps.log, err)),
-              (err: unknown) => app.reloads.refused(reloadRefused(deps.log, err)),
-            )
+          void next(() =>
+            reread()
+              .then(checkedFiles)
+              .then(
+                // app.reload records its own refusals.
+                (config) => app.reload(config).catch((err: unknown) => void reloadRefused(deps.log, err)),
+                (err: unknown) => app.reloads.refused(reloadRefused(deps.log, err)),
+              ),
+          )
       : null,
   );
   const code = await shutdown.done;
@@ -274,11 +295,17 @@ export async function runPrimary(
   const send = (w: Worker, msg: ToWorker): void => {
     if (w.isConnected()) w.send(msg);
   };
-  // One configuration at a time per worker: a worker that says hello while a reload is being sent
-  // must not get the two configurations' parts interleaved.
-  const streams = new WeakMap<Worker, Promise<void>>();
-  const sendConfig = (w: Worker, purpose: ConfigPurpose, config: RawConfig): void => {
-    const sent = (streams.get(w) ?? Promise.resolve()).then(async () => {
+  // Per worker, what is sent about configurations goes in order: a worker that says hello while a
+  // reload is being sent must not get the two configurations' parts interleaved, nor a refusal
+  // before the parts of the reload sent before it.
+  const queues = new WeakMap<Worker, ReturnType<typeof inTurn>>();
+  const inOrder = (w: Worker, job: () => Promise<void> | void): void => {
+    let queue = queues.get(w);
+    if (queue === undefined) queues.set(w, (queue = inTurn()));
+    void queue(job);
+  };
+  const sendConfig = (w: Worker, purpose: ConfigPurpose, config: RawConfig): void =>
+    inOrder(w, async () => {
       const { head, parts } = splitConfig(config);
       send(w, { type: 'queen-edge:config-head', purpose, config: head });
       // A turn between parts: the primary hands out new connections and must not stall either.
@@ -288,8 +315,6 @@ export async function runPrimary(
       }
       send(w, { type: 'queen-edge:config-end' });
     });
-    streams.set(w, sent);
-  };
   const end = (): void => {
     if (workers.size === 0 && restarts.size === 0) finish(failed ? 1 : 0);
   };
@@ -381,9 +406,10 @@ export async function runPrimary(
   const release = onSignals(stop);
   const refused = (err: unknown): void => {
     const problems = reloadRefused(log, err);
-    for (const w of workers.keys()) send(w, { type: 'queen-edge:reload-refused', problems });
+    for (const w of workers.keys()) inOrder(w, () => send(w, { type: 'queen-edge:reload-refused', problems }));
   };
-  const releaseHup = takeHangups(deps.hangups, log, deps.reread ? () => void reload().catch(refused) : null);
+  const reloads = inTurn();
+  const releaseHup = takeHangups(deps.hangups, log, deps.reread ? () => void reloads(() => reload().catch(refused)) : null);
   for (let slot = 0; slot < count; slot++) fork(slot);
   const code = await done;
   release();
@@ -534,8 +560,10 @@ export async function runWorker(): Promise<number> {
   const current = shutdownOf(app, log);
   shutdown = current;
   // app.reload records its own refusals.
-  reloadWorker = (next) => void app.reload(next).catch((err: unknown) => void reloadRefused(log, err));
-  refusedWorker = (problems) => app.reloads.refused(problems);
+  // A refusal is recorded after the reload sent before it has been applied or refused.
+  const reloads = inTurn();
+  reloadWorker = (next) => void reloads(() => app.reload(next).catch((err: unknown) => void reloadRefused(log, err)));
+  refusedWorker = (problems) => void reloads(() => app.reloads.refused(problems));
   if (reloadEarly !== null) reloadWorker(reloadEarly);
   // Ctrl-C reaches every process of the group; SIGTERM usually only the primary, which forwards it as 'drain'.
   const release = onSignals((name) => current.signal(name));
