@@ -4,7 +4,7 @@
  */
 import { MAX_HOST_LENGTH, type Feature, type RawPlan, type RawTenant, type RawTenantAuth } from '../config/schema.js';
 import { compileCorsPolicy, type CorsPolicy } from '../cors/policy.js';
-import { Interner, listKey } from './intern.js';
+import { Interner, listKey } from '../cache/intern.js';
 
 /** Tenant and plan ids: usable inside a Redis hash tag and a URL path segment. */
 export const ID_PATTERN = /^[A-Za-z0-9._-]{1,128}$/;

@@ -5,6 +5,7 @@
  * collection that frees it, so broker lists that come and go never accumulate and no pass over
  * the tenants is needed to find the unused ones.
  */
+import { Interner } from '../cache/intern.js';
 import { buildRing, ringShares, type Ring, type RingHash } from './ring.js';
 
 /** A built ring and its key shares. */
@@ -15,11 +16,7 @@ export interface BuiltRing {
 
 export class RingCache {
   readonly #hash: RingHash;
-  readonly #rings = new Map<string, WeakRef<BuiltRing>>();
-  // The key may hold a newer ring by the time the old one is collected: only a dead entry goes.
-  readonly #collected = new FinalizationRegistry<string>((key) => {
-    if (this.#rings.get(key)?.deref() === undefined) this.#rings.delete(key);
-  });
+  readonly #rings = new Interner<BuiltRing>();
 
   constructor(hash: RingHash) {
     this.#hash = hash;
@@ -27,15 +24,10 @@ export class RingCache {
 
   /** The ring of `brokers`, built on first use and shared while anything holds it. */
   ringOf(brokers: readonly string[]): BuiltRing {
-    const key = ringKey(brokers);
-    let built = this.#rings.get(key)?.deref();
-    if (built === undefined) {
+    return this.#rings.get(ringKey(brokers), () => {
       const ring = buildRing(brokers, this.#hash);
-      built = Object.freeze({ ring, shares: Object.freeze(ringShares(ring)) });
-      this.#rings.set(key, new WeakRef(built));
-      this.#collected.register(built, key);
-    }
-    return built;
+      return Object.freeze({ ring, shares: Object.freeze(ringShares(ring)) });
+    });
   }
 
   /** Broker lists remembered (the rings alive, and those collected whose entry is not cleared yet). */
