@@ -5,6 +5,7 @@
 import type { Registry } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
 import { compileRouteTables } from './tables.js';
+import { tenantIds } from './config/tenant-ids.js';
 import { BrokerAddresses, brokerUrlsOf } from './tenants/broker-addresses.js';
 import { ConfigError } from './config/load.js';
 import { inlineKeyFiles } from './auth/key-files.js';
@@ -417,7 +418,7 @@ function reportReload(p: Parts, next: RawConfig, plan: ReloadPlan): void {
   p.reloads.applied(plan);
   if (plan.restartNeeded.length > 0) log.warn({ settings: plan.restartNeeded }, 'configuration reload: these settings changed but apply only after a restart');
   log.info(
-    { tenants: Object.keys(next.tenants).length, plans: Object.keys(next.plans).length, settings: plan.applied },
+    { tenants: tenantIds(next.tenants).length, plans: Object.keys(next.plans).length, settings: plan.applied },
     'configuration reloaded: tenants, plans, routes, CORS and the settings listed',
   );
 }

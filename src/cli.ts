@@ -88,8 +88,12 @@ function gatewayArgs(argv: string[], env: NodeJS.ProcessEnv): GatewayArgs {
  * Loads, validates and compiles the file, then checks the files it names as the start does
  * (src/preflight.ts); throws a ConfigError with every problem. Returns the config and the start's warnings.
  */
-async function checkedConfig(path: string, adjust: (c: RawConfig) => RawConfig = (c) => c): Promise<{ config: RawConfig; warnings: string[] }> {
-  const config = adjust(await loadConfigFile(path));
+async function checkedConfig(
+  path: string,
+  adjust: (c: RawConfig) => RawConfig = (c) => c,
+  load: (path: string) => Promise<RawConfig> = loadConfigFile,
+): Promise<{ config: RawConfig; warnings: string[] }> {
+  const config = adjust(await load(path));
   // The directory's rules (ids, hosts, shared brokers, by name and by address) are configuration problems too: exit 2, no stack.
   await compileTablesResolved(config);
   const { checkFiles } = await import('./preflight.js');
@@ -171,7 +175,8 @@ async function main(argv: string[]): Promise<number> {
   });
   let config: RawConfig;
   try {
-    config = (await checkedConfig(args.configPath, withPorts)).config;
+    // Read by the reader thread a reload reads with: it then sends a reload's changes only (config/read-worker.ts).
+    config = (await checkedConfig(args.configPath, withPorts, (path) => loadConfigFileOffThread(path))).config;
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     process.stderr.write(problemReport(args.configPath, err));

@@ -9,6 +9,8 @@ import { Worker } from 'node:worker_threads';
 import { isMap, isScalar, parseDocument, visit, type Document } from 'yaml';
 import type { z } from 'zod';
 import { configSchema, type RawConfig } from './schema.js';
+import { rememberChanges, rememberTenantIds } from './tenant-ids.js';
+import type { ReadRequest } from './read-worker.js';
 
 /** A configuration that cannot be used; `problems` lists each as `path: message`. */
 export class ConfigError extends Error {
@@ -163,7 +165,9 @@ function readerThread(): { worker: Worker; queue: Promise<unknown> } {
   // registers tsx itself (a worker does not inherit the loader hooks of --import).
   const ext = import.meta.url.slice(import.meta.url.lastIndexOf('.'));
   const entry = new URL(`./read-worker${ext}`, import.meta.url).href;
-  const boot = `(async () => { if (${ext === '.ts'}) (await import('tsx/esm/api')).register(); await import(${JSON.stringify(entry)}); })()`;
+  // tsx is found from this module, not from the working directory (an eval'd worker resolves from there).
+  const tsx = ext === '.ts' ? JSON.stringify(import.meta.resolve('tsx/esm/api')) : null;
+  const boot = `(async () => { if (${tsx !== null}) (await import(${tsx})).register(); await import(${JSON.stringify(entry)}); })()`;
   const worker = new Worker(boot, { eval: true });
   worker.unref();
   const started = { worker, queue: Promise.resolve() as Promise<unknown> };
@@ -175,10 +179,30 @@ function readerThread(): { worker: Worker; queue: Promise<unknown> } {
   return started;
 }
 
+/** The tenants of the last read delivered, and its number: the reader sends the next read as the changes from it. */
+let lastRead: { seq: number; tenants: RawConfig['tenants'] } | null = null;
+let reads = 0;
+
+/** A message of the reader thread (read-worker.ts). */
+interface ReaderMessage {
+  type: 'head' | 'tenants' | 'done' | 'error';
+  config?: Omit<RawConfig, 'tenants'>;
+  /** head: the read this one is sent against (its tenants missing from `part` are that read's), or null. */
+  base?: number | null;
+  ids?: string[];
+  part?: RawConfig['tenants'];
+  /** done: the tenants added, changed or removed since `base`; null without one. */
+  changed?: string[] | null;
+  problems?: string[] | null;
+  message?: string;
+}
+
 /**
  * loadConfigFile on a worker thread: a reload (SIGHUP) reads the file while this thread serves
  * requests (parsing and validating 100,000 tenants takes seconds). The result arrives in chunks,
- * each copied in on its own event-loop turn.
+ * each taken in on its own event-loop turn; a tenant equal to the last read's is that read's
+ * object, not a copy, and the changed ones are remembered (tenant-ids.ts, changesOf) so the
+ * directory compares nothing itself.
  */
 export function loadConfigFileOffThread(path: string, env: NodeJS.ProcessEnv = process.env): Promise<RawConfig> {
   const thread = readerThread();
@@ -188,8 +212,13 @@ export function loadConfigFileOffThread(path: string, env: NodeJS.ProcessEnv = p
       () =>
         new Promise<RawConfig>((resolve, reject) => {
           const { worker } = thread;
+          const seq = ++reads;
+          const prior = lastRead;
           let head: Omit<RawConfig, 'tenants'> | null = null;
+          let base: RawConfig['tenants'] = {};
           const tenants: RawConfig['tenants'] = {};
+          // The ids as they arrive, in file order: listing a map's keys later would take one long turn.
+          const ids: string[] = [];
           const done = (): void => {
             worker.off('message', onMessage);
             worker.off('error', reject);
@@ -199,28 +228,32 @@ export function loadConfigFileOffThread(path: string, env: NodeJS.ProcessEnv = p
             done();
             reject(new Error(`configuration reader exited with ${code}`));
           };
-          const onMessage = (m: {
-            type: string;
-            config?: Omit<RawConfig, 'tenants'>;
-            part?: RawConfig['tenants'];
-            problems?: string[] | null;
-            message?: string;
-          }): void => {
-            if (m.type === 'head') head = m.config!;
-            else if (m.type === 'tenants') {
-              Object.assign(tenants, m.part);
+          const onMessage = (m: ReaderMessage): void => {
+            if (m.type === 'head') {
+              head = m.config!;
+              if (m.base != null) base = prior!.tenants;
+            } else if (m.type === 'tenants') {
+              for (const id of m.ids!) {
+                tenants[id] = m.part![id] ?? base[id]!;
+                ids.push(id);
+              }
               // The next chunk after a turn of the event loop: requests are served between chunks.
               setImmediate(() => worker.postMessage({ type: 'next' }));
             } else {
               done();
-              if (m.type === 'done') resolve({ ...head!, tenants });
-              else reject(m.problems ? new ConfigError(m.problems) : new Error(m.message));
+              if (m.type === 'done') {
+                rememberTenantIds(tenants, ids);
+                if (m.changed != null) rememberChanges(tenants, { base, changed: m.changed });
+                lastRead = { seq, tenants };
+                resolve({ ...head!, tenants });
+              } else reject(m.problems ? new ConfigError(m.problems) : new Error(m.message));
             }
           };
           worker.on('message', onMessage);
           worker.on('error', reject);
           worker.on('exit', onExit);
-          worker.postMessage({ type: 'read', path, env: { ...env } });
+          const request: ReadRequest = { type: 'read', path, env: { ...env }, seq, base: prior?.seq ?? null };
+          worker.postMessage(request);
         }),
     );
   thread.queue = read;

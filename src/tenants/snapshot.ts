@@ -30,6 +30,7 @@ import { sameTrust, type TrustSettings } from './tenancy.js';
 import { storageVerdict } from './storage.js';
 import { canonicalHost, compilePlan, compileTenant, ID_PATTERN, type Plan, type Tenant } from './model.js';
 import type { RawTenantAuth } from '../config/schema.js';
+import { tenantIds } from '../config/tenant-ids.js';
 
 /** The config file's part of the directory. */
 export interface FileDirectory {
@@ -244,7 +245,7 @@ export class TenantIndex implements Snapshot {
     const first: string[] = [];
     const byRecord = new Set<string>();
     let n = 0;
-    for (const id of Object.keys(this.file.tenants)) {
+    for (const id of tenantIds(this.file.tenants)) {
       order.set(id, order.size);
       if (this.#validRecord(id) === undefined) first.push(id);
       else byRecord.add(id);
@@ -404,7 +405,7 @@ export class TenantIndex implements Snapshot {
 
   /** Precedence: 0 for a file tenant without a valid record (then file order), 1 for the others (then id). */
   #rank(id: string, source?: 'redis'): [number, number | string] {
-    this.#fileOrder ??= new Map(Object.keys(this.file.tenants).map((t, i) => [t, i]));
+    this.#fileOrder ??= new Map(tenantIds(this.file.tenants).map((t, i) => [t, i]));
     const order = this.#fileOrder.get(id) ?? -1;
     if (source === undefined && order >= 0 && this.#validRecord(id) === undefined) return [0, order];
     return [1, id];

@@ -25,6 +25,7 @@ import { ID_PATTERN, type Plan, type Tenant, type TenantDirectory } from './mode
 import type { RawPlan } from '../config/schema.js';
 import { changedTenants, noRecords, problemsOf, sameKeys, sameMap, snapshotChanged, TenantIndex, type FileDirectory, type RedisRecords } from './snapshot.js';
 import { BrokerAddresses, brokerUrlsOf } from './broker-addresses.js';
+import { changesOf, eachTenant, nextTurn, SLICE_MS, tenantIds } from '../config/tenant-ids.js';
 
 /**
  * The outcome of a write: validation problems are values, listed by path. `conflict`: the
@@ -132,12 +133,6 @@ function fileProblems(rejected: ReturnType<TenantIndex['rejectionsOf']>): string
   return rejected.filter((r) => r.source === 'file').flatMap((r) => r.problems);
 }
 
-/** Longest run of directory work between two yields to the event loop. */
-const SLICE_MS = 5;
-
-/** Resolves on the event loop's next turn: what a full build waits for between slices. */
-const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
-
 /** Structural equality of two parsed records (JSON values). */
 function sameValue(a: unknown, b: unknown): boolean {
   if (a === b) return true;
@@ -147,6 +142,18 @@ function sameValue(a: unknown, b: unknown): boolean {
   if (ka.length !== Object.keys(b).length) return false;
   for (const k of ka) if (!sameValue((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return false;
   return true;
+}
+
+/** The ids added, changed or removed between two tenant maps, compared in slices. */
+async function compareTenants(base: FileDirectory['tenants'], next: FileDirectory['tenants']): Promise<string[]> {
+  const changed: string[] = [];
+  await eachTenant(next, (id, tenant) => {
+    if (!sameValue(base[id], tenant)) changed.push(id);
+  });
+  await eachTenant(base, (id) => {
+    if (next[id] === undefined) changed.push(id);
+  });
+  return changed;
 }
 
 class Directory implements TenantStore {
@@ -255,22 +262,9 @@ class Directory implements TenantStore {
 
   async diffFile(next: FileDirectory): Promise<FileDiff> {
     const base = this.#file;
-    const changed: string[] = [];
-    let sliceStart = performance.now();
-    let n = 0;
-    const pause = async (): Promise<void> => {
-      if (++n % 256 !== 0 || performance.now() - sliceStart < SLICE_MS) return;
-      await nextTurn();
-      sliceStart = performance.now();
-    };
-    for (const id in next.tenants) {
-      if (!sameValue(base.tenants[id], next.tenants[id])) changed.push(id);
-      await pause();
-    }
-    for (const id in base.tenants) {
-      if (next.tenants[id] === undefined) changed.push(id);
-      await pause();
-    }
+    // Read against the running file, its reader listed what changed (config/read-worker.ts).
+    const found = changesOf(next.tenants);
+    const changed = found?.base === base.tenants ? found.changed : await compareTenants(base.tenants, next.tenants);
     return { base, next: next.tenants, changed, plans: !sameValue(base.plans, next.plans) };
   }
 
@@ -305,8 +299,8 @@ class Directory implements TenantStore {
     let changed = known?.changed;
     if (changed === undefined) {
       const list: string[] = [];
-      for (const id in file.tenants) if (!sameValue(before.tenants[id], file.tenants[id])) list.push(id);
-      for (const id in before.tenants) if (file.tenants[id] === undefined) list.push(id);
+      for (const id of tenantIds(file.tenants)) if (!sameValue(before.tenants[id], file.tenants[id])) list.push(id);
+      for (const id of tenantIds(before.tenants)) if (file.tenants[id] === undefined) list.push(id);
       changed = list;
     }
     if (changed.length === 0) {
@@ -346,7 +340,7 @@ class Directory implements TenantStore {
    */
   #adoptSoon(file: FileDirectory, differs: ReadonlySet<string>): void {
     const snap = this.#snap;
-    const ids = Object.keys(file.tenants);
+    const ids = tenantIds(file.tenants);
     const step = (from: number): void => {
       if (this.#file !== file || this.#snap !== snap) return;
       const started = performance.now();
