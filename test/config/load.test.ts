@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { ConfigError, duplicateJsonKey, loadConfigFile, loadConfigFileOffThread, parseConfig, substituteEnv } from '../../src/config/load.js';
 import { compileTables } from '../../src/tables.js';
+import { changesOf, tenantIds } from '../../src/config/tenant-ids.js';
 
 const minimal = {
   plans: {
@@ -236,5 +237,30 @@ describe('configuration', () => {
     const err = await loadConfigFileOffThread(join(dir, 'c.json'), {}).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ConfigError);
     expect((err as ConfigError).problems).toEqual(['auth.secret: environment variable S is not set and has no default']);
+  });
+
+  it('sends a read again as the changes from the last one: equal tenants are the same objects, the changed ones listed', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'qe-cfg-'));
+    const file = join(dir, 'c.json');
+    const tenants: Record<string, Record<string, unknown>> = {};
+    for (let i = 0; i < 1200; i++) tenants[`t${i}`] = { plan: 'free', hosts: [`t${i}.example`], brokers: ['http://127.0.0.1:1'] };
+    await writeFile(file, JSON.stringify({ ...minimal, tenants }));
+    const first = await loadConfigFileOffThread(file, {});
+
+    // One changed, one removed, one added; then a file that is refused, which changes nothing.
+    const { t7: _removed, ...kept } = tenants;
+    const next = { ...kept, t3: { ...tenants.t3, status: 'suspended' }, added: { plan: 'free', brokers: ['http://127.0.0.1:1'] } };
+    await writeFile(file, JSON.stringify({ ...minimal, tenants: { ...next, bad: { plan: 'none' } } }));
+    await expect(loadConfigFileOffThread(file, {})).rejects.toBeInstanceOf(ConfigError);
+    await writeFile(file, JSON.stringify({ ...minimal, tenants: next }));
+    const second = await loadConfigFileOffThread(file, {});
+
+    expect(second).toEqual(await loadConfigFile(file, {}));
+    expect(tenantIds(second.tenants)).toEqual(Object.keys(second.tenants));
+    expect(second.tenants.t0).toBe(first.tenants.t0);
+    expect(second.tenants.t3).not.toBe(first.tenants.t3);
+    expect(second.tenants.t3!.status).toBe('suspended');
+    expect(changesOf(second.tenants)).toEqual({ base: first.tenants, changed: ['t3', 'added', 't7'] });
+    expect(changesOf(second.tenants)!.base).toBe(first.tenants);
   });
 });

@@ -3,6 +3,7 @@ import type { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/load.js';
+import { rememberChanges } from '../../src/config/tenant-ids.js';
 import type { RawConfig } from '../../src/config/schema.js';
 import { silentLogger } from '../../src/observability/log.js';
 import { directoryKeys } from '../../src/redis/keys.js';
@@ -159,6 +160,22 @@ describe('tenant store safety net and static mode', () => {
     expect(s.storageUsed('base')).toBeUndefined();
     expect(s.storageBlocked('base')).toBe(false);
     expect((await s.putTenant('acme', acme)).ok).toBe(false);
+    await s.close();
+  });
+
+  it("takes a reloaded file's changes from its reader when read against the running file, and compares them itself otherwise", async () => {
+    const cfg = config('qe:');
+    const s = await createTenantStore(cfg, { log: silentLogger() });
+    const tenants = { ...cfg.tenants, acme: parseConfig({ plans: cfg.plans, tenants: { acme } }).tenants.acme! };
+    // The reader's list is trusted as given (here it leaves out `acme`, to tell which was used)...
+    rememberChanges(tenants, { base: cfg.tenants, changed: ['base'] });
+    expect((await s.diffFile({ ...cfg, tenants })).changed).toEqual(['base']);
+    // ...but only against the file it was read against: another base, and the store compares.
+    rememberChanges(tenants, { base: { ...cfg.tenants }, changed: ['base'] });
+    const diff = await s.diffFile({ ...cfg, tenants });
+    expect(diff.changed).toEqual(['acme']);
+    expect(s.reloadFile({ ...cfg, tenants }, diff)).toEqual({ ok: true });
+    expect(s.byHost('acme.example.com')?.id).toBe('acme');
     await s.close();
   });
 
