@@ -18,7 +18,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { PrivateRedis } from '../test/helpers/redis.js';
 import { startApp } from '../src/app.js';
-import { loadConfigFileOffThread } from '../src/config/load.js';
+import { keepForReloads, loadConfigFile, loadConfigFileOffThread } from '../src/config/load.js';
 import { checkFiles } from '../src/preflight.js';
 import { startFastDouble } from './double.js';
 import { manyTenantsConfig, tenantId } from './many-tenants.js';
@@ -121,8 +121,10 @@ async function main(): Promise<void> {
   };
   const file = join(dir, 'many.json');
   await writeFile(file, JSON.stringify(manyTenantsConfig(n, settings)));
-  // As the CLI starts: read by the reader thread a reload reads with.
-  const app = await startApp(await loadConfigFileOffThread(file));
+  // As the CLI starts: the file read here, its tenants kept for the reload's read.
+  const config = await loadConfigFile(file);
+  keepForReloads(config.tenants);
+  const app = await startApp(config);
   try {
     // Settles the start's own work (a full build's slices).
     await sleep(1000);

@@ -12,7 +12,7 @@ import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ADMIN_GROUPS, adminUsage } from './admin/cli-commands.js';
 import { describeProblems } from './config/hints.js';
-import { ConfigError, loadConfigFile, loadConfigFileOffThread } from './config/load.js';
+import { ConfigError, keepForReloads, loadConfigFile, loadConfigFileOffThread } from './config/load.js';
 import { redactUserInfo } from './net/redact-url.js';
 import { compileTablesResolved } from './tables.js';
 import type { RawConfig } from './config/schema.js';
@@ -88,12 +88,8 @@ function gatewayArgs(argv: string[], env: NodeJS.ProcessEnv): GatewayArgs {
  * Loads, validates and compiles the file, then checks the files it names as the start does
  * (src/preflight.ts); throws a ConfigError with every problem. Returns the config and the start's warnings.
  */
-async function checkedConfig(
-  path: string,
-  adjust: (c: RawConfig) => RawConfig = (c) => c,
-  load: (path: string) => Promise<RawConfig> = loadConfigFile,
-): Promise<{ config: RawConfig; warnings: string[] }> {
-  const config = adjust(await load(path));
+async function checkedConfig(path: string, adjust: (c: RawConfig) => RawConfig = (c) => c): Promise<{ config: RawConfig; warnings: string[] }> {
+  const config = adjust(await loadConfigFile(path));
   // The directory's rules (ids, hosts, shared brokers, by name and by address) are configuration problems too: exit 2, no stack.
   await compileTablesResolved(config);
   const { checkFiles } = await import('./preflight.js');
@@ -175,8 +171,9 @@ async function main(argv: string[]): Promise<number> {
   });
   let config: RawConfig;
   try {
-    // Read by the reader thread a reload reads with: it then sends a reload's changes only (config/read-worker.ts).
-    config = (await checkedConfig(args.configPath, withPorts, (path) => loadConfigFileOffThread(path))).config;
+    config = (await checkedConfig(args.configPath, withPorts)).config;
+    // A reload's read is then sent as its changes from this file (config/read-worker.ts).
+    keepForReloads(config.tenants);
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     process.stderr.write(problemReport(args.configPath, err));

@@ -9,7 +9,8 @@ import { Worker } from 'node:worker_threads';
 import { isMap, isScalar, parseDocument, visit, type Document } from 'yaml';
 import type { z } from 'zod';
 import { configSchema, type RawConfig } from './schema.js';
-import { rememberChanges, rememberTenantIds } from './tenant-ids.js';
+import { rememberChanges, rememberTenantIds, tenantIds } from './tenant-ids.js';
+import { tenantTexts } from './tenant-texts.js';
 import type { ReadRequest } from './read-worker.js';
 
 /** A configuration that cannot be used; `problems` lists each as `path: message`. */
@@ -179,20 +180,31 @@ function readerThread(): { worker: Worker; queue: Promise<unknown> } {
   return started;
 }
 
-/** The tenants of the last read delivered, and its number: the reader sends the next read as the changes from it. */
-let lastRead: { seq: number; tenants: RawConfig['tenants'] } | null = null;
-let reads = 0;
+/** The tenants of the last read delivered (or kept by keepForReloads), and their text: the reader sends the next read as the changes from them. */
+let lastRead: { tenants: RawConfig['tenants']; texts: SharedArrayBuffer } | null = null;
+
+/**
+ * The tenants a process starts with, kept (as text, tenant-texts.ts) for its first reload's read,
+ * which the reader thread then sends as the changes from them. Pass the tenants as loadConfigFile
+ * returned them: what a read returns is compared with that. A few hundred milliseconds at
+ * 100,000 tenants, once, before serving.
+ */
+export function keepForReloads(tenants: RawConfig['tenants']): void {
+  lastRead = { tenants, texts: tenantTexts(tenants, tenantIds(tenants)) };
+}
 
 /** A message of the reader thread (read-worker.ts). */
 interface ReaderMessage {
   type: 'head' | 'tenants' | 'done' | 'error';
   config?: Omit<RawConfig, 'tenants'>;
-  /** head: the read this one is sent against (its tenants missing from `part` are that read's), or null. */
-  base?: number | null;
+  /** head: whether this read is sent against the last (its tenants missing from `part` are that read's). */
+  base?: boolean;
   ids?: string[];
   part?: RawConfig['tenants'];
-  /** done: the tenants added, changed or removed since `base`; null without one. */
+  /** done: the tenants added, changed or removed since the last read; null when not sent against it. */
   changed?: string[] | null;
+  /** done: this read's tenantTexts. */
+  texts?: SharedArrayBuffer;
   problems?: string[] | null;
   message?: string;
 }
@@ -212,7 +224,6 @@ export function loadConfigFileOffThread(path: string, env: NodeJS.ProcessEnv = p
       () =>
         new Promise<RawConfig>((resolve, reject) => {
           const { worker } = thread;
-          const seq = ++reads;
           const prior = lastRead;
           let head: Omit<RawConfig, 'tenants'> | null = null;
           let base: RawConfig['tenants'] = {};
@@ -231,7 +242,7 @@ export function loadConfigFileOffThread(path: string, env: NodeJS.ProcessEnv = p
           const onMessage = (m: ReaderMessage): void => {
             if (m.type === 'head') {
               head = m.config!;
-              if (m.base != null) base = prior!.tenants;
+              if (m.base === true) base = prior!.tenants;
             } else if (m.type === 'tenants') {
               for (const id of m.ids!) {
                 tenants[id] = m.part![id] ?? base[id]!;
@@ -244,7 +255,7 @@ export function loadConfigFileOffThread(path: string, env: NodeJS.ProcessEnv = p
               if (m.type === 'done') {
                 rememberTenantIds(tenants, ids);
                 if (m.changed != null) rememberChanges(tenants, { base, changed: m.changed });
-                lastRead = { seq, tenants };
+                lastRead = { tenants, texts: m.texts! };
                 resolve({ ...head!, tenants });
               } else reject(m.problems ? new ConfigError(m.problems) : new Error(m.message));
             }
@@ -252,7 +263,7 @@ export function loadConfigFileOffThread(path: string, env: NodeJS.ProcessEnv = p
           worker.on('message', onMessage);
           worker.on('error', reject);
           worker.on('exit', onExit);
-          const request: ReadRequest = { type: 'read', path, env: { ...env }, seq, base: prior?.seq ?? null };
+          const request: ReadRequest = { type: 'read', path, env: { ...env }, base: prior?.texts ?? null };
           worker.postMessage(request);
         }),
     );

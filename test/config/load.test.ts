@@ -3,9 +3,11 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { ConfigError, duplicateJsonKey, loadConfigFile, loadConfigFileOffThread, parseConfig, substituteEnv } from '../../src/config/load.js';
+import { ConfigError, duplicateJsonKey, keepForReloads, loadConfigFile, loadConfigFileOffThread, parseConfig, substituteEnv } from '../../src/config/load.js';
 import { compileTables } from '../../src/tables.js';
 import { changesOf, tenantIds } from '../../src/config/tenant-ids.js';
+import { linesById, tenantTexts } from '../../src/config/tenant-texts.js';
+import type { RawTenant } from '../../src/config/schema.js';
 
 const minimal = {
   plans: {
@@ -262,5 +264,20 @@ describe('configuration', () => {
     expect(second.tenants.t3!.status).toBe('suspended');
     expect(changesOf(second.tenants)).toEqual({ base: first.tenants, changed: ['t3', 'added', 't7'] });
     expect(changesOf(second.tenants)!.base).toBe(first.tenants);
+
+    // The start's file, read on this thread and kept: the first reload's read is sent against it.
+    const started = await loadConfigFile(file, {});
+    keepForReloads(started.tenants);
+    const third = await loadConfigFileOffThread(file, {});
+    expect(changesOf(third.tenants)).toEqual({ base: started.tenants, changed: [] });
+    expect(third.tenants.t0).toBe(started.tenants.t0);
+  });
+
+  it('keeps tenants as shared text, one line each, whatever their ids hold', () => {
+    const tenants = { plain: { plan: 'a' }, 'tab\there': { plan: 'b' }, 'line\n"q"': { plan: 'c' } } as unknown as Record<string, RawTenant>;
+    const lines = linesById(tenantTexts(tenants, Object.keys(tenants)));
+    expect([...lines.keys()].map((k) => JSON.parse(k) as string)).toEqual(Object.keys(tenants));
+    expect(lines.get(JSON.stringify('tab\there'))).toBe(`${JSON.stringify('tab\there')}\t{"plan":"b"}`);
+    expect(linesById(tenantTexts({}, [])).size).toBe(0);
   });
 });
