@@ -309,7 +309,9 @@ export class TenantIndex implements Snapshot {
 
   /** After a reload that left `id`'s file entry equal: the new file's object stands for it, so later builds see it unchanged. */
   adopt(id: string, raw: RawTenant): void {
-    if (this.records.has(id) && !this.fromRecord.has(id)) this.records.set(id, raw);
+    const now = this.records.get(id);
+    // A read sent as its changes shares the unchanged objects already (config/read-worker.ts).
+    if (now !== undefined && now !== raw && !this.fromRecord.has(id)) this.records.set(id, raw);
   }
 
   /** Applies the storage usage recorded for `id` (the gate, with its hysteresis). */
