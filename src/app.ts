@@ -370,6 +370,8 @@ async function stageReload(p: Parts, served: Served, next: RawConfig, plan: Relo
     const diff = await p.tenants.diffFile(next);
     // Their broker names resolved (off the request path), so the shared-broker rule sees addresses.
     await p.brokerAddresses.learn(brokerUrlsOf(diff.changed.map((id) => next.tenants[id])));
+    // A changed plan rebuilds every tenant: in slices now, not in the synchronous swap.
+    const prepared = await p.tenants.prepareFile(next, diff);
     if (served.addresses.https !== null && plan.applied.some((s) => s.startsWith('server.https.'))) {
       certs = await CertificateSet.load(running.server.https, { log: p.log });
     }
@@ -379,7 +381,7 @@ async function stageReload(p: Parts, served: Served, next: RawConfig, plan: Relo
     // New Redis credentials must work before they replace the ones that do.
     const refusedBy = p.redis !== null && plan.applied.includes('redis.url') ? await credentialsRefused(next.redis.url!, next.redis.timeoutMs) : null;
     if (refusedBy !== null) throw new ConfigError([`redis.url: Redis refuses the new credentials: ${refusedBy}`]);
-    return { routes, diff, certs, commitAuth };
+    return { routes, diff: prepared, certs, commitAuth };
   } catch (err) {
     certs?.close();
     throw refuse(p.reloads, err);

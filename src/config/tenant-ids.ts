@@ -71,6 +71,18 @@ export async function inSlices<T>(items: readonly T[], visit: (item: T) => void)
   return yields;
 }
 
+/** Runs `steps` to its end, yielding to the event loop at its yields once a slice has run SLICE_MS; its result. */
+export async function stepInSlices<R>(steps: Generator<void, R, void>): Promise<R> {
+  let sliceStart = performance.now();
+  for (;;) {
+    const step = steps.next();
+    if (step.done) return step.value;
+    if (performance.now() - sliceStart < SLICE_MS) continue;
+    await nextTurn();
+    sliceStart = performance.now();
+  }
+}
+
 /** Calls `visit` for each tenant of `tenants`, in file order and in slices (inSlices). */
 export function eachTenant(tenants: TenantMap, visit: (id: string, tenant: RawTenant) => void): Promise<number> {
   return inSlices(tenantIds(tenants), (id) => visit(id, tenants[id]!));

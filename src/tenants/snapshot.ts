@@ -597,9 +597,25 @@ export function snapshotChanged(prev: Snapshot, next: Snapshot): boolean {
 
 /** The tenants whose compiled object differs between two directories (added, removed or changed). */
 export function changedTenants(prev: Snapshot, next: Snapshot): Set<string> {
+  const steps = changedTenantsInSteps(prev, next);
+  for (;;) {
+    const step = steps.next();
+    if (step.done) return step.value;
+  }
+}
+
+/** changedTenants in steps: yields after every SLICE comparisons, so a caller may pause there. */
+export function* changedTenantsInSteps(prev: Snapshot, next: Snapshot): Generator<void, Set<string>, void> {
   const out = new Set<string>();
-  for (const [id, t] of next.byId) if (prev.byId.get(id) !== t) out.add(id);
-  for (const id of prev.byId.keys()) if (!next.byId.has(id)) out.add(id);
+  let n = 0;
+  for (const [id, t] of next.byId) {
+    if (prev.byId.get(id) !== t) out.add(id);
+    if (++n % SLICE === 0) yield;
+  }
+  for (const id of prev.byId.keys()) {
+    if (!next.byId.has(id)) out.add(id);
+    if (++n % SLICE === 0) yield;
+  }
   return out;
 }
 

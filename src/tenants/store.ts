@@ -23,9 +23,20 @@ import type { Logger } from '../observability/log.js';
 import { directoryKeys, type DirectoryKeys } from '../redis/keys.js';
 import { ID_PATTERN, type Plan, type Tenant, type TenantDirectory } from './model.js';
 import type { RawPlan } from '../config/schema.js';
-import { changedTenants, noRecords, problemsOf, sameKeys, sameMap, snapshotChanged, TenantIndex, type FileDirectory, type RedisRecords } from './snapshot.js';
+import {
+  changedTenants,
+  changedTenantsInSteps,
+  noRecords,
+  problemsOf,
+  sameKeys,
+  sameMap,
+  snapshotChanged,
+  TenantIndex,
+  type FileDirectory,
+  type RedisRecords,
+} from './snapshot.js';
 import { BrokerAddresses, brokerUrlsOf } from './broker-addresses.js';
-import { changesOf, eachTenant, nextTurn, SLICE_MS, tenantIds } from '../config/tenant-ids.js';
+import { changesOf, eachTenant, SLICE_MS, stepInSlices, tenantIds } from '../config/tenant-ids.js';
 
 /**
  * The outcome of a write: validation problems are values, listed by path. `conflict`: the
@@ -72,6 +83,12 @@ export interface TenantStore extends TenantDirectory {
    * (100,000 tenants take a few hundred milliseconds): reloadFile then skips the comparison.
    */
   diffFile(file: FileDirectory): Promise<FileDiff>;
+  /**
+   * When `diff` says a plan changed (every tenant on it follows: a full build, about a second at
+   * 100,000 tenants), builds the new directory now, in slices between event-loop turns;
+   * reloadFile then swaps it in, unless the directory changed meanwhile (then it builds again).
+   */
+  prepareFile(file: FileDirectory, diff: FileDiff): Promise<FileDiff>;
   /** File tenants whose record or status the admin API overrides. */
   overridden(): string[];
   /**
@@ -94,6 +111,8 @@ export interface FileDiff {
   readonly next: Readonly<Record<string, RawTenant>>;
   readonly changed: readonly string[];
   readonly plans: boolean;
+  /** prepareFile's build, and the directory it was built over (its index and how many edits it had seen). */
+  readonly built?: { readonly index: TenantIndex; readonly touched: ReadonlySet<string>; readonly over: TenantIndex; readonly edits: number };
 }
 
 /** What one change touched. */
@@ -274,26 +293,43 @@ class Directory implements TenantStore {
     return [...ids].filter((id) => this.#file.tenants[id] !== undefined);
   }
 
-  /** A reloaded file applied by a full build, checked whole before it is swapped in. */
-  #reloadWhole(file: FileDirectory): WriteResult {
-    const next = new TenantIndex(file, this.#records, this.#snap, this.#addresses.identitiesOf);
-    for (const _ of next.build());
+  async prepareFile(reloaded: FileDirectory, diff: FileDiff): Promise<FileDiff> {
+    if (!diff.plans || diff.base !== this.#file) return diff;
+    const over = this.#snap;
+    const edits = this.#edits;
+    const index = new TenantIndex(this.#fileOf(reloaded), this.#records, over, this.#addresses.identitiesOf);
+    await stepInSlices(index.build());
+    const touched = await stepInSlices(changedTenantsInSteps(over, index));
+    return { ...diff, built: { index, touched, over, edits } };
+  }
+
+  /** The directory's file for a reloaded one: a reload applies the global auth settings too, which tenants' own are checked against. */
+  #fileOf(reloaded: FileDirectory): FileDirectory {
+    return { plans: reloaded.plans, tenants: reloaded.tenants, auth: reloaded.auth ?? this.#file.auth };
+  }
+
+  /** A reloaded file applied by a full build (prepareFile's, or one made now), checked whole before it is swapped in. */
+  #reloadWhole(file: FileDirectory, built?: { readonly index: TenantIndex; readonly touched: ReadonlySet<string> }): WriteResult {
+    const next = built?.index ?? new TenantIndex(file, this.#records, this.#snap, this.#addresses.identitiesOf);
+    if (built === undefined) for (const _ of next.build());
     const problems = fileProblems(next.rejected);
     if (problems.length > 0) return { ok: false, problems };
     this.#file = file;
-    this.#install(next, changedTenants(this.#snap, next));
+    this.#install(next, built?.touched ?? changedTenants(this.#snap, next));
     return { ok: true };
   }
 
   reloadFile(reloaded: FileDirectory, diff?: FileDiff): WriteResult {
-    // A reload applies the global auth settings too: tenants' own are checked against the new ones.
-    const file = { plans: reloaded.plans, tenants: reloaded.tenants, auth: reloaded.auth ?? this.#file.auth };
+    const file = this.#fileOf(reloaded);
     const before = this.#file;
     // A comparison made against another file than the running one (two reloads crossed) is made again.
     const known = diff !== undefined && diff.base === before && diff.next === reloaded.tenants ? diff : undefined;
     if (known?.plans ?? !sameValue(before.plans, file.plans)) {
-      // A plan every tenant may use changed: a full build, checked whole before it is swapped in.
-      return this.#reloadWhole(file);
+      // A plan every tenant may use changed: a full build, checked whole before it is swapped in;
+      // the one prepareFile made when nothing changed since it began.
+      const built = known?.built;
+      const current = built !== undefined && built.over === this.#snap && built.edits === this.#edits;
+      return this.#reloadWhole(file, current ? built : undefined);
     }
     // Only the tenants whose entry differs are placed again; the first refused entry undoes them all.
     let changed = known?.changed;
@@ -303,6 +339,7 @@ class Directory implements TenantStore {
       for (const id of tenantIds(before.tenants)) if (file.tenants[id] === undefined) list.push(id);
       changed = list;
     }
+    this.#edits++;
     if (changed.length === 0) {
       this.#file = file;
       this.#snap.file = file;
@@ -538,6 +575,7 @@ class Directory implements TenantStore {
       if (!inOrder) return this.refresh();
     }
     edit(this.#records);
+    this.#edits++;
     await this.#apply(what);
   }
 
@@ -597,6 +635,7 @@ class Directory implements TenantStore {
       if (storage === null) delete r.storage[id];
       else r.storage[id] = storage;
     }
+    this.#edits++;
     // A write between the message and these reads is applied now and again by its own message: harmless.
     if (version !== this.#version + 1) return this.#refreshQuietly();
     this.#version = version;
@@ -705,6 +744,7 @@ class Directory implements TenantStore {
     if (changed.size === 0) return;
     const snap = this.#snap;
     snap.redis = next;
+    this.#edits++;
     const before = new Map([...changed].map((id) => [id, snap.byId.get(id)]));
     for (const id of changed) if (!snap.place(id)) return this.#rebuild(next);
     this.#changed(new Set([...changed].filter((id) => before.get(id) !== snap.byId.get(id))), snap.rejected, true);
@@ -719,12 +759,7 @@ class Directory implements TenantStore {
       await this.#building?.catch(() => {});
       const next = new TenantIndex(this.#file, records, this.#snap, this.#addresses.identitiesOf);
       this.#placedDuringBuild = new Set();
-      let sliceStart = performance.now();
-      for (const _ of next.build()) {
-        if (performance.now() - sliceStart < SLICE_MS) continue;
-        await nextTurn();
-        sliceStart = performance.now();
-      }
+      await stepInSlices(next.build());
       let whole = false;
       for (const id of this.#placedDuringBuild) if (!next.place(id)) whole = true;
       if (whole) for (const _ of next.build());
@@ -772,6 +807,8 @@ class Directory implements TenantStore {
 
   /** The index's brokerEpoch when subscribers last heard of its brokers. */
   #brokerEpoch = 0;
+  /** Counts the edits of the index in force's inputs (records, file) in place: a build over it made before one is stale. */
+  #edits = 0;
 }
 
 /** Periods between two full reads of the directory (the others only check its version). */

@@ -179,6 +179,46 @@ describe('tenant store safety net and static mode', () => {
     await s.close();
   });
 
+  describe('a reload that changes a plan, at 6,000 tenants', () => {
+    const sized = (rps: number): RawConfig => {
+      const tenants: Record<string, unknown> = {};
+      for (let i = 0; i < 6000; i++)
+        tenants[`t${i}`] = { plan: 'free', hosts: [`t${i}.example`], brokers: ['http://127.0.0.1:6632'], tenancyAwareBrokers: true };
+      return parseConfig({ plans: { free: { ...PLAN, limits: { ...LIMITS, requestsPerSec: rps } } }, tenants });
+    };
+
+    it('is built in slices before the swap, which puts that build in force', async () => {
+      const cfg = sized(50);
+      const s = await createTenantStore(cfg, { log: silentLogger(), memoryOverrides: true });
+      const next = sized(70);
+      const diff = await s.diffFile(next);
+      expect(diff.plans).toBe(true);
+      let turns = 0;
+      const ticker = setInterval(() => turns++, 0);
+      const prepared = await s.prepareFile(next, diff);
+      clearInterval(ticker);
+      expect(turns).toBeGreaterThan(0);
+      expect(s.byId('t1')?.limits.requestsPerSec).toBe(50);
+      expect(s.reloadFile(next, prepared)).toEqual({ ok: true });
+      expect(s.byId('t1')).toBe(prepared.built?.index.byId.get('t1'));
+      expect(s.byId('t1')?.limits.requestsPerSec).toBe(70);
+      await s.close();
+    });
+
+    it('is built again at the swap when the directory changed after it began', async () => {
+      const cfg = sized(50);
+      const s = await createTenantStore(cfg, { log: silentLogger(), memoryOverrides: true });
+      const next = sized(70);
+      const prepared = await s.prepareFile(next, await s.diffFile(next));
+      expect((await s.setStatus('t2', 'suspended')).ok).toBe(true);
+      expect(s.reloadFile(next, prepared)).toEqual({ ok: true });
+      expect(s.byId('t1')).not.toBe(prepared.built?.index.byId.get('t1'));
+      expect(s.byId('t1')?.limits.requestsPerSec).toBe(70);
+      expect(s.byId('t2')?.status).toBe('suspended');
+      await s.close();
+    });
+  });
+
   it('connects by itself from redis.url', async () => {
     const prefix = uniquePrefix();
     const s = await createTenantStore(config(prefix, SHARED_REDIS_URL), { log: silentLogger() });
