@@ -157,7 +157,7 @@ export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = proc
   return parseConfig(/\.json$/i.test(path) ? readJson(path, text) : readYaml(path, text), env);
 }
 
-/** The reader thread, started on first use and kept (unref'd) for later reloads; reads run one at a time. */
+/** The reader thread, started by keepForReloads or on first use and kept (unref'd) for later reloads; reads run one at a time. */
 let reader: { worker: Worker; queue: Promise<unknown> } | null = null;
 
 function readerThread(): { worker: Worker; queue: Promise<unknown> } {
@@ -187,10 +187,13 @@ let lastRead: { tenants: RawConfig['tenants']; texts: SharedArrayBuffer } | null
  * The tenants a process starts with, kept (as text, tenant-texts.ts) for its first reload's read,
  * which the reader thread then sends as the changes from them. Pass the tenants as loadConfigFile
  * returned them: what a read returns is compared with that. A few hundred milliseconds at
- * 100,000 tenants, once, before serving.
+ * 100,000 tenants, once, before serving. The reader thread starts now too, idle until a reload:
+ * started by the SIGHUP, its own start (an isolate, its modules, from source their compilation)
+ * took CPU from the serving thread just when the read was about to.
  */
 export function keepForReloads(tenants: RawConfig['tenants']): void {
   lastRead = { tenants, texts: tenantTexts(tenants, tenantIds(tenants)) };
+  readerThread();
 }
 
 /** A message of the reader thread (read-worker.ts). */
