@@ -314,7 +314,8 @@ class Directory implements TenantStore {
     if (built === undefined) for (const _ of next.build());
     const problems = fileProblems(next.rejected);
     if (problems.length > 0) return { ok: false, problems };
-    this.#file = file;
+    // prepareFile's equal copy of `file`: the directory's file and its index's are one object.
+    this.#file = next.file;
     this.#install(next, built?.touched ?? changedTenants(this.#snap, next));
     return { ok: true };
   }

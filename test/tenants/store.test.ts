@@ -205,6 +205,19 @@ describe('tenant store safety net and static mode', () => {
       await s.close();
     });
 
+    it('is refused whole when a tenant of the new file is refused: nothing changes', async () => {
+      const cfg = sized(50);
+      const s = await createTenantStore(cfg, { log: silentLogger(), memoryOverrides: true });
+      const good = sized(70);
+      const next = { ...good, tenants: { ...good.tenants, t5: { ...good.tenants.t5!, plan: 'gone' } } };
+      const t1 = s.byId('t1');
+      const refused = s.reloadFile(next, await s.prepareFile(next, await s.diffFile(next)));
+      expect(refused).toMatchObject({ ok: false, problems: ['tenants.t5.plan: unknown plan "gone"'] });
+      expect(s.byId('t1')).toBe(t1);
+      expect(s.byId('t5')?.limits.requestsPerSec).toBe(50);
+      await s.close();
+    });
+
     it('is built again at the swap when the directory changed after it began', async () => {
       const cfg = sized(50);
       const s = await createTenantStore(cfg, { log: silentLogger(), memoryOverrides: true });
