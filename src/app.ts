@@ -5,6 +5,7 @@
 import type { Registry } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
 import { compileRouteTables } from './tables.js';
+import { tenantIds } from './config/tenant-ids.js';
 import { BrokerAddresses, brokerUrlsOf } from './tenants/broker-addresses.js';
 import { ConfigError } from './config/load.js';
 import { inlineKeyFiles } from './auth/key-files.js';
@@ -368,6 +369,8 @@ async function stageReload(p: Parts, served: Served, next: RawConfig, plan: Relo
     const diff = await p.tenants.diffFile(next);
     // Their broker names resolved (off the request path), so the shared-broker rule sees addresses.
     await p.brokerAddresses.learn(brokerUrlsOf(diff.changed.map((id) => next.tenants[id])));
+    // A changed plan rebuilds every tenant: in slices now, not in the synchronous swap.
+    const prepared = await p.tenants.prepareFile(next, diff);
     if (served.addresses.https !== null && plan.applied.some((s) => s.startsWith('server.https.'))) {
       certs = await CertificateSet.load(running.server.https, { log: p.log });
     }
@@ -377,7 +380,7 @@ async function stageReload(p: Parts, served: Served, next: RawConfig, plan: Relo
     // New Redis credentials must work before they replace the ones that do.
     const refusedBy = p.redis !== null && plan.applied.includes('redis.url') ? await credentialsRefused(next.redis.url!, next.redis.timeoutMs) : null;
     if (refusedBy !== null) throw new ConfigError([`redis.url: Redis refuses the new credentials: ${refusedBy}`]);
-    return { routes, diff, certs, commitAuth };
+    return { routes, diff: prepared, certs, commitAuth };
   } catch (err) {
     certs?.close();
     throw refuse(p.reloads, err);
@@ -416,7 +419,7 @@ function reportReload(p: Parts, next: RawConfig, plan: ReloadPlan): void {
   p.reloads.applied(plan);
   if (plan.restartNeeded.length > 0) log.warn({ settings: plan.restartNeeded }, 'configuration reload: these settings changed but apply only after a restart');
   log.info(
-    { tenants: Object.keys(next.tenants).length, plans: Object.keys(next.plans).length, settings: plan.applied },
+    { tenants: tenantIds(next.tenants).length, plans: Object.keys(next.plans).length, settings: plan.applied },
     'configuration reloaded: tenants, plans, routes, CORS and the settings listed',
   );
 }

@@ -12,7 +12,7 @@ import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ADMIN_GROUPS, adminUsage } from './admin/cli-commands.js';
 import { describeProblems } from './config/hints.js';
-import { ConfigError, loadConfigFile, loadConfigFileOffThread } from './config/load.js';
+import { ConfigError, keepForReloads, loadConfigFile, loadConfigFileOffThread } from './config/load.js';
 import { redactUserInfo } from './net/redact-url.js';
 import { compileTablesResolved } from './tables.js';
 import type { RawConfig } from './config/schema.js';
@@ -172,6 +172,8 @@ async function main(argv: string[]): Promise<number> {
   let config: RawConfig;
   try {
     config = (await checkedConfig(args.configPath, withPorts)).config;
+    // A reload's read is then sent as its changes from this file (config/read-worker.ts).
+    keepForReloads(config.tenants);
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
     process.stderr.write(problemReport(args.configPath, err));

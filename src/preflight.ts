@@ -9,6 +9,7 @@ import { loadPublicKey } from './auth/jwt.js';
 import { createMinter } from './auth/mint.js';
 import type { RawConfig } from './config/schema.js';
 import { startWarnings } from './config/warnings.js';
+import { eachTenant } from './config/tenant-ids.js';
 import { certificateProblems, SELF_SIGNED_WARNING } from './listen/tls.js';
 
 export interface FileChecks {
@@ -28,11 +29,11 @@ export async function checkFiles(config: RawConfig): Promise<FileChecks> {
   const { problems, warnings } = await certificateProblems(config.server.https);
   const keys: [string, string][] = [];
   if (config.auth.publicKey !== null) keys.push(['auth.publicKey', config.auth.publicKey]);
-  // No entries array: a reload checks 100,000 tenants on the event loop.
-  for (const id in config.tenants) {
-    const key = config.tenants[id]!.auth?.publicKey;
+  // In slices: a reload checks 100,000 tenants on the event loop.
+  await eachTenant(config.tenants, (id, tenant) => {
+    const key = tenant.auth?.publicKey;
     if (key) keys.push([`tenants.${id}.auth.publicKey`, key]);
-  }
+  });
   for (const [label, path] of keys) {
     try {
       await loadPublicKey(path);

@@ -301,7 +301,10 @@ export async function runPrimary(
   const queues = new WeakMap<Worker, ReturnType<typeof inTurn>>();
   const inOrder = (w: Worker, job: () => Promise<void> | void): void => {
     let queue = queues.get(w);
-    if (queue === undefined) queues.set(w, (queue = inTurn()));
+    if (queue === undefined) {
+      queue = inTurn();
+      queues.set(w, queue);
+    }
     void queue(job);
   };
   const sendConfig = (w: Worker, purpose: ConfigPurpose, config: RawConfig): void =>

@@ -11,6 +11,7 @@ import { constants } from 'node:fs';
 import { open } from 'node:fs/promises';
 import type { RawConfig, RawTenantAuth } from '../config/schema.js';
 import { ConfigError } from '../config/load.js';
+import { eachTenant, rememberTenantIds, tenantIds } from '../config/tenant-ids.js';
 import { jwksUrlRefusal, type TenantJwksAllowances } from './jwks-url.js';
 
 /** The largest key file read: a PEM certificate chain is a few KiB. */
@@ -55,13 +56,20 @@ export async function inlineKeyFiles(config: RawConfig): Promise<RawConfig> {
     }
   };
   const publicKey = await inline('auth.publicKey', config.auth.publicKey);
-  // Only the tenants naming a key file are copied: the tenant map is shared otherwise (100,000 tenants, a few with files).
+  // Only the tenants naming a key file are copied: the tenant map is shared otherwise (100,000
+  // tenants, a few with files), and looked through in slices.
+  const named: string[] = [];
+  await eachTenant(config.tenants, (id, t) => {
+    if (t.auth?.publicKey != null && !isInlineKey(t.auth.publicKey)) named.push(id);
+  });
   let tenants = config.tenants;
-  for (const id in config.tenants) {
-    const t = config.tenants[id]!;
-    if (t.auth?.publicKey == null || isInlineKey(t.auth.publicKey)) continue;
-    if (tenants === config.tenants) tenants = { ...config.tenants };
-    tenants[id] = { ...t, auth: { ...t.auth, publicKey: await inline(`tenants.${id}.auth.publicKey`, t.auth.publicKey) } };
+  if (named.length > 0) {
+    tenants = { ...config.tenants };
+    rememberTenantIds(tenants, tenantIds(config.tenants));
+    for (const id of named) {
+      const t = config.tenants[id]!;
+      tenants[id] = { ...t, auth: { ...t.auth!, publicKey: await inline(`tenants.${id}.auth.publicKey`, t.auth!.publicKey) } };
+    }
   }
   if (problems.length > 0) throw new ConfigError(problems);
   return { ...config, auth: { ...config.auth, publicKey }, tenants };

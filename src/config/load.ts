@@ -9,7 +9,9 @@ import { Worker } from 'node:worker_threads';
 import { isMap, isScalar, parseDocument, visit, type Document } from 'yaml';
 import type { z } from 'zod';
 import { configSchema, type RawConfig } from './schema.js';
-import { ConfigJoin, type ConfigHead, type TenantPart } from './parts.js';
+import { rememberChanges, rememberTenantIds, tenantIds } from './tenant-ids.js';
+import { tenantTexts } from './tenant-texts.js';
+import type { ReadRequest } from './read-worker.js';
 
 /** A configuration that cannot be used; `problems` lists each as `path: message`. */
 export class ConfigError extends Error {
@@ -155,7 +157,7 @@ export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = proc
   return parseConfig(/\.json$/i.test(path) ? readJson(path, text) : readYaml(path, text), env);
 }
 
-/** The reader thread, started on first use and kept (unref'd) for later reloads; reads run one at a time. */
+/** The reader thread, started by keepForReloads or on first use and kept (unref'd) for later reloads; reads run one at a time. */
 let reader: { worker: Worker; queue: Promise<unknown> } | null = null;
 
 function readerThread(): { worker: Worker; queue: Promise<unknown> } {
@@ -164,7 +166,9 @@ function readerThread(): { worker: Worker; queue: Promise<unknown> } {
   // registers tsx itself (a worker does not inherit the loader hooks of --import).
   const ext = import.meta.url.slice(import.meta.url.lastIndexOf('.'));
   const entry = new URL(`./read-worker${ext}`, import.meta.url).href;
-  const boot = `(async () => { if (${ext === '.ts'}) (await import('tsx/esm/api')).register(); await import(${JSON.stringify(entry)}); })()`;
+  // tsx is found from this module, not from the working directory (an eval'd worker resolves from there).
+  const tsx = ext === '.ts' ? JSON.stringify(import.meta.resolve('tsx/esm/api')) : null;
+  const boot = `(async () => { if (${tsx !== null}) (await import(${tsx})).register(); await import(${JSON.stringify(entry)}); })()`;
   const worker = new Worker(boot, { eval: true });
   worker.unref();
   const started = { worker, queue: Promise.resolve() as Promise<unknown> };
@@ -176,10 +180,44 @@ function readerThread(): { worker: Worker; queue: Promise<unknown> } {
   return started;
 }
 
+/** The tenants of the last read delivered (or kept by keepForReloads), and their text: the reader sends the next read as the changes from them. */
+let lastRead: { tenants: RawConfig['tenants']; texts: SharedArrayBuffer } | null = null;
+
+/**
+ * The tenants a process starts with, kept (as text, tenant-texts.ts) for its first reload's read,
+ * which the reader thread then sends as the changes from them. Pass the tenants as loadConfigFile
+ * returned them: what a read returns is compared with that. A few hundred milliseconds at
+ * 100,000 tenants, once, before serving. The reader thread starts now too, idle until a reload:
+ * started by the SIGHUP, its own start (an isolate, its modules, from source their compilation)
+ * took CPU from the serving thread just when the read was about to.
+ */
+export function keepForReloads(tenants: RawConfig['tenants']): void {
+  lastRead = { tenants, texts: tenantTexts(tenants, tenantIds(tenants)) };
+  readerThread();
+}
+
+/** A message of the reader thread (read-worker.ts). */
+interface ReaderMessage {
+  type: 'head' | 'tenants' | 'done' | 'error';
+  config?: Omit<RawConfig, 'tenants'>;
+  /** head: whether this read is sent against the last (its tenants missing from `part` are that read's). */
+  base?: boolean;
+  ids?: string[];
+  part?: RawConfig['tenants'];
+  /** done: the tenants added, changed or removed since the last read; null when not sent against it. */
+  changed?: string[] | null;
+  /** done: this read's tenantTexts. */
+  texts?: SharedArrayBuffer;
+  problems?: string[] | null;
+  message?: string;
+}
+
 /**
  * loadConfigFile on a worker thread: a reload (SIGHUP) reads the file while this thread serves
  * requests (parsing and validating 100,000 tenants takes seconds). The result arrives in chunks,
- * each copied in on its own event-loop turn.
+ * each taken in on its own event-loop turn; a tenant equal to the last read's is that read's
+ * object, not a copy, and the changed ones are remembered (tenant-ids.ts, changesOf) so the
+ * directory compares nothing itself.
  */
 export function loadConfigFileOffThread(path: string, env: NodeJS.ProcessEnv = process.env): Promise<RawConfig> {
   const thread = readerThread();
@@ -189,7 +227,12 @@ export function loadConfigFileOffThread(path: string, env: NodeJS.ProcessEnv = p
       () =>
         new Promise<RawConfig>((resolve, reject) => {
           const { worker } = thread;
-          let join: ConfigJoin | null = null;
+          const prior = lastRead;
+          let head: Omit<RawConfig, 'tenants'> | null = null;
+          let base: RawConfig['tenants'] = {};
+          const tenants: RawConfig['tenants'] = {};
+          // The ids as they arrive, in file order: listing a map's keys later would take one long turn.
+          const ids: string[] = [];
           const done = (): void => {
             worker.off('message', onMessage);
             worker.off('error', reject);
@@ -199,22 +242,32 @@ export function loadConfigFileOffThread(path: string, env: NodeJS.ProcessEnv = p
             done();
             reject(new Error(`configuration reader exited with ${code}`));
           };
-          const onMessage = (m: { type: string; config?: ConfigHead; part?: TenantPart; problems?: string[] | null; message?: string }): void => {
-            if (m.type === 'head') join = new ConfigJoin(m.config!);
-            else if (m.type === 'tenants') {
-              join!.add(m.part!);
+          const onMessage = (m: ReaderMessage): void => {
+            if (m.type === 'head') {
+              head = m.config!;
+              if (m.base === true) base = prior!.tenants;
+            } else if (m.type === 'tenants') {
+              for (const id of m.ids!) {
+                tenants[id] = m.part![id] ?? base[id]!;
+                ids.push(id);
+              }
               // The next chunk after a turn of the event loop: requests are served between chunks.
               setImmediate(() => worker.postMessage({ type: 'next' }));
             } else {
               done();
-              if (m.type === 'done') resolve(join!.config());
-              else reject(m.problems ? new ConfigError(m.problems) : new Error(m.message));
+              if (m.type === 'done') {
+                rememberTenantIds(tenants, ids);
+                if (m.changed != null) rememberChanges(tenants, { base, changed: m.changed });
+                lastRead = { tenants, texts: m.texts! };
+                resolve({ ...head!, tenants });
+              } else reject(m.problems ? new ConfigError(m.problems) : new Error(m.message));
             }
           };
           worker.on('message', onMessage);
           worker.on('error', reject);
           worker.on('exit', onExit);
-          worker.postMessage({ type: 'read', path, env: { ...env } });
+          const request: ReadRequest = { type: 'read', path, env: { ...env }, base: prior?.texts ?? null };
+          worker.postMessage(request);
         }),
     );
   thread.queue = read;

@@ -5,6 +5,7 @@
  * message of the whole file took a worker's event loop for the time of parsing it all).
  */
 import type { RawConfig } from './schema.js';
+import { rememberTenantIds, tenantIds } from './tenant-ids.js';
 
 export type ConfigHead = Omit<RawConfig, 'tenants'>;
 export type TenantPart = RawConfig['tenants'];
@@ -19,7 +20,7 @@ export function splitConfig(config: RawConfig, size = TENANTS_PER_PART): { head:
 }
 
 function* tenantParts(tenants: RawConfig['tenants'], size: number): Generator<TenantPart> {
-  const ids = Object.keys(tenants);
+  const ids = tenantIds(tenants);
   for (let i = 0; i < ids.length; i += size) {
     const part: TenantPart = {};
     for (let k = i; k < Math.min(i + size, ids.length); k++) part[ids[k]!] = tenants[ids[k]!]!;
@@ -31,16 +32,22 @@ function* tenantParts(tenants: RawConfig['tenants'], size: number): Generator<Te
 export class ConfigJoin {
   readonly #head: ConfigHead;
   readonly #tenants: RawConfig['tenants'] = {};
+  // Kept as they arrive: listing a map of 100,000 keys afterwards takes one long turn (tenant-ids.ts).
+  readonly #ids: string[] = [];
 
   constructor(head: ConfigHead) {
     this.#head = head;
   }
 
   add(part: TenantPart): void {
-    for (const id of Object.keys(part)) this.#tenants[id] = part[id]!;
+    for (const id of Object.keys(part)) {
+      this.#tenants[id] = part[id]!;
+      this.#ids.push(id);
+    }
   }
 
   config(): RawConfig {
+    rememberTenantIds(this.#tenants, this.#ids);
     return { ...this.#head, tenants: this.#tenants };
   }
 }

@@ -30,6 +30,7 @@ import { sameTrust, type TrustSettings } from './tenancy.js';
 import { storageVerdict } from './storage.js';
 import { canonicalHost, compilePlan, compileTenant, ID_PATTERN, type Plan, type Tenant } from './model.js';
 import type { RawTenantAuth } from '../config/schema.js';
+import { tenantIds } from '../config/tenant-ids.js';
 
 /** The config file's part of the directory. */
 export interface FileDirectory {
@@ -247,7 +248,7 @@ export class TenantIndex implements Snapshot {
     const first: string[] = [];
     const byRecord = new Set<string>();
     let n = 0;
-    for (const id of Object.keys(this.file.tenants)) {
+    for (const id of tenantIds(this.file.tenants)) {
       order.set(id, order.size);
       if (this.#validRecord(id) === undefined) first.push(id);
       else byRecord.add(id);
@@ -311,7 +312,9 @@ export class TenantIndex implements Snapshot {
 
   /** After a reload that left `id`'s file entry equal: the new file's object stands for it, so later builds see it unchanged. */
   adopt(id: string, raw: RawTenant): void {
-    if (this.records.has(id) && !this.fromRecord.has(id)) this.records.set(id, raw);
+    const now = this.records.get(id);
+    // A read sent as its changes shares the unchanged objects already (config/read-worker.ts).
+    if (now !== undefined && now !== raw && !this.fromRecord.has(id)) this.records.set(id, raw);
   }
 
   /** Applies the storage usage recorded for `id` (the gate, with its hysteresis). */
@@ -407,7 +410,7 @@ export class TenantIndex implements Snapshot {
 
   /** Precedence: 0 for a file tenant without a valid record (then file order), 1 for the others (then id). */
   #rank(id: string, source?: 'redis'): [number, number | string] {
-    this.#fileOrder ??= new Map(Object.keys(this.file.tenants).map((t, i) => [t, i]));
+    this.#fileOrder ??= new Map(tenantIds(this.file.tenants).map((t, i) => [t, i]));
     const order = this.#fileOrder.get(id) ?? -1;
     if (source === undefined && order >= 0 && this.#validRecord(id) === undefined) return [0, order];
     return [1, id];
@@ -597,9 +600,25 @@ export function snapshotChanged(prev: Snapshot, next: Snapshot): boolean {
 
 /** The tenants whose compiled object differs between two directories (added, removed or changed). */
 export function changedTenants(prev: Snapshot, next: Snapshot): Set<string> {
+  const steps = changedTenantsInSteps(prev, next);
+  for (;;) {
+    const step = steps.next();
+    if (step.done) return step.value;
+  }
+}
+
+/** changedTenants in steps: yields after every SLICE comparisons, so a caller may pause there. */
+export function* changedTenantsInSteps(prev: Snapshot, next: Snapshot): Generator<void, Set<string>, void> {
   const out = new Set<string>();
-  for (const [id, t] of next.byId) if (prev.byId.get(id) !== t) out.add(id);
-  for (const id of prev.byId.keys()) if (!next.byId.has(id)) out.add(id);
+  let n = 0;
+  for (const [id, t] of next.byId) {
+    if (prev.byId.get(id) !== t) out.add(id);
+    if (++n % SLICE === 0) yield;
+  }
+  for (const id of prev.byId.keys()) {
+    if (!next.byId.has(id)) out.add(id);
+    if (++n % SLICE === 0) yield;
+  }
   return out;
 }
 

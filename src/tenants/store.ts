@@ -23,9 +23,20 @@ import type { Logger } from '../observability/log.js';
 import { directoryKeys, type DirectoryKeys } from '../redis/keys.js';
 import { ID_PATTERN, type Plan, type Tenant, type TenantDirectory } from './model.js';
 import type { RawPlan } from '../config/schema.js';
-import { changedTenants, noRecords, problemsOf, sameMap, snapshotChanged, TenantIndex, type FileDirectory, type RedisRecords } from './snapshot.js';
+import {
+  changedTenants,
+  changedTenantsInSteps,
+  noRecords,
+  problemsOf,
+  sameMap,
+  snapshotChanged,
+  TenantIndex,
+  type FileDirectory,
+  type RedisRecords,
+} from './snapshot.js';
 import { BrokerAddresses, brokerUrlsOf } from './broker-addresses.js';
 import { brokerChange, brokersSwapped, type BrokerChange } from './broker-moves.js';
+import { changesOf, eachTenant, SLICE_MS, stepInSlices, tenantIds } from '../config/tenant-ids.js';
 
 /**
  * The outcome of a write: validation problems are values, listed by path. `conflict`: the
@@ -72,6 +83,12 @@ export interface TenantStore extends TenantDirectory {
    * (100,000 tenants take a few hundred milliseconds): reloadFile then skips the comparison.
    */
   diffFile(file: FileDirectory): Promise<FileDiff>;
+  /**
+   * When `diff` says a plan changed (every tenant on it follows: a full build, about a second at
+   * 100,000 tenants), builds the new directory now, in slices between event-loop turns;
+   * reloadFile then swaps it in, unless the directory changed meanwhile (then it builds again).
+   */
+  prepareFile(file: FileDirectory, diff: FileDiff): Promise<FileDiff>;
   /** File tenants whose record or status the admin API overrides. */
   overridden(): string[];
   /**
@@ -94,6 +111,8 @@ export interface FileDiff {
   readonly next: Readonly<Record<string, RawTenant>>;
   readonly changed: readonly string[];
   readonly plans: boolean;
+  /** prepareFile's build, and the directory it was built over (its index and how many edits it had seen). */
+  readonly built?: { readonly index: TenantIndex; readonly touched: ReadonlySet<string>; readonly over: TenantIndex; readonly edits: number };
 }
 
 /** What one change touched. */
@@ -133,12 +152,6 @@ function fileProblems(rejected: ReturnType<TenantIndex['rejectionsOf']>): string
   return rejected.filter((r) => r.source === 'file').flatMap((r) => r.problems);
 }
 
-/** Longest run of directory work between two yields to the event loop. */
-const SLICE_MS = 5;
-
-/** Resolves on the event loop's next turn: what a full build waits for between slices. */
-const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
-
 /** Structural equality of two parsed records (JSON values). */
 function sameValue(a: unknown, b: unknown): boolean {
   if (a === b) return true;
@@ -148,6 +161,18 @@ function sameValue(a: unknown, b: unknown): boolean {
   if (ka.length !== Object.keys(b).length) return false;
   for (const k of ka) if (!sameValue((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return false;
   return true;
+}
+
+/** The ids added, changed or removed between two tenant maps, compared in slices. */
+async function compareTenants(base: FileDirectory['tenants'], next: FileDirectory['tenants']): Promise<string[]> {
+  const changed: string[] = [];
+  await eachTenant(next, (id, tenant) => {
+    if (!sameValue(base[id], tenant)) changed.push(id);
+  });
+  await eachTenant(base, (id) => {
+    if (next[id] === undefined) changed.push(id);
+  });
+  return changed;
 }
 
 class Directory implements TenantStore {
@@ -257,22 +282,9 @@ class Directory implements TenantStore {
 
   async diffFile(next: FileDirectory): Promise<FileDiff> {
     const base = this.#file;
-    const changed: string[] = [];
-    let sliceStart = performance.now();
-    let n = 0;
-    const pause = async (): Promise<void> => {
-      if (++n % 256 !== 0 || performance.now() - sliceStart < SLICE_MS) return;
-      await nextTurn();
-      sliceStart = performance.now();
-    };
-    for (const id in next.tenants) {
-      if (!sameValue(base.tenants[id], next.tenants[id])) changed.push(id);
-      await pause();
-    }
-    for (const id in base.tenants) {
-      if (next.tenants[id] === undefined) changed.push(id);
-      await pause();
-    }
+    // Read against the running file, its reader listed what changed (config/read-worker.ts).
+    const found = changesOf(next.tenants);
+    const changed = found?.base === base.tenants ? found.changed : await compareTenants(base.tenants, next.tenants);
     return { base, next: next.tenants, changed, plans: !sameValue(base.plans, next.plans) };
   }
 
@@ -282,35 +294,54 @@ class Directory implements TenantStore {
     return [...ids].filter((id) => this.#file.tenants[id] !== undefined);
   }
 
-  /** A reloaded file applied by a full build, checked whole before it is swapped in. */
-  #reloadWhole(file: FileDirectory): WriteResult {
-    const next = new TenantIndex(file, this.#records, this.#snap, this.#addresses.identitiesOf);
-    for (const _ of next.build());
+  async prepareFile(reloaded: FileDirectory, diff: FileDiff): Promise<FileDiff> {
+    if (!diff.plans || diff.base !== this.#file) return diff;
+    const over = this.#snap;
+    const edits = this.#edits;
+    const index = new TenantIndex(this.#fileOf(reloaded), this.#records, over, this.#addresses.identitiesOf);
+    await stepInSlices(index.build());
+    const touched = await stepInSlices(changedTenantsInSteps(over, index));
+    return { ...diff, built: { index, touched, over, edits } };
+  }
+
+  /** The directory's file for a reloaded one: a reload applies the global auth settings too, which tenants' own are checked against. */
+  #fileOf(reloaded: FileDirectory): FileDirectory {
+    return { plans: reloaded.plans, tenants: reloaded.tenants, auth: reloaded.auth ?? this.#file.auth };
+  }
+
+  /** A reloaded file applied by a full build (prepareFile's, or one made now), checked whole before it is swapped in. */
+  #reloadWhole(file: FileDirectory, built?: { readonly index: TenantIndex; readonly touched: ReadonlySet<string> }): WriteResult {
+    const next = built?.index ?? new TenantIndex(file, this.#records, this.#snap, this.#addresses.identitiesOf);
+    if (built === undefined) for (const _ of next.build());
     const problems = fileProblems(next.rejected);
     if (problems.length > 0) return { ok: false, problems };
-    this.#file = file;
-    this.#install(next, changedTenants(this.#snap, next));
+    // prepareFile's equal copy of `file`: the directory's file and its index's are one object.
+    this.#file = next.file;
+    this.#install(next, built?.touched ?? changedTenants(this.#snap, next));
     return { ok: true };
   }
 
   reloadFile(reloaded: FileDirectory, diff?: FileDiff): WriteResult {
-    // A reload applies the global auth settings too: tenants' own are checked against the new ones.
-    const file = { plans: reloaded.plans, tenants: reloaded.tenants, auth: reloaded.auth ?? this.#file.auth };
+    const file = this.#fileOf(reloaded);
     const before = this.#file;
     // A comparison made against another file than the running one (two reloads crossed) is made again.
     const known = diff !== undefined && diff.base === before && diff.next === reloaded.tenants ? diff : undefined;
     if (known?.plans ?? !sameValue(before.plans, file.plans)) {
-      // A plan every tenant may use changed: a full build, checked whole before it is swapped in.
-      return this.#reloadWhole(file);
+      // A plan every tenant may use changed: a full build, checked whole before it is swapped in;
+      // the one prepareFile made when nothing changed since it began.
+      const built = known?.built;
+      const current = built !== undefined && built.over === this.#snap && built.edits === this.#edits;
+      return this.#reloadWhole(file, current ? built : undefined);
     }
     // Only the tenants whose entry differs are placed again; the first refused entry undoes them all.
     let changed = known?.changed;
     if (changed === undefined) {
       const list: string[] = [];
-      for (const id in file.tenants) if (!sameValue(before.tenants[id], file.tenants[id])) list.push(id);
-      for (const id in before.tenants) if (file.tenants[id] === undefined) list.push(id);
+      for (const id of tenantIds(file.tenants)) if (!sameValue(before.tenants[id], file.tenants[id])) list.push(id);
+      for (const id of tenantIds(before.tenants)) if (file.tenants[id] === undefined) list.push(id);
       changed = list;
     }
+    this.#edits++;
     if (changed.length === 0) {
       this.#file = file;
       this.#snap.file = file;
@@ -348,7 +379,7 @@ class Directory implements TenantStore {
    */
   #adoptSoon(file: FileDirectory, differs: ReadonlySet<string>): void {
     const snap = this.#snap;
-    const ids = Object.keys(file.tenants);
+    const ids = tenantIds(file.tenants);
     const step = (from: number): void => {
       if (this.#file !== file || this.#snap !== snap) return;
       const started = performance.now();
@@ -546,6 +577,7 @@ class Directory implements TenantStore {
       if (!inOrder) return this.refresh();
     }
     edit(this.#records);
+    this.#edits++;
     await this.#apply(what);
   }
 
@@ -606,6 +638,7 @@ class Directory implements TenantStore {
       if (storage === null) delete r.storage[id];
       else r.storage[id] = storage;
     }
+    this.#edits++;
     // A write between the message and these reads is applied now and again by its own message: harmless.
     if (version !== this.#version + 1) return this.#refreshQuietly();
     this.#version = version;
@@ -714,6 +747,7 @@ class Directory implements TenantStore {
     if (changed.size === 0) return;
     const snap = this.#snap;
     snap.redis = next;
+    this.#edits++;
     const before = new Map([...changed].map((id) => [id, snap.byId.get(id)]));
     let whole = false;
     for (const id of changed) {
@@ -738,12 +772,7 @@ class Directory implements TenantStore {
       do {
         next = new TenantIndex(this.#file, records, this.#snap, this.#addresses.identitiesOf);
         this.#placedDuringBuild = new Set();
-        let sliceStart = performance.now();
-        for (const _ of next.build()) {
-          if (performance.now() - sliceStart < SLICE_MS) continue;
-          await nextTurn();
-          sliceStart = performance.now();
-        }
+        await stepInSlices(next.build());
       } while (next.file !== this.#file);
       let whole = false;
       for (const id of this.#placedDuringBuild) if (!next.place(id)) whole = true;
@@ -788,6 +817,9 @@ class Directory implements TenantStore {
       }
     }
   }
+
+  /** Counts the edits of the index in force's inputs (records, file) in place: a build over it made before one is stale. */
+  #edits = 0;
 }
 
 /** Periods between two full reads of the directory (the others only check its version). */

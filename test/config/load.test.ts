@@ -3,8 +3,11 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseDocument, stringify } from 'yaml';
-import { ConfigError, duplicateJsonKey, loadConfigFile, loadConfigFileOffThread, parseConfig, substituteEnv } from '../../src/config/load.js';
+import { ConfigError, duplicateJsonKey, keepForReloads, loadConfigFile, loadConfigFileOffThread, parseConfig, substituteEnv } from '../../src/config/load.js';
 import { compileTables } from '../../src/tables.js';
+import { changesOf, tenantIds } from '../../src/config/tenant-ids.js';
+import { linesById, tenantTexts } from '../../src/config/tenant-texts.js';
+import type { RawTenant } from '../../src/config/schema.js';
 
 // The YAML parser as it is, watched: which options the loader asks it for.
 vi.mock('yaml', async (importOriginal) => {
@@ -237,5 +240,45 @@ describe('configuration', () => {
     const err = await loadConfigFileOffThread(join(dir, 'c.json'), {}).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ConfigError);
     expect((err as ConfigError).problems).toEqual(['auth.secret: environment variable S is not set and has no default']);
+  });
+
+  it('sends a read again as the changes from the last one: equal tenants are the same objects, the changed ones listed', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'qe-cfg-'));
+    const file = join(dir, 'c.json');
+    const tenants: Record<string, Record<string, unknown>> = {};
+    for (let i = 0; i < 1200; i++) tenants[`t${i}`] = { plan: 'free', hosts: [`t${i}.example`], brokers: ['http://127.0.0.1:1'] };
+    await writeFile(file, JSON.stringify({ ...minimal, tenants }));
+    const first = await loadConfigFileOffThread(file, {});
+
+    // One changed, one removed, one added; then a file that is refused, which changes nothing.
+    const { t7: _removed, ...kept } = tenants;
+    const next = { ...kept, t3: { ...tenants.t3, status: 'suspended' }, added: { plan: 'free', brokers: ['http://127.0.0.1:1'] } };
+    await writeFile(file, JSON.stringify({ ...minimal, tenants: { ...next, bad: { plan: 'none' } } }));
+    await expect(loadConfigFileOffThread(file, {})).rejects.toBeInstanceOf(ConfigError);
+    await writeFile(file, JSON.stringify({ ...minimal, tenants: next }));
+    const second = await loadConfigFileOffThread(file, {});
+
+    expect(second).toEqual(await loadConfigFile(file, {}));
+    expect(tenantIds(second.tenants)).toEqual(Object.keys(second.tenants));
+    expect(second.tenants.t0).toBe(first.tenants.t0);
+    expect(second.tenants.t3).not.toBe(first.tenants.t3);
+    expect(second.tenants.t3!.status).toBe('suspended');
+    expect(changesOf(second.tenants)).toEqual({ base: first.tenants, changed: ['t3', 'added', 't7'] });
+    expect(changesOf(second.tenants)!.base).toBe(first.tenants);
+
+    // The start's file, read on this thread and kept: the first reload's read is sent against it.
+    const started = await loadConfigFile(file, {});
+    keepForReloads(started.tenants);
+    const third = await loadConfigFileOffThread(file, {});
+    expect(changesOf(third.tenants)).toEqual({ base: started.tenants, changed: [] });
+    expect(third.tenants.t0).toBe(started.tenants.t0);
+  });
+
+  it('keeps tenants as shared text, one line each, whatever their ids hold', () => {
+    const tenants = { plain: { plan: 'a' }, 'tab\there': { plan: 'b' }, 'line\n"q"': { plan: 'c' } } as unknown as Record<string, RawTenant>;
+    const lines = linesById(tenantTexts(tenants, Object.keys(tenants)));
+    expect([...lines.keys()].map((k) => JSON.parse(k) as string)).toEqual(Object.keys(tenants));
+    expect(lines.get(JSON.stringify('tab\there'))).toBe(`${JSON.stringify('tab\there')}\t{"plan":"b"}`);
+    expect(linesById(tenantTexts({}, [])).size).toBe(0);
   });
 });

@@ -4,9 +4,14 @@
  * while they happen (docs/tenancy.md, "Many tenants"; the stall itself is measured by
  * bench/many-tenants.ts).
  */
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { loadConfigFileOffThread } from '../../src/config/load.js';
 import type { RawConfig } from '../../src/config/schema.js';
+import { changesOf } from '../../src/config/tenant-ids.js';
 import type { DirectoryChange } from '../../src/tenants/store.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
@@ -93,5 +98,31 @@ describe(`${TENANTS} tenants`, () => {
       });
     expect((await pushFor('t5')).json).toMatchObject({ code: 'cluster_suspended' });
     expect((await pushFor('t6')).status).toBe(201);
+  });
+
+  it('a file read again on the reader thread (SIGHUP) crosses to this thread as its changed tenant alone, which the reload places', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'qe-many-'));
+    try {
+      const file = join(dir, 'edge.json');
+      await writeFile(file, JSON.stringify(base));
+      const first = await loadConfigFileOffThread(file);
+      await edge.app.reload(first);
+      await writeFile(file, JSON.stringify({ ...base, tenants: { ...base.tenants, t7: { ...base.tenants.t7!, status: 'suspended' } } }));
+      const second = await loadConfigFileOffThread(file);
+      // The others are the objects the first read built: nothing to copy or compare for them.
+      expect(changesOf(second.tenants)?.changed).toEqual(['t7']);
+      expect(second.tenants.t8).toBe(first.tenants.t8);
+
+      const changes: DirectoryChange[] = [];
+      const off = edge.app.tenants.onChange((c) => changes.push(c));
+      const t8 = edge.app.tenants.byId('t8');
+      await edge.app.reload(second);
+      off();
+      expect(changes.map((c) => [...c.tenants])).toEqual([['t7']]);
+      expect(edge.app.tenants.byId('t7')?.status).toBe('suspended');
+      expect(edge.app.tenants.byId('t8')).toBe(t8);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

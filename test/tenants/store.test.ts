@@ -3,6 +3,7 @@ import type { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseConfig } from '../../src/config/load.js';
+import { rememberChanges } from '../../src/config/tenant-ids.js';
 import type { RawConfig } from '../../src/config/schema.js';
 import { silentLogger } from '../../src/observability/log.js';
 import { directoryKeys } from '../../src/redis/keys.js';
@@ -160,6 +161,75 @@ describe('tenant store safety net and static mode', () => {
     expect(s.storageBlocked('base')).toBe(false);
     expect((await s.putTenant('acme', acme)).ok).toBe(false);
     await s.close();
+  });
+
+  it("takes a reloaded file's changes from its reader when read against the running file, and compares them itself otherwise", async () => {
+    const cfg = config('qe:');
+    const s = await createTenantStore(cfg, { log: silentLogger() });
+    const tenants = { ...cfg.tenants, acme: parseConfig({ plans: cfg.plans, tenants: { acme } }).tenants.acme! };
+    // The reader's list is trusted as given (here it leaves out `acme`, to tell which was used)...
+    rememberChanges(tenants, { base: cfg.tenants, changed: ['base'] });
+    expect((await s.diffFile({ ...cfg, tenants })).changed).toEqual(['base']);
+    // ...but only against the file it was read against: another base, and the store compares.
+    rememberChanges(tenants, { base: { ...cfg.tenants }, changed: ['base'] });
+    const diff = await s.diffFile({ ...cfg, tenants });
+    expect(diff.changed).toEqual(['acme']);
+    expect(s.reloadFile({ ...cfg, tenants }, diff)).toEqual({ ok: true });
+    expect(s.byHost('acme.example.com')?.id).toBe('acme');
+    await s.close();
+  });
+
+  describe('a reload that changes a plan, at 6,000 tenants', () => {
+    const sized = (rps: number): RawConfig => {
+      const tenants: Record<string, unknown> = {};
+      for (let i = 0; i < 6000; i++)
+        tenants[`t${i}`] = { plan: 'free', hosts: [`t${i}.example`], brokers: ['http://127.0.0.1:6632'], tenancyAwareBrokers: true };
+      return parseConfig({ plans: { free: { ...PLAN, limits: { ...LIMITS, requestsPerSec: rps } } }, tenants });
+    };
+
+    it('is built in slices before the swap, which puts that build in force', async () => {
+      const cfg = sized(50);
+      const s = await createTenantStore(cfg, { log: silentLogger(), memoryOverrides: true });
+      const next = sized(70);
+      const diff = await s.diffFile(next);
+      expect(diff.plans).toBe(true);
+      let turns = 0;
+      const ticker = setInterval(() => turns++, 0);
+      const prepared = await s.prepareFile(next, diff);
+      clearInterval(ticker);
+      expect(turns).toBeGreaterThan(0);
+      expect(s.byId('t1')?.limits.requestsPerSec).toBe(50);
+      expect(s.reloadFile(next, prepared)).toEqual({ ok: true });
+      expect(s.byId('t1')).toBe(prepared.built?.index.byId.get('t1'));
+      expect(s.byId('t1')?.limits.requestsPerSec).toBe(70);
+      await s.close();
+    });
+
+    it('is refused whole when a tenant of the new file is refused: nothing changes', async () => {
+      const cfg = sized(50);
+      const s = await createTenantStore(cfg, { log: silentLogger(), memoryOverrides: true });
+      const good = sized(70);
+      const next = { ...good, tenants: { ...good.tenants, t5: { ...good.tenants.t5!, plan: 'gone' } } };
+      const t1 = s.byId('t1');
+      const refused = s.reloadFile(next, await s.prepareFile(next, await s.diffFile(next)));
+      expect(refused).toMatchObject({ ok: false, problems: ['tenants.t5.plan: unknown plan "gone"'] });
+      expect(s.byId('t1')).toBe(t1);
+      expect(s.byId('t5')?.limits.requestsPerSec).toBe(50);
+      await s.close();
+    });
+
+    it('is built again at the swap when the directory changed after it began', async () => {
+      const cfg = sized(50);
+      const s = await createTenantStore(cfg, { log: silentLogger(), memoryOverrides: true });
+      const next = sized(70);
+      const prepared = await s.prepareFile(next, await s.diffFile(next));
+      expect((await s.setStatus('t2', 'suspended')).ok).toBe(true);
+      expect(s.reloadFile(next, prepared)).toEqual({ ok: true });
+      expect(s.byId('t1')).not.toBe(prepared.built?.index.byId.get('t1'));
+      expect(s.byId('t1')?.limits.requestsPerSec).toBe(70);
+      expect(s.byId('t2')?.status).toBe('suspended');
+      await s.close();
+    });
   });
 
   it('connects by itself from redis.url', async () => {
