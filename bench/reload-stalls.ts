@@ -8,7 +8,8 @@
  *
  *   npx tsx bench/reload-stalls.ts [N=100000] [--plans] [--min-ms 8] [--profile FILE]
  *
- * `--plans` changes a plan instead of one tenant (a reload every tenant follows).
+ * `--plans` changes a plan instead of one tenant (a reload every tenant follows). `--worker` hands
+ * the read to the app as a cluster worker gets it: in parts, each a copy (the primary's IPC).
  */
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { Session } from 'node:inspector/promises';
@@ -19,6 +20,9 @@ import { parseArgs } from 'node:util';
 import { PrivateRedis } from '../test/helpers/redis.js';
 import { startApp } from '../src/app.js';
 import { keepForReloads, loadConfigFile, loadConfigFileOffThread } from '../src/config/load.js';
+import { ConfigJoin, splitConfig, type TenantMap, type TenantsPart } from '../src/config/parts.js';
+import type { RawConfig } from '../src/config/schema.js';
+import { nextTurn } from '../src/config/tenant-ids.js';
 import { checkFiles } from '../src/preflight.js';
 import { startFastDouble } from './double.js';
 import { manyTenantsConfig, tenantId } from './many-tenants.js';
@@ -103,10 +107,26 @@ function attribute(p: CpuProfile, found: Stretch[]): void {
   }
 }
 
+/** `config` as a cluster worker holding `held` receives it (supervisor.ts): split, each part copied as IPC copies it, joined. */
+async function asWorkerGetsIt(config: RawConfig, held: TenantMap): Promise<RawConfig> {
+  const { head, parts } = splitConfig(config, held);
+  const join = new ConfigJoin(structuredClone(head), held);
+  for (const part of parts) {
+    join.add(JSON.parse(JSON.stringify(part)) as TenantsPart);
+    await nextTurn();
+  }
+  return join.config();
+}
+
 async function main(): Promise<void> {
   const { values, positionals } = parseArgs({
     allowPositionals: true,
-    options: { plans: { type: 'boolean', default: false }, 'min-ms': { type: 'string', default: '8' }, profile: { type: 'string' } },
+    options: {
+      plans: { type: 'boolean', default: false },
+      worker: { type: 'boolean', default: false },
+      'min-ms': { type: 'string', default: '8' },
+      profile: { type: 'string' },
+    },
   });
   const n = Number(positionals[0] ?? 100_000);
   const dir = await mkdtemp(join(tmpdir(), 'queen-edge-stalls-'));
@@ -143,7 +163,7 @@ async function main(): Promise<void> {
     const turns = watchTurns(minMs);
     const t0 = performance.now();
     // The CLI's path (supervisor.ts, runInProcess): read off-thread, files checked, applied.
-    const read = await loadConfigFileOffThread(file);
+    const read = values.worker ? await asWorkerGetsIt(await loadConfigFileOffThread(file), config.tenants) : await loadConfigFileOffThread(file);
     const tRead = performance.now();
     const { problems } = await checkFiles(read);
     if (problems.length > 0) throw new Error(problems.join('\n'));

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from 'prom-client';
 import type { RawConfig } from './config/schema.js';
-import { ConfigJoin, splitConfig, type ConfigHead, type TenantPart } from './config/parts.js';
+import { ConfigJoin, splitConfig, type HeadPart, type TenantMap, type TenantsPart } from './config/parts.js';
 import { startApp, type App } from './app.js';
 import { compileTablesResolved } from './tables.js';
 import { ConfigError } from './config/load.js';
@@ -24,8 +24,8 @@ import { processLogger, type Logger } from './observability/log.js';
 /** Primary → worker. The `queen-edge:` prefix keeps them apart from prom-client's own cluster messages. */
 type ToWorker =
   /** A configuration in parts (config/parts.ts): the head, its tenants in chunks, the end. `start` is the worker's first. */
-  | { type: 'queen-edge:config-head'; purpose: ConfigPurpose; config: ConfigHead }
-  | { type: 'queen-edge:config-tenants'; part: TenantPart }
+  | { type: 'queen-edge:config-head'; purpose: ConfigPurpose; head: HeadPart }
+  | { type: 'queen-edge:config-tenants'; part: TenantsPart }
   | { type: 'queen-edge:config-end' }
   /** The primary refused the file: the workers record it, so their admin API and /metrics show it. */
   | { type: 'queen-edge:reload-refused'; problems: string[] }
@@ -307,10 +307,13 @@ export async function runPrimary(
     }
     void queue(job);
   };
+  // The tenant map each worker was last sent: a file read against it is sent as its changes.
+  const held = new WeakMap<Worker, TenantMap>();
   const sendConfig = (w: Worker, purpose: ConfigPurpose, config: RawConfig): void =>
     inOrder(w, async () => {
-      const { head, parts } = splitConfig(config);
-      send(w, { type: 'queen-edge:config-head', purpose, config: head });
+      const { head, parts } = splitConfig(config, held.get(w) ?? null);
+      held.set(w, config.tenants);
+      send(w, { type: 'queen-edge:config-head', purpose, head });
       // A turn between parts: the primary hands out new connections and must not stall either.
       for (const part of parts) {
         send(w, { type: 'queen-edge:config-tenants', part });
@@ -533,6 +536,8 @@ export async function runWorker(): Promise<number> {
   };
   // The configuration whose parts are arriving.
   let incoming: { purpose: ConfigPurpose; join: ConfigJoin } | null = null;
+  // The tenant map last received: the primary sends a file read against it as its changes.
+  let held: TenantMap | null = null;
   const configured = new Promise<RawConfig>((resolveConfig) => {
     const received = (purpose: ConfigPurpose, config: RawConfig): void => {
       if (purpose === 'start') resolveConfig(config);
@@ -541,10 +546,14 @@ export async function runWorker(): Promise<number> {
     };
     process.on('message', (msg: ToWorker) => {
       if (typeof msg !== 'object' || msg === null) return;
-      if (msg.type === 'queen-edge:config-head') incoming = { purpose: msg.purpose, join: new ConfigJoin(msg.config) };
+      if (msg.type === 'queen-edge:config-head') incoming = { purpose: msg.purpose, join: new ConfigJoin(msg.head, held) };
       else if (msg.type === 'queen-edge:config-tenants') incoming?.join.add(msg.part);
       else if (msg.type === 'queen-edge:config-end') {
-        if (incoming !== null) received(incoming.purpose, incoming.join.config());
+        if (incoming !== null) {
+          const config = incoming.join.config();
+          held = config.tenants;
+          received(incoming.purpose, config);
+        }
         incoming = null;
       } else if (msg.type === 'queen-edge:metrics') metrics.onAnswer(msg);
       else if (msg.type === 'queen-edge:collect') collected(msg.id);

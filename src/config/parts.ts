@@ -1,53 +1,78 @@
 /**
- * A configuration handed to another thread or process in parts: everything but the tenants first,
- * then the tenants in chunks, each its own message. The receiver copies or parses one chunk per
- * turn of its event loop, so a file of 100,000 tenants never holds it for one long turn (one
- * message of the whole file took a worker's event loop for the time of parsing it all).
+ * A configuration handed to another process in parts: everything but the tenants first, then the
+ * tenant ids in file order in chunks, each its own message with the tenants it carries. The
+ * receiver parses one chunk per turn of its event loop, so a file of 100,000 tenants never holds
+ * it for one long turn (one message of the whole file took a worker's event loop for the time of
+ * parsing it all). When the receiver holds the map the file was read against, only the tenants
+ * that changed are carried: the others are the receiver's own objects, nothing to parse, copy or
+ * compare (tenant-ids.ts, changesOf).
  */
 import type { RawConfig } from './schema.js';
-import { rememberTenantIds, tenantIds } from './tenant-ids.js';
+import { changesOf, rememberChanges, rememberTenantIds, tenantIds } from './tenant-ids.js';
 
 export type ConfigHead = Omit<RawConfig, 'tenants'>;
-export type TenantPart = RawConfig['tenants'];
+export type TenantMap = RawConfig['tenants'];
 
-/** Tenants per part: copying or parsing one takes the receiver about a millisecond. */
-export const TENANTS_PER_PART = 500;
-
-/** `config` as its head and its tenants in parts of at most `size`. */
-export function splitConfig(config: RawConfig, size = TENANTS_PER_PART): { head: ConfigHead; parts: Generator<TenantPart> } {
-  const { tenants, ...head } = config;
-  return { head, parts: tenantParts(tenants, size) };
+/** The first message: the settings, and `changed` (added, changed or removed ids) when only those tenants are carried. */
+export interface HeadPart {
+  readonly config: ConfigHead;
+  readonly changed: readonly string[] | null;
 }
 
-function* tenantParts(tenants: RawConfig['tenants'], size: number): Generator<TenantPart> {
+/** The ids of a chunk in file order, and the tenants carried among them. */
+export interface TenantsPart {
+  readonly ids: readonly string[];
+  readonly tenants: TenantMap;
+}
+
+/** Ids per part: parsing one with its tenants takes the receiver about a millisecond. */
+export const IDS_PER_PART = 500;
+
+/**
+ * `config` as its head and its tenants in parts. `held`: the tenant map the receiver holds; when
+ * the file was read against it, only the tenants that changed are carried.
+ */
+export function splitConfig(config: RawConfig, held: TenantMap | null = null, size = IDS_PER_PART): { head: HeadPart; parts: Generator<TenantsPart> } {
+  const { tenants, ...rest } = config;
+  const changes = changesOf(tenants);
+  const changed = changes !== undefined && held !== null && changes.base === held ? changes.changed : null;
+  return { head: { config: rest, changed }, parts: tenantParts(tenants, changed === null ? null : new Set(changed), size) };
+}
+
+function* tenantParts(tenants: TenantMap, only: ReadonlySet<string> | null, size: number): Generator<TenantsPart> {
   const ids = tenantIds(tenants);
   for (let i = 0; i < ids.length; i += size) {
-    const part: TenantPart = {};
-    for (let k = i; k < Math.min(i + size, ids.length); k++) part[ids[k]!] = tenants[ids[k]!]!;
-    yield part;
+    const chunk = ids.slice(i, i + size);
+    const carried: TenantMap = {};
+    for (const id of chunk) if (only === null || only.has(id)) carried[id] = tenants[id]!;
+    yield { ids: chunk, tenants: carried };
   }
 }
 
-/** Collects the parts of one configuration, in the order they were sent. */
+/** Collects the parts of one configuration, in the order they were sent; `held` is the map a head with `changed` was split against. */
 export class ConfigJoin {
-  readonly #head: ConfigHead;
-  readonly #tenants: RawConfig['tenants'] = {};
+  readonly #head: HeadPart;
+  readonly #base: TenantMap;
+  readonly #tenants: TenantMap = {};
   // Kept as they arrive: listing a map of 100,000 keys afterwards takes one long turn (tenant-ids.ts).
   readonly #ids: string[] = [];
 
-  constructor(head: ConfigHead) {
+  constructor(head: HeadPart, held: TenantMap | null) {
+    if (head.changed !== null && held === null) throw new Error('configuration changes sent to a receiver that holds none');
     this.#head = head;
+    this.#base = held ?? {};
   }
 
-  add(part: TenantPart): void {
-    for (const id of Object.keys(part)) {
-      this.#tenants[id] = part[id]!;
+  add(part: TenantsPart): void {
+    for (const id of part.ids) {
+      this.#tenants[id] = part.tenants[id] ?? this.#base[id]!;
       this.#ids.push(id);
     }
   }
 
   config(): RawConfig {
     rememberTenantIds(this.#tenants, this.#ids);
-    return { ...this.#head, tenants: this.#tenants };
+    if (this.#head.changed !== null) rememberChanges(this.#tenants, { base: this.#base, changed: this.#head.changed });
+    return { ...this.#head.config, tenants: this.#tenants };
   }
 }
