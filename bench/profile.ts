@@ -6,14 +6,16 @@
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 
-interface ProfileNode {
+export interface ProfileNode {
   id: number;
   callFrame: { functionName: string; url: string; lineNumber: number };
   children?: number[];
 }
 
-interface CpuProfile {
+export interface CpuProfile {
   nodes: ProfileNode[];
+  /** When the profile started (µs, the profiler's clock). */
+  startTime: number;
   samples: number[];
   timeDeltas: number[];
 }

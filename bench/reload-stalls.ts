@@ -27,19 +27,7 @@ import { checkFiles } from '../src/preflight.js';
 import { startFastDouble } from './double.js';
 import { manyTenantsConfig, tenantId } from './many-tenants.js';
 import { freePort, makeCertificate, sleep } from './procs.js';
-
-interface ProfileNode {
-  id: number;
-  callFrame: { functionName: string; url: string; lineNumber: number };
-  children?: number[];
-}
-
-interface CpuProfile {
-  nodes: ProfileNode[];
-  startTime: number;
-  samples: number[];
-  timeDeltas: number[];
-}
+import type { CpuProfile, ProfileNode } from './profile.js';
 
 /** An event-loop turn that took `ms`: no timer ran from `startUs` on (the clock of the CPU profile, µs). */
 interface Stretch {

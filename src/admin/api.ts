@@ -282,16 +282,16 @@ function existing(d: AdminDeps, id: string): Tenant | Refusal {
 
 /** A page of the tenants in id order, filtered (tenant-list.ts); `next` is the cursor of the page after it, null after the last. */
 async function listTenants(c: Call): Promise<Reply | Refusal> {
+  return pageOfTenants(c, 'tenants', (t) => tenantSummary(t, c.d.tenants));
+}
+
+/** A page of the tenants (the query's paging and filters) as `field`, each rendered by `view`. */
+function pageOfTenants(c: Call, field: string, view: (t: Tenant) => unknown): Reply | Refusal {
   const q = listQuery(c.query);
   if (q instanceof EdgeError) return q;
   const ids = tenantIds(c);
-  const page = tenantPage(
-    ids,
-    (id) => c.d.tenants.byId(id),
-    q,
-    (t) => tenantSummary(t, c.d.tenants),
-  );
-  return { status: 200, body: { tenants: page.tenants, next: page.next, total: ids.length } };
+  const page = tenantPage(ids, (id) => c.d.tenants.byId(id), q, view);
+  return { status: 200, body: { [field]: page.tenants, next: page.next, total: ids.length } };
 }
 
 function tenantIds(c: Call): readonly string[] {
@@ -471,16 +471,7 @@ async function listBrokers(c: Call): Promise<Reply | Refusal> {
     const t = existing(c.d, one);
     return t instanceof EdgeError ? t : { status: 200, body: { clusters: c.d.brokers([t]), next: null } };
   }
-  const q = listQuery(c.query);
-  if (q instanceof EdgeError) return q;
-  const ids = tenantIds(c);
-  const page = tenantPage(
-    ids,
-    (id) => c.d.tenants.byId(id),
-    q,
-    (t) => c.d.brokers([t])[0]!,
-  );
-  return { status: 200, body: { clusters: page.tenants, next: page.next, total: ids.length } };
+  return pageOfTenants(c, 'clusters', (t) => c.d.brokers([t])[0]!);
 }
 
 // Broker maintenance, for all of a tenant's brokers or the one named by `broker`; 502 when a
