@@ -30,7 +30,7 @@ import { sameTrust, type TrustSettings } from './tenancy.js';
 import { storageVerdict } from './storage.js';
 import { canonicalHost, compilePlan, compileTenant, ID_PATTERN, type Plan, type Tenant } from './model.js';
 import type { RawTenantAuth } from '../config/schema.js';
-import { tenantIds } from '../config/tenant-ids.js';
+import { runSteps, tenantIds } from '../config/tenant-ids.js';
 
 /** The config file's part of the directory. */
 export interface FileDirectory {
@@ -600,11 +600,7 @@ export function snapshotChanged(prev: Snapshot, next: Snapshot): boolean {
 
 /** The tenants whose compiled object differs between two directories (added, removed or changed). */
 export function changedTenants(prev: Snapshot, next: Snapshot): Set<string> {
-  const steps = changedTenantsInSteps(prev, next);
-  for (;;) {
-    const step = steps.next();
-    if (step.done) return step.value;
-  }
+  return runSteps(changedTenantsInSteps(prev, next));
 }
 
 /** changedTenants in steps: yields after every SLICE comparisons, so a caller may pause there. */
