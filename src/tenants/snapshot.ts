@@ -484,7 +484,6 @@ export class TenantIndex implements Snapshot {
   }
 
   #release(id: string, tenant: Tenant): void {
-    const raw = this.records.get(id)!;
     this.records.delete(id);
     this.fromRecord.delete(id);
     this.byId.delete(id);
