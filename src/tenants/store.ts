@@ -787,7 +787,8 @@ class Directory implements TenantStore {
   #install(next: TenantIndex, touched: ReadonlySet<string>): void {
     const before = this.#snap;
     this.#snap = next;
-    this.#changed(touched, next.rejected, snapshotChanged(before, next), brokersSwapped(before, next));
+    // Tenants touched already tell subscribers; only without them are the plans and storage compared.
+    this.#changed(touched, next.rejected, touched.size === 0 && snapshotChanged(before, next), brokersSwapped(before, next));
   }
 
   /** Logs rejected records once, and tells subscribers when something changed. */
