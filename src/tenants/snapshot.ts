@@ -594,7 +594,7 @@ function caseTwin(id: string, twin: string): string {
 
 /** True when `next` differs from `prev` in anything a reader can observe. */
 export function snapshotChanged(prev: Snapshot, next: Snapshot): boolean {
-  return !sameMap(prev.byId, next.byId) || !sameMap(prev.plans, next.plans) || !sameMap(prev.storage, next.storage) || !sameKeys(prev.blocked, next.blocked);
+  return !sameMap(prev.byId, next.byId) || !sameMap(prev.plans, next.plans) || !sameMap(prev.storage, next.storage) || !sameSet(prev.blocked, next.blocked);
 }
 
 /** The tenants whose compiled object differs between two directories (added, removed or changed). */
@@ -624,9 +624,8 @@ export function sameMap<V>(a: ReadonlyMap<string, V>, b: ReadonlyMap<string, V>)
   return true;
 }
 
-/** True when two sets (or the key sets of two maps) are equal. */
-export function sameKeys(a: ReadonlySet<string> | ReadonlyMap<string, unknown>, b: ReadonlySet<string> | ReadonlyMap<string, unknown>): boolean {
+function sameSet(a: ReadonlySet<string>, b: ReadonlySet<string>): boolean {
   if (a.size !== b.size) return false;
-  for (const k of a.keys()) if (!b.has(k)) return false;
+  for (const k of a) if (!b.has(k)) return false;
   return true;
 }
