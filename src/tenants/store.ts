@@ -36,7 +36,7 @@ import {
 } from './snapshot.js';
 import { BrokerAddresses, brokerUrlsOf } from './broker-addresses.js';
 import { brokerChange, brokersSwapped, type BrokerChange } from './broker-moves.js';
-import { changesOf, runSteps, SLICE_MS, stepInSlices, tenantIds } from '../config/tenant-ids.js';
+import { changesOf, eachTenant, runSteps, stepInSlices, tenantIds } from '../config/tenant-ids.js';
 
 /**
  * The outcome of a write: validation problems are values, listed by path. `conflict`: the
@@ -372,21 +372,13 @@ class Directory implements TenantStore {
 
   /**
    * Points the unchanged tenants of a reloaded file at the new file's objects, in slices, so a
-   * later full build lends their compiled tenants; stops if the file or the index was replaced.
+   * later full build lends their compiled tenants; none once the file or the index was replaced.
    */
   #adoptSoon(file: FileDirectory, differs: ReadonlySet<string>): void {
     const snap = this.#snap;
-    const ids = tenantIds(file.tenants);
-    const step = (from: number): void => {
-      if (this.#file !== file || this.#snap !== snap) return;
-      const started = performance.now();
-      let i = from;
-      for (; i < ids.length && performance.now() - started < SLICE_MS; i += 64) {
-        for (const id of ids.slice(i, i + 64)) if (!differs.has(id)) snap.adopt(id, file.tenants[id]!);
-      }
-      if (i < ids.length) setImmediate(step, i);
-    };
-    step(0);
+    void eachTenant(file.tenants, (id, raw) => {
+      if (this.#file === file && this.#snap === snap && !differs.has(id)) snap.adopt(id, raw);
+    });
   }
 
   byId(id: string): Tenant | undefined {
