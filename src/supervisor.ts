@@ -157,7 +157,6 @@ function onSignals(onSignal: (name: string) => void): () => void {
   };
 }
 
-/** Hands held hangups over to `onHup` (logging one that came during the start); without `onHup` they stay held. */
 /**
  * Runs jobs one after another in the order they are given, whatever each one's outcome: reloads
  * and refusals are read, applied and recorded in the order of the signals, so a slow check of one
@@ -176,6 +175,7 @@ export function inTurn(): (job: () => Promise<unknown> | unknown) => Promise<voi
   };
 }
 
+/** Hands held hangups over to `onHup` (logging one that came during the start); without `onHup` they stay held. */
 function takeHangups(hangups: HeldHangups, log: Logger, onHup: (() => void) | null): () => void {
   if (onHup === null) return () => {};
   if (hangups.pending) log.info('SIGHUP received while starting: reloading now');

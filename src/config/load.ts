@@ -9,7 +9,8 @@ import { Worker } from 'node:worker_threads';
 import { isMap, isScalar, parseDocument, visit, type Document } from 'yaml';
 import type { z } from 'zod';
 import { configSchema, type RawConfig } from './schema.js';
-import { rememberChanges, rememberTenantIds, tenantIds } from './tenant-ids.js';
+import { TenantsJoin } from './parts.js';
+import { tenantIds } from './tenant-ids.js';
 import { tenantTexts } from './tenant-texts.js';
 import type { ReadRequest } from './read-worker.js';
 
@@ -229,10 +230,7 @@ export function loadConfigFileOffThread(path: string, env: NodeJS.ProcessEnv = p
           const { worker } = thread;
           const prior = lastRead;
           let head: Omit<RawConfig, 'tenants'> | null = null;
-          let base: RawConfig['tenants'] = {};
-          const tenants: RawConfig['tenants'] = {};
-          // The ids as they arrive, in file order: listing a map's keys later would take one long turn.
-          const ids: string[] = [];
+          let join = new TenantsJoin({});
           const done = (): void => {
             worker.off('message', onMessage);
             worker.off('error', reject);
@@ -245,19 +243,15 @@ export function loadConfigFileOffThread(path: string, env: NodeJS.ProcessEnv = p
           const onMessage = (m: ReaderMessage): void => {
             if (m.type === 'head') {
               head = m.config!;
-              if (m.base === true) base = prior!.tenants;
+              if (m.base === true) join = new TenantsJoin(prior!.tenants);
             } else if (m.type === 'tenants') {
-              for (const id of m.ids!) {
-                tenants[id] = m.part![id] ?? base[id]!;
-                ids.push(id);
-              }
+              join.add({ ids: m.ids!, tenants: m.part! });
               // The next chunk after a turn of the event loop: requests are served between chunks.
               setImmediate(() => worker.postMessage({ type: 'next' }));
             } else {
               done();
               if (m.type === 'done') {
-                rememberTenantIds(tenants, ids);
-                if (m.changed != null) rememberChanges(tenants, { base, changed: m.changed });
+                const tenants = join.tenants(m.changed ?? null);
                 lastRead = { tenants, texts: m.texts! };
                 resolve({ ...head!, tenants });
               } else reject(m.problems ? new ConfigError(m.problems) : new Error(m.message));

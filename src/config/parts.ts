@@ -49,18 +49,19 @@ function* tenantParts(tenants: TenantMap, only: ReadonlySet<string> | null, size
   }
 }
 
-/** Collects the parts of one configuration, in the order they were sent; `held` is the map a head with `changed` was split against. */
-export class ConfigJoin {
-  readonly #head: HeadPart;
+/**
+ * Collects tenant parts in the order they were sent: a tenant a part does not carry is `base`'s
+ * object (the map the sender compared with). Also what the off-thread reader's chunks are joined
+ * with (load.ts).
+ */
+export class TenantsJoin {
   readonly #base: TenantMap;
   readonly #tenants: TenantMap = {};
   // Kept as they arrive: listing a map of 100,000 keys afterwards takes one long turn (tenant-ids.ts).
   readonly #ids: string[] = [];
 
-  constructor(head: HeadPart, held: TenantMap | null) {
-    if (head.changed !== null && held === null) throw new Error('configuration changes sent to a receiver that holds none');
-    this.#head = head;
-    this.#base = held ?? {};
+  constructor(base: TenantMap) {
+    this.#base = base;
   }
 
   add(part: TenantsPart): void {
@@ -70,9 +71,30 @@ export class ConfigJoin {
     }
   }
 
-  config(): RawConfig {
+  /** The joined map, its ids remembered, and `changed` (the ids that differ from `base`) when the sender said. */
+  tenants(changed: readonly string[] | null): TenantMap {
     rememberTenantIds(this.#tenants, this.#ids);
-    if (this.#head.changed !== null) rememberChanges(this.#tenants, { base: this.#base, changed: this.#head.changed });
-    return { ...this.#head.config, tenants: this.#tenants };
+    if (changed !== null) rememberChanges(this.#tenants, { base: this.#base, changed });
+    return this.#tenants;
+  }
+}
+
+/** Collects the parts of one configuration, in the order they were sent; `held` is the map a head with `changed` was split against. */
+export class ConfigJoin {
+  readonly #head: HeadPart;
+  readonly #tenants: TenantsJoin;
+
+  constructor(head: HeadPart, held: TenantMap | null) {
+    if (head.changed !== null && held === null) throw new Error('configuration changes sent to a receiver that holds none');
+    this.#head = head;
+    this.#tenants = new TenantsJoin(held ?? {});
+  }
+
+  add(part: TenantsPart): void {
+    this.#tenants.add(part);
+  }
+
+  config(): RawConfig {
+    return { ...this.#head.config, tenants: this.#tenants.tenants(this.#head.changed) };
   }
 }

@@ -83,6 +83,14 @@ export async function stepInSlices<R>(steps: Generator<void, R, void>): Promise<
   }
 }
 
+/** Runs `steps` to its end at once; its result (the synchronous counterpart of stepInSlices). */
+export function runSteps<R>(steps: Generator<void, R, void>): R {
+  for (;;) {
+    const step = steps.next();
+    if (step.done) return step.value;
+  }
+}
+
 /** Calls `visit` for each tenant of `tenants`, in file order and in slices (inSlices). */
 export function eachTenant(tenants: TenantMap, visit: (id: string, tenant: RawTenant) => void): Promise<number> {
   return inSlices(tenantIds(tenants), (id) => visit(id, tenants[id]!));

@@ -30,7 +30,7 @@ import { sameTrust, type TrustSettings } from './tenancy.js';
 import { storageVerdict } from './storage.js';
 import { canonicalHost, compilePlan, compileTenant, ID_PATTERN, type Plan, type Tenant } from './model.js';
 import type { RawTenantAuth } from '../config/schema.js';
-import { tenantIds } from '../config/tenant-ids.js';
+import { runSteps, tenantIds } from '../config/tenant-ids.js';
 
 /** The config file's part of the directory. */
 export interface FileDirectory {
@@ -484,7 +484,6 @@ export class TenantIndex implements Snapshot {
   }
 
   #release(id: string, tenant: Tenant): void {
-    const raw = this.records.get(id)!;
     this.records.delete(id);
     this.fromRecord.delete(id);
     this.byId.delete(id);
@@ -595,16 +594,12 @@ function caseTwin(id: string, twin: string): string {
 
 /** True when `next` differs from `prev` in anything a reader can observe. */
 export function snapshotChanged(prev: Snapshot, next: Snapshot): boolean {
-  return !sameMap(prev.byId, next.byId) || !sameMap(prev.plans, next.plans) || !sameMap(prev.storage, next.storage) || !sameKeys(prev.blocked, next.blocked);
+  return !sameMap(prev.byId, next.byId) || !sameMap(prev.plans, next.plans) || !sameMap(prev.storage, next.storage) || !sameSet(prev.blocked, next.blocked);
 }
 
 /** The tenants whose compiled object differs between two directories (added, removed or changed). */
 export function changedTenants(prev: Snapshot, next: Snapshot): Set<string> {
-  const steps = changedTenantsInSteps(prev, next);
-  for (;;) {
-    const step = steps.next();
-    if (step.done) return step.value;
-  }
+  return runSteps(changedTenantsInSteps(prev, next));
 }
 
 /** changedTenants in steps: yields after every SLICE comparisons, so a caller may pause there. */
@@ -629,9 +624,8 @@ export function sameMap<V>(a: ReadonlyMap<string, V>, b: ReadonlyMap<string, V>)
   return true;
 }
 
-/** True when two sets (or the key sets of two maps) are equal. */
-export function sameKeys(a: ReadonlySet<string> | ReadonlyMap<string, unknown>, b: ReadonlySet<string> | ReadonlyMap<string, unknown>): boolean {
+function sameSet(a: ReadonlySet<string>, b: ReadonlySet<string>): boolean {
   if (a.size !== b.size) return false;
-  for (const k of a.keys()) if (!b.has(k)) return false;
+  for (const k of a) if (!b.has(k)) return false;
   return true;
 }

@@ -36,7 +36,7 @@ import {
 } from './snapshot.js';
 import { BrokerAddresses, brokerUrlsOf } from './broker-addresses.js';
 import { brokerChange, brokersSwapped, type BrokerChange } from './broker-moves.js';
-import { changesOf, eachTenant, SLICE_MS, stepInSlices, tenantIds } from '../config/tenant-ids.js';
+import { changesOf, eachTenant, runSteps, stepInSlices, tenantIds } from '../config/tenant-ids.js';
 
 /**
  * The outcome of a write: validation problems are values, listed by path. `conflict`: the
@@ -163,15 +163,18 @@ function sameValue(a: unknown, b: unknown): boolean {
   return true;
 }
 
-/** The ids added, changed or removed between two tenant maps, compared in slices. */
-async function compareTenants(base: FileDirectory['tenants'], next: FileDirectory['tenants']): Promise<string[]> {
+/** The ids added, changed or removed between two tenant maps, in steps (stepInSlices, or runSteps at once). */
+function* tenantChanges(base: FileDirectory['tenants'], next: FileDirectory['tenants']): Generator<void, string[], void> {
   const changed: string[] = [];
-  await eachTenant(next, (id, tenant) => {
-    if (!sameValue(base[id], tenant)) changed.push(id);
-  });
-  await eachTenant(base, (id) => {
+  let n = 0;
+  for (const id of tenantIds(next)) {
+    if (!sameValue(base[id], next[id])) changed.push(id);
+    if (++n % 64 === 0) yield;
+  }
+  for (const id of tenantIds(base)) {
     if (next[id] === undefined) changed.push(id);
-  });
+    if (++n % 64 === 0) yield;
+  }
   return changed;
 }
 
@@ -284,7 +287,7 @@ class Directory implements TenantStore {
     const base = this.#file;
     // Read against the running file, its reader listed what changed (config/read-worker.ts).
     const found = changesOf(next.tenants);
-    const changed = found?.base === base.tenants ? found.changed : await compareTenants(base.tenants, next.tenants);
+    const changed = found?.base === base.tenants ? found.changed : await stepInSlices(tenantChanges(base.tenants, next.tenants));
     return { base, next: next.tenants, changed, plans: !sameValue(base.plans, next.plans) };
   }
 
@@ -334,13 +337,7 @@ class Directory implements TenantStore {
       return this.#reloadWhole(file, current ? built : undefined);
     }
     // Only the tenants whose entry differs are placed again; the first refused entry undoes them all.
-    let changed = known?.changed;
-    if (changed === undefined) {
-      const list: string[] = [];
-      for (const id of tenantIds(file.tenants)) if (!sameValue(before.tenants[id], file.tenants[id])) list.push(id);
-      for (const id of tenantIds(before.tenants)) if (file.tenants[id] === undefined) list.push(id);
-      changed = list;
-    }
+    const changed = known?.changed ?? runSteps(tenantChanges(before.tenants, file.tenants));
     this.#edits++;
     if (changed.length === 0) {
       this.#file = file;
@@ -375,21 +372,13 @@ class Directory implements TenantStore {
 
   /**
    * Points the unchanged tenants of a reloaded file at the new file's objects, in slices, so a
-   * later full build lends their compiled tenants; stops if the file or the index was replaced.
+   * later full build lends their compiled tenants; none once the file or the index was replaced.
    */
   #adoptSoon(file: FileDirectory, differs: ReadonlySet<string>): void {
     const snap = this.#snap;
-    const ids = tenantIds(file.tenants);
-    const step = (from: number): void => {
-      if (this.#file !== file || this.#snap !== snap) return;
-      const started = performance.now();
-      let i = from;
-      for (; i < ids.length && performance.now() - started < SLICE_MS; i += 64) {
-        for (const id of ids.slice(i, i + 64)) if (!differs.has(id)) snap.adopt(id, file.tenants[id]!);
-      }
-      if (i < ids.length) setImmediate(step, i);
-    };
-    step(0);
+    void eachTenant(file.tenants, (id, raw) => {
+      if (this.#file === file && this.#snap === snap && !differs.has(id)) snap.adopt(id, raw);
+    });
   }
 
   byId(id: string): Tenant | undefined {
@@ -790,7 +779,8 @@ class Directory implements TenantStore {
   #install(next: TenantIndex, touched: ReadonlySet<string>): void {
     const before = this.#snap;
     this.#snap = next;
-    this.#changed(touched, next.rejected, snapshotChanged(before, next), brokersSwapped(before, next));
+    // Tenants touched already tell subscribers; only without them are the plans and storage compared.
+    this.#changed(touched, next.rejected, touched.size === 0 && snapshotChanged(before, next), brokersSwapped(before, next));
   }
 
   /** Logs rejected records once, and tells subscribers when something changed. */
