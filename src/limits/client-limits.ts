@@ -121,5 +121,6 @@ function identityOf(token: string): string {
  */
 export function clientKey(address: string): string {
   if (!isIPv6(address)) return address;
-  return carriedIpv4(address) ?? `${ipv6Groups(address).slice(0, 4).join(':')}::/64`;
+  const groups = ipv6Groups(address);
+  return carriedIpv4(groups) ?? `${groups.slice(0, 4).join(':')}::/64`;
 }

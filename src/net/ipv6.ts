@@ -4,11 +4,11 @@
 const IPV4_CARRIERS: readonly string[] = ['0:0:0:0:0:ffff', '64:ff9b:0:0:0:0'];
 
 /**
- * The IPv4 address an IPv6 address carries: IPv4-mapped `::ffff:a.b.c.d`, or NAT64's well-known
- * prefix `64:ff9b::/96` (RFC 6052); null for any other address.
+ * The IPv4 address an IPv6 address (its ipv6Groups) carries: IPv4-mapped `::ffff:a.b.c.d`, or
+ * NAT64's well-known prefix `64:ff9b::/96` (RFC 6052); null for any other address. Given groups,
+ * so a caller that needs them too reads the address once.
  */
-export function carriedIpv4(ip: string): string | null {
-  const groups = ipv6Groups(ip);
+export function carriedIpv4(groups: readonly string[]): string | null {
   if (!IPV4_CARRIERS.includes(groups.slice(0, 6).join(':'))) return null;
   const hi = Number.parseInt(groups[6]!, 16);
   const lo = Number.parseInt(groups[7]!, 16);

@@ -5,7 +5,7 @@
  * IPv6 address that carries an IPv4 one (IPv4-mapped, NAT64) is judged by that IPv4 address.
  */
 import { BlockList, isIP } from 'node:net';
-import { carriedIpv4 } from './ipv6.js';
+import { carriedIpv4, ipv6Groups } from './ipv6.js';
 
 const NON_PUBLIC = new BlockList();
 for (const [net, prefix] of [
@@ -47,7 +47,7 @@ export function isPublicAddress(ip: string): boolean {
   const family = isIP(ip);
   if (family === 0) return false;
   if (family === 4) return !NON_PUBLIC.check(ip, 'ipv4');
-  const carried = carriedIpv4(ip);
+  const carried = carriedIpv4(ipv6Groups(ip));
   if (carried !== null) return isPublicAddress(carried);
   return !NON_PUBLIC.check(ip, 'ipv6');
 }
