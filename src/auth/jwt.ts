@@ -32,7 +32,7 @@
  * header decode and at most one signature check, bounded by `auth.maxTokenBytes`, and caching
  * garbage would only let an attacker evict good entries.
  */
-import { createPublicKey, type JsonWebKeyInput, type KeyObject } from 'node:crypto';
+import type { KeyObject } from 'node:crypto';
 import {
   decodeJwt,
   decodeProtectedHeader,
@@ -46,7 +46,7 @@ import {
   type ProtectedHeaderParameters,
 } from 'jose';
 import { ExpiringMap } from '../cache/expiring-map.js';
-import { isInlineKey, readKeyFile } from './key-files.js';
+import { isInlineKey, parsePublicKey, readKeyFile } from './key-files.js';
 import { fetchJwksDocument } from './jwks-fetch.js';
 import type { JwksFetchPolicy } from './jwks-url.js';
 import { jwkThumbprint } from './key-trust.js';
@@ -346,7 +346,7 @@ export async function loadPublicKey(ref: string): Promise<KeyObject> {
   if (text.includes('PRIVATE KEY-----') || (text.startsWith('{') && /"d"\s*:/.test(text))) {
     throw new Error(`${where}: expected a public key or certificate, found a private key`);
   }
-  const key = text.startsWith('{') ? createPublicKey({ key: JSON.parse(text) as JsonWebKeyInput['key'], format: 'jwk' }) : createPublicKey(text);
+  const key = parsePublicKey(text);
   const type = key.asymmetricKeyType;
   const supported = type === 'rsa' || type === 'ed25519' || (type === 'ec' && EC_ALGORITHM[key.asymmetricKeyDetails?.namedCurve ?? ''] !== undefined);
   if (!supported) throw new Error(`${where}: unsupported key type ${type ?? 'unknown'}`);
