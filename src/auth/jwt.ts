@@ -487,7 +487,6 @@ export class JwksKeys {
   readonly #clock: () => number;
   readonly #policy: JwksPolicy;
   readonly #abort = new AbortController();
-  #loaded = false;
   /**
    * The members that may verify a token, by its alg and kid (indexKey): a token's key is found at
    * the same cost in a set of 2 keys as of maxKeys, also when many members share a kid.
@@ -496,6 +495,10 @@ export class JwksKeys {
   readonly #onLoad: ((members: readonly JwksMember[]) => void) | undefined;
   /** Bumped on every successful load, so a waiter can tell whether the set changed under it. */
   #generation = 0;
+  /** Whether a set was ever loaded (the keys then serve, stale or not). */
+  get #loaded(): boolean {
+    return this.#generation > 0;
+  }
   #loadedAt = 0;
   #nextFetchAt = 0;
   #inflight: Promise<boolean> | null = null;
@@ -625,7 +628,6 @@ export class JwksKeys {
     }
     this.#index = index;
     this.#onLoad?.(members);
-    this.#loaded = true;
     this.#generation++;
     this.#loadedAt = this.#clock();
     this.#log.info({ jwksUrl: this.#url, keys: keys.length }, 'JWKS loaded');
