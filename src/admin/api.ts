@@ -323,28 +323,17 @@ async function deleteTenant(c: Call): Promise<Reply | Refusal> {
   return { status: 204 };
 }
 
-/** `suspend` and `resume`: the same switch, to another status. */
-function switchStatus(verb: 'suspend' | 'resume', status: 'suspended' | 'active'): Action {
+/** A change to an existing tenant with no body (`write`, refused as `what`), logged as `action`; answers the tenant as it is now. */
+function tenantChange(action: string, what: string, write: (tenants: TenantStore, id: string) => Promise<WriteResult>): Action {
   return async (c) => {
     const id = c.params.id!;
     const t = existing(c.d, id);
     if (t instanceof EdgeError) return t;
-    const refused = writable(c.d, id) ?? writeRefusal(await c.d.tenants.setStatus(id, status), 'status');
+    const refused = writable(c.d, id) ?? writeRefusal(await write(c.d.tenants, id), what);
     if (refused) return refused;
-    logChange(c, `tenant.${verb}`, id);
+    logChange(c, action, id);
     return { status: 200, body: await tenantDetail(c.d, c.d.tenants.byId(id)!) };
   };
-}
-
-/** Drops the admin API's overrides of a tenant of the file: its record and status are the file's again. */
-async function resetTenant(c: Call): Promise<Reply | Refusal> {
-  const id = c.params.id!;
-  const t = existing(c.d, id);
-  if (t instanceof EdgeError) return t;
-  const refused = writable(c.d, id) ?? writeRefusal(await c.d.tenants.resetToFile(id), 'reset');
-  if (refused) return refused;
-  logChange(c, 'tenant.reset', id);
-  return { status: 200, body: await tenantDetail(c.d, c.d.tenants.byId(id)!) };
 }
 
 async function putStorage(c: Call): Promise<Reply | Refusal> {
@@ -553,9 +542,10 @@ const ADMIN_ROUTES: readonly (readonly ['GET' | 'PUT' | 'POST' | 'DELETE', strin
   ['GET', '/admin/v1/tenants/:id', getTenant],
   ['PUT', '/admin/v1/tenants/:id', putTenant],
   ['DELETE', '/admin/v1/tenants/:id', deleteTenant],
-  ['POST', '/admin/v1/tenants/:id/suspend', switchStatus('suspend', 'suspended')],
-  ['POST', '/admin/v1/tenants/:id/resume', switchStatus('resume', 'active')],
-  ['DELETE', '/admin/v1/tenants/:id/overrides', resetTenant],
+  ['POST', '/admin/v1/tenants/:id/suspend', tenantChange('tenant.suspend', 'status', (s, id) => s.setStatus(id, 'suspended'))],
+  ['POST', '/admin/v1/tenants/:id/resume', tenantChange('tenant.resume', 'status', (s, id) => s.setStatus(id, 'active'))],
+  // Drops the admin API's overrides of a tenant of the file: its record and status are the file's again.
+  ['DELETE', '/admin/v1/tenants/:id/overrides', tenantChange('tenant.reset', 'reset', (s, id) => s.resetToFile(id))],
   ['POST', '/admin/v1/tenants/:id/keys', postKey],
   ['GET', '/admin/v1/tenants/:id/keys', getKeys],
   ['DELETE', '/admin/v1/tenants/:id/keys/:keyId', deleteKey],

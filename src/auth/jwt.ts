@@ -32,7 +32,7 @@
  * header decode and at most one signature check, bounded by `auth.maxTokenBytes`, and caching
  * garbage would only let an attacker evict good entries.
  */
-import { createPublicKey, type JsonWebKeyInput, type KeyObject } from 'node:crypto';
+import type { KeyObject } from 'node:crypto';
 import {
   decodeJwt,
   decodeProtectedHeader,
@@ -46,7 +46,7 @@ import {
   type ProtectedHeaderParameters,
 } from 'jose';
 import { ExpiringMap } from '../cache/expiring-map.js';
-import { isInlineKey, readKeyFile } from './key-files.js';
+import { isInlineKey, parsePublicKey, readKeyFile } from './key-files.js';
 import { fetchJwksDocument } from './jwks-fetch.js';
 import type { JwksFetchPolicy } from './jwks-url.js';
 import { jwkThumbprint } from './key-trust.js';
@@ -346,7 +346,7 @@ export async function loadPublicKey(ref: string): Promise<KeyObject> {
   if (text.includes('PRIVATE KEY-----') || (text.startsWith('{') && /"d"\s*:/.test(text))) {
     throw new Error(`${where}: expected a public key or certificate, found a private key`);
   }
-  const key = text.startsWith('{') ? createPublicKey({ key: JSON.parse(text) as JsonWebKeyInput['key'], format: 'jwk' }) : createPublicKey(text);
+  const key = parsePublicKey(text);
   const type = key.asymmetricKeyType;
   const supported = type === 'rsa' || type === 'ed25519' || (type === 'ec' && EC_ALGORITHM[key.asymmetricKeyDetails?.namedCurve ?? ''] !== undefined);
   if (!supported) throw new Error(`${where}: unsupported key type ${type ?? 'unknown'}`);
@@ -487,7 +487,6 @@ export class JwksKeys {
   readonly #clock: () => number;
   readonly #policy: JwksPolicy;
   readonly #abort = new AbortController();
-  #loaded = false;
   /**
    * The members that may verify a token, by its alg and kid (indexKey): a token's key is found at
    * the same cost in a set of 2 keys as of maxKeys, also when many members share a kid.
@@ -496,6 +495,10 @@ export class JwksKeys {
   readonly #onLoad: ((members: readonly JwksMember[]) => void) | undefined;
   /** Bumped on every successful load, so a waiter can tell whether the set changed under it. */
   #generation = 0;
+  /** Whether a set was ever loaded (the keys then serve, stale or not). */
+  get #loaded(): boolean {
+    return this.#generation > 0;
+  }
   #loadedAt = 0;
   #nextFetchAt = 0;
   #inflight: Promise<boolean> | null = null;
@@ -625,7 +628,6 @@ export class JwksKeys {
     }
     this.#index = index;
     this.#onLoad?.(members);
-    this.#loaded = true;
     this.#generation++;
     this.#loadedAt = this.#clock();
     this.#log.info({ jwksUrl: this.#url, keys: keys.length }, 'JWKS loaded');

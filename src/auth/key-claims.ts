@@ -51,21 +51,24 @@ export class KeyClaims {
    * the file's tenants, the time its `auth` was written for records (none known: written before
    * ages were kept, so older than any that is). Without `origin` (a tenant not yet synced) a new
    * domain is taken for the newest record until the next sync, and a known one keeps its place.
+   * False when nothing changed (its settings and place as they were): no rescreen is needed then.
    */
-  set(domain: string, settings: TrustSettings, origin?: DomainOrigin, order?: number): void {
+  set(domain: string, settings: TrustSettings, origin?: DomainOrigin, order?: number): boolean {
     const sig = JSON.stringify([settings.secret, settings.publicKey, settings.jwksUrl, settings.issuer, settings.audience]);
     const known = this.#domains.get(domain);
     if (known?.sig === sig) {
-      if (origin !== undefined) {
-        known.origin = origin;
-        known.seq = order ?? 0;
-      }
-      return;
+      if (origin === undefined) return false;
+      const seq = order ?? 0;
+      const moved = known.origin !== origin || known.seq !== seq;
+      known.origin = origin;
+      known.seq = seq;
+      return moved;
     }
     const from = origin ?? (domain === '' ? 'global' : 'record');
     const seq = origin === undefined && from === 'record' ? Number.MAX_SAFE_INTEGER : (order ?? 0);
     const pem = [...trustedKeys(settings)].filter((k) => k.startsWith('jwk:')).map((k) => k.slice(4));
     this.#domains.set(domain, { id: domain, sig, settings, pem, origin: from, seq });
+    return true;
   }
 
   /** Forgets every tenant domain not in `live` (the global one stays). */

@@ -7,6 +7,7 @@
  * process. Tenant records written through the admin API hold their key inline; a path there is
  * refused.
  */
+import { createPublicKey, type JsonWebKeyInput, type KeyObject } from 'node:crypto';
 import { constants } from 'node:fs';
 import { open } from 'node:fs/promises';
 import type { RawConfig, RawTenantAuth } from '../config/schema.js';
@@ -21,6 +22,11 @@ export const KEY_FILE_MAX_BYTES = 64 * 1024;
 export function isInlineKey(value: string): boolean {
   const text = value.trimStart();
   return text.startsWith('-----BEGIN') || text.startsWith('{');
+}
+
+/** The key `text` holds: a JWK when it starts with `{`, else PEM (SPKI or a certificate); throws when it is neither. */
+export function parsePublicKey(text: string): KeyObject {
+  return text.startsWith('{') ? createPublicKey({ key: JSON.parse(text) as JsonWebKeyInput['key'], format: 'jwk' }) : createPublicKey(text);
 }
 
 /** The text of the key file at `path`; throws an Error saying why not (not a regular file, too large, unreadable). */

@@ -16,11 +16,11 @@
  *   IdP tell their tokens apart by issuer or audience. The keys a JWKS serves are compared by
  *   thumbprint when fetched (verifiers.ts).
  */
-import { createHash, createPublicKey, type JsonWebKeyInput } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import type { JWK } from 'jose';
 import type { RawTenantAuth } from '../config/schema.js';
 import { defaultPort, urlHost, urlPort } from '../net/url-host.js';
-import { isInlineKey } from './key-files.js';
+import { isInlineKey, parsePublicKey } from './key-files.js';
 
 /** What decides which tokens a set of `auth` settings accepts (a tenant's own, or the global ones). */
 export type TrustSettings = Pick<RawTenantAuth, 'secret' | 'publicKey' | 'jwksUrl' | 'issuer' | 'audience'>;
@@ -59,8 +59,7 @@ export function jwkThumbprint(jwk: JWK): string | null {
 function publicKeyMaterial(value: string): string {
   if (!isInlineKey(value)) return `file:${value}`;
   try {
-    const text = value.trim();
-    const key = text.startsWith('{') ? createPublicKey({ key: JSON.parse(text) as JsonWebKeyInput['key'], format: 'jwk' }) : createPublicKey(text);
+    const key = parsePublicKey(value.trim());
     const thumbprint = jwkThumbprint(key.export({ format: 'jwk' }) as JWK);
     if (thumbprint !== null) return `jwk:${thumbprint}`;
   } catch {

@@ -138,9 +138,10 @@ class Verifiers implements TenantVerifiers {
         return known.verifier;
       }
     }
-    // A tenant not yet synced (a record, as far as is known): its keys may already be held by another domain.
-    this.#claims.set(tenant.id, auth);
-    this.#claims.rescreen();
+    // A tenant not yet synced (a record, as far as is known): its keys may already be held by another
+    // domain. One synced already (its verifier dropped by a reconfigure) changes nothing: no rescreen,
+    // which costs every domain's keys, per tenant on its first request.
+    if (this.#claims.set(tenant.id, auth)) this.#claims.rescreen();
     const verifier = createTokenVerifier(tenantAuthConfig(this.#cfg, auth), {
       log: this.#log,
       clock: this.#clock,
@@ -186,7 +187,7 @@ class Verifiers implements TenantVerifiers {
     await next.start();
     return () => {
       this.#cfg = cfg;
-      this.#claims.set('', cfg);
+      if (this.#claims.set('', cfg)) this.#claims.rescreen();
       this.global = next;
       this.#own.clear();
     };

@@ -184,7 +184,6 @@ function statusClass(status: number): string {
 
 /** What the pipeline recorded since the start, read by the families at scrape time. */
 class RequestTallies {
-  constructor(readonly labels: TenantLabels) {}
   readonly requests = new Tally();
   readonly decisions = new Tally();
   readonly parkedNow = new Map<string, number>();
@@ -204,7 +203,7 @@ class RequestTallies {
 /** Registers every queen-edge family (and Node's process metrics) on `registry`. */
 export function createMetrics(sources: MetricSources, registry: Registry = new Registry(), tenantLabels = DEFAULT_TENANT_LABELS): EdgeMetrics {
   const labels = new TenantLabels(tenantLabelSlots(tenantLabels), new Set([NO_TENANT, '']));
-  const t = new RequestTallies(labels);
+  const t = new RequestTallies();
   registerRequestFamilies(registry, t);
   registerStateFamilies(registry, sources, t);
   registerMeteringFamilies(registry, sources, labels);
