@@ -287,6 +287,18 @@ export const configSchema = z
         failMode: z.enum(['open', 'closed', 'local']).default('local'),
       })
       .prefault({}),
+    /** The durable store of records and usage (docs/store.md); no url = records from the file and Redis only. */
+    store: z
+      .strictObject({
+        url: z.string().min(1).nullable().default(null),
+        /** Every table of the edge lives in this schema, so the store may be the broker's own database. */
+        schema: z
+          .string()
+          .regex(/^[a-z_][a-z0-9_]{0,62}$/, 'a lower-case identifier: letters, digits and _')
+          .default('queen_edge'),
+        timeoutMs: z.number().int().positive().default(2000),
+      })
+      .prefault({}),
     auth: z
       .strictObject({
         algorithms: algorithms.default(['HS256', 'RS256', 'ES256', 'EdDSA']),

@@ -1,0 +1,13 @@
+/**
+ * The durable store's schema, as numbered steps applied in order (docs/store.md). A step, once
+ * released, never changes: a new column or table is a new step, so an edge started against an
+ * older schema brings it forward and an older edge refuses a schema newer than it knows.
+ */
+export interface Migration {
+  readonly version: number;
+  readonly name: string;
+  /** Statements run in one transaction, unqualified names resolving to the edge's own schema. */
+  readonly sql: string;
+}
+
+export const MIGRATIONS: readonly Migration[] = [];

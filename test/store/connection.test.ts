@@ -1,0 +1,82 @@
+import { afterAll, describe, expect, it } from 'vitest';
+import { Store, StoreSchemaError } from '../../src/store/connection.js';
+import { createLogger } from '../../src/observability/log.js';
+import { dropStore, PrivatePostgres, uniqueStore } from '../helpers/pg.js';
+import { waitFor } from '../helpers/wait.js';
+
+const log = createLogger('silent');
+const steps = [
+  { version: 1, name: 'first', sql: 'CREATE TABLE things (id text PRIMARY KEY)' },
+  { version: 2, name: 'second', sql: 'ALTER TABLE things ADD COLUMN n integer NOT NULL DEFAULT 0' },
+];
+
+describe('store schema', () => {
+  const target = uniqueStore();
+  afterAll(() => dropStore(target));
+
+  it('applies each step once, in order, in its own schema, even with edges starting together', async () => {
+    const stores = [new Store(target, log), new Store(target, log), new Store(target, log)];
+    try {
+      expect(await Promise.all(stores.map((s) => s.migrate(steps)))).toEqual([2, 2, 2]);
+      const rows = await stores[0]!.query('SELECT version, name FROM schema_version ORDER BY version');
+      expect(rows).toEqual([
+        { version: 1, name: 'first' },
+        { version: 2, name: 'second' },
+      ]);
+      await stores[0]!.query("INSERT INTO things (id, n) VALUES ('a', 1)");
+      const qualified = await stores[1]!.query(`SELECT n FROM ${target.schema}.things`);
+      expect(qualified).toEqual([{ n: 1 }]);
+    } finally {
+      await Promise.all(stores.map((s) => s.close()));
+    }
+  });
+
+  it('refuses a schema newer than the edge knows', async () => {
+    const store = new Store(target, log);
+    try {
+      await expect(store.migrate(steps.slice(0, 1))).rejects.toBeInstanceOf(StoreSchemaError);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('rolls a failed transaction back', async () => {
+    const store = new Store(target, log);
+    try {
+      await expect(
+        store.transaction(async (tx) => {
+          await tx.query("INSERT INTO things (id) VALUES ('b')");
+          await tx.query("INSERT INTO things (id) VALUES ('b')");
+        }),
+      ).rejects.toThrow(/duplicate key/);
+      expect(await store.query("SELECT id FROM things WHERE id = 'b'")).toEqual([]);
+      // A refused statement still reached the store.
+      expect(store.available).toBe(true);
+    } finally {
+      await store.close();
+    }
+  });
+});
+
+describe('store availability', () => {
+  it('turns unavailable when the server stops and available when it answers again', async () => {
+    const server = await PrivatePostgres.start();
+    const store = new Store({ url: server.url, schema: 'queen_edge', timeoutMs: 1000 }, log);
+    const seen: boolean[] = [];
+    store.onAvailability((a) => seen.push(a));
+    try {
+      await store.migrate(steps);
+      server.stop();
+      await expect(store.query('SELECT 1')).rejects.toThrow();
+      expect(store.available).toBe(false);
+      server.restart();
+      await waitFor(async () => (await store.query('SELECT 1 AS one').catch(() => []))[0]?.one === 1, 10_000);
+      expect(store.available).toBe(true);
+      expect(seen).toEqual([false, true]);
+      expect(await store.query('SELECT count(*)::int AS n FROM schema_version')).toEqual([{ n: 2 }]);
+    } finally {
+      await store.close();
+      server.destroy();
+    }
+  }, 60_000);
+});
