@@ -10,4 +10,19 @@ export interface Migration {
   readonly sql: string;
 }
 
-export const MIGRATIONS: readonly Migration[] = [];
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'change log',
+    // Every admin write appends one row in the transaction that makes it: the audit trail, and
+    // what peers follow (src/store/changes.ts).
+    sql: `CREATE TABLE change_log (
+      seq bigserial PRIMARY KEY,
+      at timestamptz NOT NULL DEFAULT now(),
+      actor text NOT NULL,
+      subject text NOT NULL,
+      action text NOT NULL,
+      detail jsonb
+    )`,
+  },
+];

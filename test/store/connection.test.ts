@@ -1,5 +1,6 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { Store, StoreSchemaError } from '../../src/store/connection.js';
+import { appendChange, ChangeFeed, changesSince, latestChange } from '../../src/store/changes.js';
 import { createLogger } from '../../src/observability/log.js';
 import { dropStore, PrivatePostgres, uniqueStore } from '../helpers/pg.js';
 import { waitFor } from '../helpers/wait.js';
@@ -79,4 +80,45 @@ describe('store availability', () => {
       server.destroy();
     }
   }, 60_000);
+});
+
+describe('change log', () => {
+  const target = uniqueStore();
+  afterAll(() => dropStore(target));
+
+  it('hands each change once, in commit order, to the subscribers of its kind, on a poke and on its own', async () => {
+    const writer = new Store(target, log);
+    const reader = new Store(target, log);
+    await writer.migrate();
+    const feed = new ChangeFeed(reader, log, 50);
+    const tenants: number[] = [];
+    const plans: string[] = [];
+    feed.subscribe('tenant:', (cs) => {
+      tenants.push(...cs.map((c) => c.seq));
+    });
+    feed.subscribe('plan:', (cs) => {
+      plans.push(...cs.map((c) => c.subject));
+    });
+    try {
+      const first = await writer.transaction((tx) => appendChange(tx, target.schema, { actor: 'test', subject: 'tenant:a', action: 'put' }));
+      feed.start(first);
+      // Writers racing: sequence numbers still commit in order, so none is skipped.
+      const seqs = await Promise.all(
+        Array.from({ length: 20 }, (_, i) =>
+          writer.transaction((tx) => appendChange(tx, target.schema, { actor: 'test', subject: i % 2 ? 'tenant:b' : 'plan:p', action: 'put', detail: { i } })),
+        ),
+      );
+      await feed.poke();
+      expect(tenants).toEqual(seqs.filter((_, i) => i % 2));
+      expect(plans).toHaveLength(10);
+      const late = await writer.transaction((tx) => appendChange(tx, target.schema, { actor: 'test', subject: 'tenant:c', action: 'delete' }));
+      // No poke: the period finds it.
+      await waitFor(() => tenants.includes(late), 10_000, 'the periodic read');
+      expect(await latestChange(reader)).toBe(late);
+      expect((await changesSince(reader, late - 1))[0]).toMatchObject({ actor: 'test', subject: 'tenant:c', action: 'delete' });
+    } finally {
+      await feed.stop();
+      await Promise.all([writer.close(), reader.close()]);
+    }
+  });
 });
