@@ -109,7 +109,7 @@ describe('change log', () => {
         ),
       );
       await feed.poke();
-      expect(tenants).toEqual(seqs.filter((_, i) => i % 2));
+      expect(tenants).toEqual(seqs.filter((_, i) => i % 2).sort((a, b) => a - b));
       expect(plans).toHaveLength(10);
       const late = await writer.transaction((tx) => appendChange(tx, target.schema, { actor: 'test', subject: 'tenant:c', action: 'delete' }));
       // No poke: the period finds it.
