@@ -12,9 +12,12 @@
  *   <p>{t:<id>}:qh:<yyyymm>   leased month holdings: HASH instance id → its record (seq, Redis time,
  *                             units spent, held, reclaimed, reclaim and forget times, margin), and
  *                             `~up` → last call, up since (lease-script.ts); expires like qm
+ *   <p>{t:<id>}:qs:<yyyymm>   the Redis epoch the month counters were last re-seeded in (metering/reseed.ts)
  *   <p>{t:<id>}:ud:<yyyymmdd>   usage: HASH `<hh>:<field>` → count (fields in metering/counts.ts)
  *   <p>{t:<id>}:us:<instance>   usage: last flush sequence number of an instance applied here
  *   <p>instances              live proxy instances: ZSET instance id → last heartbeat ms
+ *   <p>epoch                  a random id the first edge writes (NX) and every edge reads each
+ *                             second: gone or changed means Redis came back empty (epoch.ts)
  *
  * Directory (one hash tag, so a refresh pipelines in one slot on Redis Cluster):
  *   <p>{dir}:tenant:<id>      tenant record, JSON validated by tenantSchema
@@ -66,6 +69,11 @@ export function monthKeyTtlMs(monthEndMs: number, now: number): number {
   return Math.ceil(monthEndMs - now) + 86_400_000;
 }
 
+/** The epoch a tenant's month counters were last re-seeded in (expires like them). */
+export function monthReseedKey(prefix: string, tenantId: string, monthId: string): string {
+  return `${prefix}{t:${tenantId}}:qs:${monthId}`;
+}
+
 /** A tenant's request bucket (month-independent; exact admits and leased slices share it). */
 export function requestBucketKey(prefix: string, tenantId: string): string {
   return `${prefix}{t:${tenantId}}:rq`;
@@ -79,6 +87,11 @@ export function parkedKey(prefix: string, tenantId: string): string {
 /** The ZSET of live instances. */
 export function instancesKey(prefix: string): string {
   return `${prefix}instances`;
+}
+
+/** The epoch key: written once, never expires, so its absence says Redis lost its data. */
+export function epochKey(prefix: string): string {
+  return `${prefix}epoch`;
 }
 
 /** Keys of the tenant/plan directory. */
