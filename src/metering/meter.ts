@@ -44,6 +44,7 @@ export interface FlushStats {
   /** Tenant-hours held unflushed, and the requests they hold. */
   readonly bufferedEntries: number;
   readonly bufferedRequests: number;
+  readonly bufferCapacity: number;
   /** What was counted but dropped because the buffer was full, since the start. */
   readonly dropped: UsageCounts;
 }
@@ -254,6 +255,7 @@ export class Meter implements UsageRecorder {
       lagMs: oldest === null ? 0 : Math.max(0, this.#clock() - oldest),
       bufferedEntries: this.#pendingEntries + (this.#batch?.entries ?? 0),
       bufferedRequests: this.#pendingRequests + (this.#batch?.requests ?? 0),
+      bufferCapacity: this.#maxEntries,
       dropped,
     };
   }

@@ -55,6 +55,7 @@ export interface MetricSources {
     /** Usage held unflushed (tenant-hours and their requests), and what a full buffer dropped; absent: zero. */
     readonly bufferedEntries?: number;
     readonly bufferedRequests?: number;
+    readonly bufferCapacity?: number;
     readonly dropped?: UsageTotals;
   };
   /** Times Redis was found emptied and month counters re-seeded from the ledger (redis/epoch.ts); absent: zero. */
@@ -346,6 +347,14 @@ function registerBufferFamilies(registry: Registry, sources: MetricSources): voi
     registers: [registry],
     collect() {
       this.set(sources.flush().bufferedEntries ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'queen_edge_usage_buffer_capacity_entries',
+    help: 'Tenant-hours the usage buffer holds at most (store.usageBufferEntries); past it counts are dropped.',
+    registers: [registry],
+    collect() {
+      this.set(sources.flush().bufferCapacity ?? 0);
     },
   });
   new Gauge({
