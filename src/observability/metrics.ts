@@ -388,7 +388,7 @@ function registerBufferFamilies(registry: Registry, sources: MetricSources): voi
   });
   new Counter({
     name: 'queen_edge_month_counters_reseeded_total',
-    help: 'Tenants whose month counters were re-seeded from the usage ledger after Redis was found empty.',
+    help: 'Tenants whose month counters were re-seeded from the usage ledger after Redis lost its data.',
     registers: [registry],
     collect() {
       this.reset();
