@@ -195,7 +195,7 @@ async function buildParts(config: RawConfig, opts: AppOptions, certificates: Lis
     maxEntries: config.store.usageBufferEntries,
     ...(opts.usageFlushMs ? { flushMs: opts.usageFlushMs } : {}),
   });
-  const { epoch, reseeder } = buildEpoch(config, redis, store, meter, log, clock);
+  const { epoch, reseeder } = buildEpoch(config, redis, store, meter, limiter, log, clock);
   const reloads = new ReloadHistory(clock);
   const parts = { ...base, verifiers, apiKeys, keyVerifier, minter, limiter, clusters, pools, proxy, usageStore, meter, store, epoch, reseeder, reloads };
   return { ...parts, metrics: buildMetrics(parts, certificates) };
@@ -230,13 +230,22 @@ function buildEpoch(
   redis: RedisClient | null,
   store: Store | null,
   meter: Meter,
+  limiter: EdgeLimiter,
   log: Logger,
   clock: () => number,
 ): Pick<Parts, 'epoch' | 'reseeder'> {
   if (!redis) return { epoch: null, reseeder: null };
   const epoch = new RedisEpoch(redis, config.redis.keyPrefix, log);
   if (!store) return { epoch, reseeder: null };
-  const reseeder = new MonthCounterReseeder({ redis, prefix: config.redis.keyPrefix, store, flush: () => meter.flush(), log, clock });
+  const reseeder = new MonthCounterReseeder({
+    redis,
+    prefix: config.redis.keyPrefix,
+    store,
+    flush: () => meter.flush(),
+    limiterOnRedis: () => limiter.mode() === 'redis',
+    log,
+    clock,
+  });
   epoch.onChange(reseeder.follow);
   return { epoch, reseeder };
 }

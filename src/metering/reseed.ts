@@ -82,6 +82,9 @@ export async function reseedMonthCounters(redis: RedisClient, prefix: string, st
   return writeMonthCounters(redis, prefix, totals, now, mode, epoch);
 }
 
+/** How long a re-seed waits for the limiter to be back on Redis. */
+const LIMITER_WAIT_MS = 10_000;
+
 /** What the re-seed needs from its surroundings. */
 export interface ReseedDeps {
   readonly redis: RedisClient;
@@ -91,6 +94,11 @@ export interface ReseedDeps {
   readonly flush: () => Promise<unknown>;
   readonly log: Logger;
   readonly clock: () => number;
+  /**
+   * Whether the limiter admits on Redis again. The re-seed waits for it: what a fail mode admits
+   * meanwhile is in no counter, only in the ledger, so the ledger is read once that has stopped.
+   */
+  readonly limiterOnRedis: () => boolean;
   /** Pause between tries while the store or Redis refuses; default 5000 ms. */
   readonly retryMs?: number;
 }
@@ -126,6 +134,9 @@ export class MonthCounterReseeder {
     while (!this.#closed && this.#epoch === epoch) {
       const started = clock();
       try {
+        // Bounded: a limiter that sees no request has nothing to admit in a fail mode either.
+        const until = clock() + LIMITER_WAIT_MS;
+        while (!this.#deps.limiterOnRedis() && clock() < until && !this.#closed) await new Promise((r) => setTimeout(r, 50).unref());
         await flush();
         const tenants = await reseedMonthCounters(redis, prefix, store, clock(), mode, epoch);
         this.reseededTenants += tenants;
