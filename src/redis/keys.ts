@@ -131,6 +131,18 @@ export function usageDayKey(prefix: string, tenantId: string, day: string): stri
   return `${prefix}{t:${tenantId}}:ud:${day}`;
 }
 
+/** A SCAN pattern matching every tenant's usage day hashes under a prefix (glob characters in it escaped). */
+export function usageDayPattern(prefix: string): string {
+  return `${prefix.replace(/[*?[\]\\]/g, '\\$&')}{t:*}:ud:*`;
+}
+
+/** The tenant and day (`yyyymmdd`) of a usage day key, or null for any other key. */
+export function parseUsageDayKey(prefix: string, key: string): { tenantId: string; day: string } | null {
+  if (!key.startsWith(`${prefix}{t:`)) return null;
+  const m = /^(.+)\}:ud:(\d{8})$/.exec(key.slice(prefix.length + 3));
+  return m ? { tenantId: m[1]!, day: m[2]! } : null;
+}
+
 /** The last flush sequence number of an instance applied to a tenant's usage. */
 export function usageSeqKey(prefix: string, tenantId: string, instanceId: string): string {
   return `${prefix}{t:${tenantId}}:us:${instanceId}`;
