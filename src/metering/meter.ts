@@ -28,7 +28,7 @@ export interface MeterDeps {
 }
 
 /**
- * The buffer's bound (store.usageBufferEntries defaults to it): a tenant-hour is about 0.4 KiB held (BENCHMARKS.md), so this is about 100 MiB:
+ * The buffer's bound (store.usageBufferEntries defaults to it): a tenant-hour is about 0.5 KiB held (BENCHMARKS.md), so this is about 120 MiB:
  * two and a half hours of 100,000 active tenants, or ten days of 1,000 (docs/store.md, "Usage").
  */
 export const DEFAULT_BUFFER_ENTRIES = 250_000;
