@@ -45,7 +45,14 @@ function bufferedBytesPerEntry(): number {
   const before = process.memoryUsage().heapUsed;
   const meter = new Meter({ store: new LedgerUsageStore(null as unknown as Store), log, maxEntries: tenants + 1 });
   for (let i = 0; i < tenants; i++) {
-    meter.record({ tenantId: `buffered-${i}`, bytesIn: 900, bytesOut: 400, code: i % 10 === 0 ? 'rate_limited' : null, status: 200, route: { meter: 'none' } } as unknown as Exchange);
+    meter.record({
+      tenantId: `buffered-${i}`,
+      bytesIn: 900,
+      bytesOut: 400,
+      code: i % 10 === 0 ? 'rate_limited' : null,
+      status: 200,
+      route: { meter: 'none' },
+    } as unknown as Exchange);
   }
   gc?.();
   const bytes = (process.memoryUsage().heapUsed - before) / tenants;
@@ -69,7 +76,9 @@ try {
     times.push(ms);
     const w = ledger.lastWrite;
     // The first flush inserts every row; the later ones update them (the steady state within an hour).
-    console.log(`flush ${seq}: ${w.hourRows} hour rows + ${w.refusalRows} refusal rows in ${ms.toFixed(0)} ms (${((w.hourRows + w.refusalRows) / (ms / 1000)).toFixed(0)} rows/s)`);
+    console.log(
+      `flush ${seq}: ${w.hourRows} hour rows + ${w.refusalRows} refusal rows in ${ms.toFixed(0)} ms (${((w.hourRows + w.refusalRows) / (ms / 1000)).toFixed(0)} rows/s)`,
+    );
   }
   const sorted = [...times].sort((a, b) => a - b);
   console.log(`median ${sorted[Math.floor((sorted.length - 1) / 2)]!.toFixed(0)} ms per flush of ${tenants} tenants`);

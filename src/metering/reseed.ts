@@ -3,39 +3,30 @@
  * came back empty (docs/store.md, "Redis came back empty"): without it every tenant's monthly
  * quota would start again from zero.
  *
- * The counters the limiter has written since Redis came back are kept and the ledger's month
- * totals added to them (`add`); at an edge's start, when Redis held no epoch, only counters that
- * do not exist are written (`absent`), so a Redis that kept its counters but predates the epoch
- * key is not counted twice. The ledger counts messages as pushed (the broker's answer) where the
- * limiter counts them at admission: the re-seed takes the billed figure.
+ * Each counter becomes the larger of what it holds and the ledger's month total. So a re-seed is
+ * safe to repeat (a retry after a partial failure, or a peer's), and one that was not needed (a
+ * counter that survived, a Redis that predates the epoch key) changes nothing. The ledger counts
+ * messages as pushed (the broker's answer) where the limiter counts them at admission: the
+ * re-seed takes the billed figure.
  */
 import type { Logger } from '../observability/log.js';
 import type { RedisClient } from '../redis/connection.js';
 import type { EpochChange } from '../redis/epoch.js';
-import { limiterKeys, monthKeyTtlMs, monthReseedKey } from '../redis/keys.js';
+import { limiterKeys, monthKeyTtlMs } from '../redis/keys.js';
 import type { Store } from '../store/connection.js';
 import { bucketStart } from './counts.js';
 import { ledgerTotals, type MonthTotal } from './ledger.js';
 
-export type ReseedMode = 'add' | 'absent';
-
-/**
- * KEYS: qm, qb, the re-seed mark. ARGV: messages, bytes, PX, mode, epoch. Returns how many
- * counters it wrote. The mark holds the epoch last re-seeded, so a retry after a partial failure
- * adds nothing twice.
- */
+/** KEYS: qm, qb. ARGV: messages, bytes, PX. Raises each counter to its ledger total; returns how many it raised. */
 const RESEED_LUA = `
-if redis.call('GET', KEYS[3]) == ARGV[5] then return 0 end
-redis.call('SET', KEYS[3], ARGV[5], 'PX', ARGV[3])
-local wrote = 0
+local raised = 0
 for i = 1, 2 do
-  if ARGV[4] == 'add' or redis.call('EXISTS', KEYS[i]) == 0 then
-    redis.call('INCRBY', KEYS[i], ARGV[i])
-    redis.call('PEXPIRE', KEYS[i], ARGV[3])
-    wrote = wrote + 1
+  if tonumber(redis.call('GET', KEYS[i]) or '0') < tonumber(ARGV[i]) then
+    redis.call('SET', KEYS[i], ARGV[i], 'PX', ARGV[3])
+    raised = raised + 1
   end
 end
-return wrote
+return raised
 `;
 
 /** Calls in flight at once: 100,000 tenants are re-seeded in a few seconds without a burst of 100,000 commands. */
@@ -46,15 +37,8 @@ function monthIdOf(ms: number): string {
   return new Date(ms).toISOString().slice(0, 7).replace('-', '');
 }
 
-/** Writes each tenant's month totals into its month counters; returns how many tenants it wrote to. */
-export async function writeMonthCounters(
-  redis: RedisClient,
-  prefix: string,
-  totals: ReadonlyMap<string, MonthTotal>,
-  now: number,
-  mode: ReseedMode,
-  epoch: string,
-): Promise<number> {
+/** Raises each tenant's month counters to its month totals; returns how many tenants it raised. */
+export async function writeMonthCounters(redis: RedisClient, prefix: string, totals: ReadonlyMap<string, MonthTotal>, now: number): Promise<number> {
   const start = bucketStart(now, 'month');
   const d = new Date(start);
   const ttl = monthKeyTtlMs(Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1), now);
@@ -65,8 +49,7 @@ export async function writeMonthCounters(
     const replies = await Promise.all(
       entries.slice(i, i + CONCURRENCY).map(([tenantId, t]) => {
         const k = limiterKeys(prefix, tenantId, month);
-        const mark = monthReseedKey(prefix, tenantId, month);
-        return redis.eval(RESEED_LUA, 3, k.monthMessages, k.monthBytes, mark, t.messages, t.ingressBytes, ttl, mode, epoch) as Promise<number>;
+        return redis.eval(RESEED_LUA, 2, k.monthMessages, k.monthBytes, t.messages, t.ingressBytes, ttl) as Promise<number>;
       }),
     );
     written += replies.filter((n) => n > 0).length;
@@ -75,11 +58,11 @@ export async function writeMonthCounters(
 }
 
 /** Re-seeds this month's counters of every tenant with usage in the ledger; returns the tenants written. */
-export async function reseedMonthCounters(redis: RedisClient, prefix: string, store: Store, now: number, mode: ReseedMode, epoch: string): Promise<number> {
+export async function reseedMonthCounters(redis: RedisClient, prefix: string, store: Store, now: number): Promise<number> {
   const start = bucketStart(now, 'month');
   const d = new Date(start);
   const totals = await ledgerTotals(store, start, Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1));
-  return writeMonthCounters(redis, prefix, totals, now, mode, epoch);
+  return writeMonthCounters(redis, prefix, totals, now);
 }
 
 /** How long a re-seed waits for the limiter to be back on Redis. */
@@ -110,26 +93,19 @@ export class MonthCounterReseeder {
   reseededTenants = 0;
   #epoch: string | null = null;
   #closed = false;
-  readonly #done = new Set<(tenants: number) => void>();
 
   constructor(deps: ReseedDeps) {
     this.#deps = deps;
-  }
-
-  /** Called after each completed re-seed with the number of tenants written. */
-  onReseeded(listener: (tenants: number) => void): () => void {
-    this.#done.add(listener);
-    return () => this.#done.delete(listener);
   }
 
   /** The epoch listener: re-seeds when this instance wrote the new epoch. */
   readonly follow = (change: EpochChange): void => {
     if (!change.won) return;
     this.#epoch = change.current;
-    void this.#run(change.current, change.previous === null ? 'absent' : 'add');
+    void this.#run(change.current, change.previous === null);
   };
 
-  async #run(epoch: string, mode: ReseedMode): Promise<void> {
+  async #run(epoch: string, atStart: boolean): Promise<void> {
     const { redis, prefix, store, flush, log, clock } = this.#deps;
     while (!this.#closed && this.#epoch === epoch) {
       const started = clock();
@@ -138,13 +114,12 @@ export class MonthCounterReseeder {
         const until = clock() + LIMITER_WAIT_MS;
         while (!this.#deps.limiterOnRedis() && clock() < until && !this.#closed) await new Promise((r) => setTimeout(r, 50).unref());
         await flush();
-        const tenants = await reseedMonthCounters(redis, prefix, store, clock(), mode, epoch);
+        const tenants = await reseedMonthCounters(redis, prefix, store, clock());
         this.reseededTenants += tenants;
-        if (tenants > 0 || mode === 'add') log.warn({ tenants, mode, ms: clock() - started }, 'month counters re-seeded from the usage ledger');
-        for (const listener of this.#done) listener(tenants);
+        if (tenants > 0 || !atStart) log.warn({ tenants, atStart, ms: clock() - started }, 'month counters re-seeded from the usage ledger');
         return;
       } catch (err) {
-        log.error({ err, mode }, 'month counters not re-seeded yet (store or Redis refused); retrying');
+        log.error({ err, atStart }, 'month counters not re-seeded yet (store or Redis refused); retrying');
         await new Promise((r) => setTimeout(r, this.#deps.retryMs ?? 5000).unref());
       }
     }

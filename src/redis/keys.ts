@@ -12,7 +12,6 @@
  *   <p>{t:<id>}:qh:<yyyymm>   leased month holdings: HASH instance id → its record (seq, Redis time,
  *                             units spent, held, reclaimed, reclaim and forget times, margin), and
  *                             `~up` → last call, up since (lease-script.ts); expires like qm
- *   <p>{t:<id>}:qs:<yyyymm>   the Redis epoch the month counters were last re-seeded in (metering/reseed.ts)
  *   <p>{t:<id>}:ud:<yyyymmdd>   usage: HASH `<hh>:<field>` → count (fields in metering/counts.ts)
  *   <p>{t:<id>}:us:<instance>   usage: last flush sequence number of an instance applied here
  *   <p>instances              live proxy instances: ZSET instance id → last heartbeat ms
@@ -67,11 +66,6 @@ export function limiterKeys(prefix: string, tenantId: string, monthId: string): 
  */
 export function monthKeyTtlMs(monthEndMs: number, now: number): number {
   return Math.ceil(monthEndMs - now) + 86_400_000;
-}
-
-/** The epoch a tenant's month counters were last re-seeded in (expires like them). */
-export function monthReseedKey(prefix: string, tenantId: string, monthId: string): string {
-  return `${prefix}{t:${tenantId}}:qs:${monthId}`;
 }
 
 /** A tenant's request bucket (month-independent; exact admits and leased slices share it). */
