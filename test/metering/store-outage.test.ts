@@ -125,7 +125,7 @@ describe('usage in the durable store', () => {
       for (let i = 0; i < 3; i++) expect(await push(h, 'gamma', `f-g${i}`)).toBe(201);
       expect(await labelled(h, 'queen_edge_usage_dropped_total{field="requests"}')).toBe(3);
       expect(await labelled(h, 'queen_edge_usage_dropped_total{field="messages_pushed"}')).toBe(3);
-      expect(captured.lines.some((l) => l.msg.startsWith('metering: usage buffer full'))).toBe(true);
+      await waitFor(() => captured.lines.some((l) => l.msg.startsWith('metering: usage buffer full')), 5000, 'the buffer-full line');
       server.restart();
       await waitFor(() => usageSettled(h), 10_000, 'the buffer flushed');
       await waitFor(() => captured.lines.some((l) => l.msg.startsWith('metering: usage dropped')), 5000, 'the drop summary');
