@@ -10,7 +10,7 @@
  * re-seed takes the billed figure.
  */
 import type { Logger } from '../observability/log.js';
-import type { RedisClient } from '../redis/connection.js';
+import { duplicateWithTimeout, whenReady, type RedisClient } from '../redis/connection.js';
 import type { EpochChange } from '../redis/epoch.js';
 import { limiterKeys, monthKeyTtlMs } from '../redis/keys.js';
 import type { Store } from '../store/connection.js';
@@ -65,6 +65,8 @@ export async function reseedMonthCounters(redis: RedisClient, prefix: string, st
   return writeMonthCounters(redis, prefix, totals, now);
 }
 
+/** Command timeout of the re-seed's connection. */
+const RESEED_TIMEOUT_MS = 2000;
 /** How long a re-seed waits for the limiter to be back on Redis. */
 const LIMITER_WAIT_MS = 10_000;
 
@@ -106,7 +108,7 @@ export class MonthCounterReseeder {
   };
 
   async #run(epoch: string, atStart: boolean): Promise<void> {
-    const { redis, prefix, store, flush, log, clock } = this.#deps;
+    const { flush, log, clock } = this.#deps;
     while (!this.#closed && this.#epoch === epoch) {
       const started = clock();
       try {
@@ -114,7 +116,7 @@ export class MonthCounterReseeder {
         const until = clock() + LIMITER_WAIT_MS;
         while (!this.#deps.limiterOnRedis() && clock() < until && !this.#closed) await new Promise((r) => setTimeout(r, 50).unref());
         await flush();
-        const tenants = await reseedMonthCounters(redis, prefix, store, clock());
+        const tenants = await this.#reseed(clock());
         this.reseededTenants += tenants;
         if (tenants > 0 || !atStart) log.warn({ tenants, atStart, ms: clock() - started }, 'month counters re-seeded from the usage ledger');
         return;
@@ -122,6 +124,21 @@ export class MonthCounterReseeder {
         log.error({ err, atStart }, 'month counters not re-seeded yet (store or Redis refused); retrying');
         await new Promise((r) => setTimeout(r, this.#deps.retryMs ?? 5000).unref());
       }
+    }
+  }
+
+  /**
+   * On a connection of its own with a longer timeout: thousands of calls must not fail on the
+   * limiter's fail-fast timeout (each failure means another whole try) nor queue behind its admits.
+   */
+  async #reseed(now: number): Promise<number> {
+    const { redis, prefix, store } = this.#deps;
+    const conn = duplicateWithTimeout(redis, RESEED_TIMEOUT_MS);
+    try {
+      await whenReady(conn, RESEED_TIMEOUT_MS);
+      return await reseedMonthCounters(conn, prefix, store, now);
+    } finally {
+      conn.disconnect();
     }
   }
 
