@@ -21,6 +21,9 @@ import { startWarnings } from './config/warnings.js';
 import { Meter } from './metering/meter.js';
 import type { UsageRecorder } from './metering/recorder.js';
 import { createUsageStore, type UsageStore } from './metering/store.js';
+import { MonthCounterReseeder } from './metering/reseed.js';
+import { RedisEpoch } from './redis/epoch.js';
+import { openStore, type Store } from './store/connection.js';
 import { processLogger, type Logger } from './observability/log.js';
 import { createMetrics, type EdgeMetrics } from './observability/metrics.js';
 import { ReloadHistory } from './observability/reloads.js';
@@ -95,6 +98,11 @@ interface Parts {
   readonly proxy: UpstreamProxy;
   readonly usageStore: UsageStore;
   readonly meter: Meter;
+  /** The durable store (store.url), null without one. */
+  readonly store: Store | null;
+  /** Tells when Redis came back empty (null without Redis); the reseeder, with a store, rebuilds the month counters. */
+  readonly epoch: RedisEpoch | null;
+  readonly reseeder: MonthCounterReseeder | null;
   readonly reloads: ReloadHistory;
   readonly metrics: EdgeMetrics;
 }
@@ -178,10 +186,18 @@ async function buildParts(config: RawConfig, opts: AppOptions, certificates: Lis
   const clusters = createClusters(config.upstream, { log, clock });
   const pools = createBrokerPools(config.upstream);
   const proxy = createUpstreamProxy({ clusters, pools, log });
-  const usageStore = createUsageStore(redis, config.redis.keyPrefix);
-  const meter = new Meter({ store: usageStore, log, clock, ...(opts.usageFlushMs ? { flushMs: opts.usageFlushMs } : {}) });
+  const store = await openStore(config.store.url ? { ...config.store, url: config.store.url } : null, log);
+  const usageStore = createUsageStore(redis, config.redis.keyPrefix, store);
+  const meter = new Meter({
+    store: usageStore,
+    log,
+    clock,
+    maxEntries: config.store.usageBufferEntries,
+    ...(opts.usageFlushMs ? { flushMs: opts.usageFlushMs } : {}),
+  });
+  const { epoch, reseeder } = buildEpoch(config, redis, store, meter, limiter, log, clock);
   const reloads = new ReloadHistory(clock);
-  const parts = { ...base, verifiers, apiKeys, keyVerifier, minter, limiter, clusters, pools, proxy, usageStore, meter, reloads };
+  const parts = { ...base, verifiers, apiKeys, keyVerifier, minter, limiter, clusters, pools, proxy, usageStore, meter, store, epoch, reseeder, reloads };
   return { ...parts, metrics: buildMetrics(parts, certificates) };
 }
 
@@ -206,6 +222,32 @@ async function buildDirectory(
     addresses: brokerAddresses,
   });
   return { config, log, clock, brokerAddresses, routeTable, redis, tenants };
+}
+
+/** Redis's epoch, followed by the month counters' re-seed when there is a ledger to re-seed from. */
+function buildEpoch(
+  config: RawConfig,
+  redis: RedisClient | null,
+  store: Store | null,
+  meter: Meter,
+  limiter: EdgeLimiter,
+  log: Logger,
+  clock: () => number,
+): Pick<Parts, 'epoch' | 'reseeder'> {
+  if (!redis) return { epoch: null, reseeder: null };
+  const epoch = new RedisEpoch(redis, config.redis.keyPrefix, log);
+  if (!store) return { epoch, reseeder: null };
+  const reseeder = new MonthCounterReseeder({
+    redis,
+    prefix: config.redis.keyPrefix,
+    store,
+    flush: () => meter.flush(),
+    limiterOnRedis: () => limiter.mode() === 'redis',
+    log,
+    clock,
+  });
+  epoch.onChange(reseeder.follow);
+  return { epoch, reseeder };
 }
 
 /** The exact limiter, or the leased one over it (limits.mode: leased, with Redis). */
@@ -235,6 +277,7 @@ function buildMetrics(p: Omit<Parts, 'metrics'>, certificates: Listeners['certif
       brokers: () => [{ brokers: clusters.brokers() }],
       usage: () => meter.lifetime(),
       flush: () => meter.stats(),
+      redisEpoch: () => ({ emptied: p.epoch?.emptied ?? 0, reseededTenants: p.reseeder?.reseededTenants ?? 0 }),
       jwksFailures: () => verifiers.jwksFailures(),
       certificates,
     },
@@ -318,7 +361,7 @@ function notReadyReason(p: Parts, live: LiveState): string | null {
 /** Starts the parts' timers and connections, and makes brokers and tenant keys follow the directory. */
 async function startParts(p: Parts): Promise<void> {
   const { tenants } = p;
-  await Promise.all([p.verifiers.start(), p.limiter.start()]);
+  await Promise.all([p.verifiers.start(), p.limiter.start(), p.epoch?.start()]);
   p.clusters.start(tenants.all());
   syncVerifiers(p);
   // Brokers and tenant keys follow the directory: new brokers are probed, removed ones stop being
@@ -436,6 +479,9 @@ async function closeParts(p: Parts): Promise<void> {
   // Exchanges that finished last may still wait for their answer's meter (a compressed answer's decoder).
   await new Promise((r) => setImmediate(r));
   await p.meter.close();
+  p.epoch?.close();
+  p.reseeder?.close();
+  await p.store?.close();
   p.verifiers.close();
   await p.clusters.close();
   await Promise.all([p.limiter.close(), p.pools.close(), p.tenants.close(), p.apiKeys.close()]);

@@ -297,6 +297,8 @@ export const configSchema = z
           .regex(/^[a-z_][a-z0-9_]{0,62}$/, 'a lower-case identifier: letters, digits and _')
           .default('queen_edge'),
         timeoutMs: z.number().int().positive().default(2000),
+        /** Tenant-hours of usage held while the usage store does not take them; past it, counts are dropped and said (docs/store.md). */
+        usageBufferEntries: z.number().int().positive().default(250_000),
       })
       .prefault({}),
     auth: z

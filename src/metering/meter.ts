@@ -23,7 +23,17 @@ export interface MeterDeps {
   readonly flushMs?: number;
   /** Identifies this process's batches; default a random UUID. */
   readonly instanceId?: string;
+  /** Tenant-hours held unflushed at most (pending and the batch being sent); default DEFAULT_BUFFER_ENTRIES. */
+  readonly maxEntries?: number;
 }
+
+/**
+ * The buffer's bound (store.usageBufferEntries defaults to it): a tenant-hour is about 0.5 KiB held (BENCHMARKS.md), so this is about 120 MiB:
+ * two and a half hours of 100,000 active tenants, or ten days of 1,000 (docs/store.md, "Usage").
+ */
+export const DEFAULT_BUFFER_ENTRIES = 250_000;
+/** While counts are dropped, a log line says how much at most this often. */
+const DROP_LOG_MS = 60_000;
 
 /** Flush health, for metrics. */
 export interface FlushStats {
@@ -31,6 +41,12 @@ export interface FlushStats {
   readonly failures: number;
   /** Age of the oldest count not yet in the store, ms (0 when everything is flushed). */
   readonly lagMs: number;
+  /** Tenant-hours held unflushed, and the requests they hold. */
+  readonly bufferedEntries: number;
+  readonly bufferedRequests: number;
+  readonly bufferCapacity: number;
+  /** What was counted but dropped because the buffer was full, since the start. */
+  readonly dropped: UsageCounts;
 }
 
 /** One tenant's pending counts by hour, with the current hour's counts at hand. */
@@ -39,13 +55,19 @@ class TenantHours {
   hour = -1;
   current: UsageCounts | null = null;
 
-  at(hour: number): UsageCounts {
-    if (hour === this.hour) return this.current!;
-    let c = this.hours.get(hour);
-    if (!c) {
-      c = new UsageCounts();
-      this.hours.set(hour, c);
-    }
+  /** The hour's counts, or null when it has none yet. */
+  find(hour: number): UsageCounts | null {
+    if (hour === this.hour) return this.current;
+    const c = this.hours.get(hour);
+    if (!c) return null;
+    this.hour = hour;
+    this.current = c;
+    return c;
+  }
+
+  open(hour: number): UsageCounts {
+    const c = new UsageCounts();
+    this.hours.set(hour, c);
     this.hour = hour;
     this.current = c;
     return c;
@@ -56,6 +78,8 @@ interface Batch {
   readonly seq: number;
   readonly data: UsageBatch;
   readonly oldestMs: number;
+  readonly entries: number;
+  readonly requests: number;
 }
 
 /** Counts exchanges and flushes them; also the read side of the admin API. */
@@ -67,6 +91,15 @@ export class Meter implements UsageRecorder {
   readonly #flushMs: number;
   #pending = new Map<string, TenantHours>();
   #pendingSince = 0;
+  /** Tenant-hours in #pending; with the batch's, what maxEntries bounds. */
+  #pendingEntries = 0;
+  #pendingRequests = 0;
+  readonly #maxEntries: number;
+  /** Everything dropped since the start, and what of it the log has not said yet. */
+  readonly #dropped = new UsageCounts();
+  #unreported = new UsageCounts();
+  #reportedAt = 0;
+  #dropping = false;
   #batch: Batch | null = null;
   #seq = 0;
   #inflight: Promise<boolean> | null = null;
@@ -83,17 +116,32 @@ export class Meter implements UsageRecorder {
     this.#clock = deps.clock ?? Date.now;
     this.#flushMs = deps.flushMs ?? 1000;
     this.instanceId = deps.instanceId ?? randomUUID();
+    this.#maxEntries = deps.maxEntries ?? DEFAULT_BUFFER_ENTRIES;
   }
 
   record(x: Exchange): void {
     const now = this.#clock();
-    let t = this.#pending.get(x.tenantId);
+    const hour = now - (now % HOUR_MS);
+    const c = this.#pending.get(x.tenantId)?.find(hour) ?? this.#open(x.tenantId, hour, now);
+    if (c) this.#pendingRequests++;
+    countExchange(c ?? this.#unreported, x);
+  }
+
+  /** A new tenant-hour in the pending set, or null (the exchange is dropped) when the buffer is full. */
+  #open(tenantId: string, hour: number, now: number): UsageCounts | null {
+    if (this.#pendingEntries + (this.#batch?.entries ?? 0) >= this.#maxEntries) {
+      if (!this.#dropping) this.#log.error({ maxEntries: this.#maxEntries }, 'metering: usage buffer full; counts dropped until the store takes them');
+      this.#dropping = true;
+      return null;
+    }
+    let t = this.#pending.get(tenantId);
     if (!t) {
       if (this.#pending.size === 0) this.#pendingSince = now;
       t = new TenantHours();
-      this.#pending.set(x.tenantId, t);
+      this.#pending.set(tenantId, t);
     }
-    countExchange(t.at(now - (now % HOUR_MS)), x);
+    this.#pendingEntries++;
+    return t.open(hour);
   }
 
   /** Starts the periodic flush. */
@@ -131,7 +179,24 @@ export class Meter implements UsageRecorder {
     this.#flushes++;
     if (this.#failing) this.#log.info({ seq: batch.seq }, 'metering: flushing again');
     this.#failing = false;
+    this.#reportDropped(true);
     return true;
+  }
+
+  /** Says how much was dropped: at the end of a drop (the buffer has room again), and every DROP_LOG_MS while it lasts. */
+  #reportDropped(ended: boolean): void {
+    const d = this.#unreported;
+    const now = this.#clock();
+    if (ended) this.#dropping = false;
+    if (d.requests === 0 || (!ended && now - this.#reportedAt < DROP_LOG_MS)) return;
+    this.#dropped.add(d);
+    this.#unreported = new UsageCounts();
+    this.#reportedAt = now;
+    const { requests, messagesPushed, messagesDelivered, acks, ingressBytes, egressBytes } = d;
+    this.#log.error(
+      { dropped: { requests, messagesPushed, messagesDelivered, acks, ingressBytes, egressBytes }, maxEntries: this.#maxEntries },
+      'metering: usage dropped, the buffer was full (queen_edge_usage_dropped_total)',
+    );
   }
 
   /** Swaps the pending counts out into a numbered batch. */
@@ -146,8 +211,10 @@ export class Meter implements UsageRecorder {
       }
       for (const c of t.hours.values()) life.add(c);
     }
-    const batch = { seq: ++this.#seq, data, oldestMs: this.#pendingSince };
+    const batch = { seq: ++this.#seq, data, oldestMs: this.#pendingSince, entries: this.#pendingEntries, requests: this.#pendingRequests };
     this.#pending = new Map();
+    this.#pendingEntries = 0;
+    this.#pendingRequests = 0;
     return batch;
   }
 
@@ -178,7 +245,19 @@ export class Meter implements UsageRecorder {
 
   stats(): FlushStats {
     const oldest = this.#batch ? this.#batch.oldestMs : this.#pending.size > 0 ? this.#pendingSince : null;
-    return { flushes: this.#flushes, failures: this.#failures, lagMs: oldest === null ? 0 : Math.max(0, this.#clock() - oldest) };
+    this.#reportDropped(false);
+    const dropped = new UsageCounts();
+    dropped.add(this.#dropped);
+    dropped.add(this.#unreported);
+    return {
+      flushes: this.#flushes,
+      failures: this.#failures,
+      lagMs: oldest === null ? 0 : Math.max(0, this.#clock() - oldest),
+      bufferedEntries: this.#pendingEntries + (this.#batch?.entries ?? 0),
+      bufferedRequests: this.#pendingRequests + (this.#batch?.requests ?? 0),
+      bufferCapacity: this.#maxEntries,
+      dropped,
+    };
   }
 
   /** Stops the timer, flushes what is left (drain), closes the store. */

@@ -10,17 +10,18 @@
  * so a reply lost to a timeout or a failover neither loses nor doubles a count.
  */
 import calculateSlot from 'cluster-key-slot';
-import { Cluster, type Redis } from 'ioredis';
-import type { RedisClient } from '../redis/connection.js';
+import { duplicateWithTimeout, type RedisClient } from '../redis/connection.js';
 import { usageDayKey, usageSeqKey } from '../redis/keys.js';
+import type { Store } from '../store/connection.js';
 import { HOUR_MS, UsageCounts, dayId, hourFields, parseDayHash } from './counts.js';
+import { LedgerUsageStore } from './ledger.js';
 
 /** Counts of one flush: tenant → hour start (ms) → counts. */
 export type UsageBatch = ReadonlyMap<string, ReadonlyMap<number, UsageCounts>>;
 
 /** The usage backend behind the meter. */
 export interface UsageStore {
-  readonly backing: 'redis' | 'memory';
+  readonly backing: 'store' | 'redis' | 'memory';
   /** Applies a batch unless this instance already applied `seq` or a later one. */
   apply(instanceId: string, seq: number, batch: UsageBatch): Promise<void>;
   /** A tenant's hourly counts for hours starting in [fromMs, toMs). */
@@ -81,11 +82,7 @@ class RedisUsageStore implements UsageStore {
   constructor(shared: RedisClient, prefix: string) {
     // Its own connection: a flush never queues behind (or ahead of) the limiter's EVALSHA, and it
     // may take longer than the limiter's fail-fast command timeout.
-    const redis =
-      shared instanceof Cluster
-        ? shared.duplicate(undefined, { redisOptions: { ...shared.options.redisOptions, commandTimeout: COMMAND_TIMEOUT_MS } })
-        : (shared as Redis).duplicate({ commandTimeout: COMMAND_TIMEOUT_MS });
-    redis.on('error', () => {});
+    const redis = duplicateWithTimeout(shared, COMMAND_TIMEOUT_MS);
     redis.defineCommand('qeUsageApply', { lua: APPLY_LUA });
     this.#redis = redis;
     this.#prefix = prefix;
@@ -184,7 +181,11 @@ class MemoryUsageStore implements UsageStore {
   async close(): Promise<void> {}
 }
 
-/** Redis-backed when a client is given (the store opens its own connection from it), else memory. */
-export function createUsageStore(redis: RedisClient | null, keyPrefix: string): UsageStore {
+/**
+ * The ledger when a durable store is given; else Redis-backed when a client is given (the usage
+ * store opens its own connection from it); else memory.
+ */
+export function createUsageStore(redis: RedisClient | null, keyPrefix: string, store: Store | null = null): UsageStore {
+  if (store) return new LedgerUsageStore(store);
   return redis ? new RedisUsageStore(redis, keyPrefix) : new MemoryUsageStore();
 }

@@ -48,7 +48,18 @@ export interface MetricSources {
   limiterMode(): string;
   brokers(): readonly { readonly brokers: readonly { readonly url: string; readonly healthy: boolean; readonly inflight: number }[] }[];
   usage(): ReadonlyMap<string, UsageTotals>;
-  flush(): { readonly flushes: number; readonly failures: number; readonly lagMs: number };
+  flush(): {
+    readonly flushes: number;
+    readonly failures: number;
+    readonly lagMs: number;
+    /** Usage held unflushed (tenant-hours and their requests), and what a full buffer dropped; absent: zero. */
+    readonly bufferedEntries?: number;
+    readonly bufferedRequests?: number;
+    readonly bufferCapacity?: number;
+    readonly dropped?: UsageTotals;
+  };
+  /** Times Redis was found emptied and month counters re-seeded from the ledger (redis/epoch.ts); absent: zero. */
+  redisEpoch?(): { readonly emptied: number; readonly reseededTenants: number };
   /** The HTTPS listener's certificates (listen/tls.ts); absent: the expiry family stays empty. */
   certificates?(): readonly { readonly certificate: string; readonly names: string; readonly notAfterMs: number }[];
   /** Failed JWKS fetches by JWKS URL, since the start (auth/jwt.ts); absent: the family stays empty. */
@@ -328,6 +339,74 @@ function registerStateFamilies(registry: Registry, sources: MetricSources, t: Re
   });
 }
 
+/** The usage buffer (counts waiting for the store), what it dropped, and Redis found emptied. */
+function registerBufferFamilies(registry: Registry, sources: MetricSources): void {
+  new Gauge({
+    name: 'queen_edge_usage_buffered_entries',
+    help: 'Tenant-hours of usage held unflushed (the buffer store.usageBufferEntries bounds).',
+    registers: [registry],
+    collect() {
+      this.set(sources.flush().bufferedEntries ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'queen_edge_usage_buffer_capacity_entries',
+    help: 'Tenant-hours the usage buffer holds at most (store.usageBufferEntries); past it counts are dropped.',
+    registers: [registry],
+    collect() {
+      this.set(sources.flush().bufferCapacity ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'queen_edge_usage_buffered_requests',
+    help: 'Requests counted but not yet in the usage store.',
+    registers: [registry],
+    collect() {
+      this.set(sources.flush().bufferedRequests ?? 0);
+    },
+  });
+  new Counter({
+    name: 'queen_edge_usage_dropped_total',
+    help: 'Usage counted but dropped because the usage buffer was full, by field (requests, messages, bytes).',
+    labelNames: ['field'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      const d = sources.flush().dropped;
+      if (!d) return;
+      for (const [field, n] of Object.entries(DROPPED_FIELDS)) this.inc({ field }, d[n]);
+    },
+  });
+  new Counter({
+    name: 'queen_edge_redis_emptied_total',
+    help: 'Times Redis was found emptied (its epoch key vanished or changed).',
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(sources.redisEpoch?.().emptied ?? 0);
+    },
+  });
+  new Counter({
+    name: 'queen_edge_month_counters_reseeded_total',
+    help: 'Tenants whose month counters were re-seeded from the usage ledger after Redis lost its data.',
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(sources.redisEpoch?.().reseededTenants ?? 0);
+    },
+  });
+}
+
+/** The `field` label of queen_edge_usage_dropped_total → the totals' field. */
+const DROPPED_FIELDS: Readonly<Record<string, keyof UsageTotals>> = {
+  requests: 'requests',
+  messages_pushed: 'messagesPushed',
+  messages_delivered: 'messagesDelivered',
+  acks: 'acks',
+  ingress_bytes: 'ingressBytes',
+  egress_bytes: 'egressBytes',
+};
+
 /** Usage flushes and the metered totals by tenant. */
 function registerMeteringFamilies(registry: Registry, sources: MetricSources, labels: TenantLabels): void {
   const label = (id: string) => labels.label(id);
@@ -358,6 +437,7 @@ function registerMeteringFamilies(registry: Registry, sources: MetricSources, la
       this.inc(sources.flush().failures);
     },
   });
+  registerBufferFamilies(registry, sources);
   const usageCounter = (name: string, help: string, field: 'requests' | 'messagesPushed' | 'messagesDelivered' | 'acks'): void => {
     new Counter({
       name,

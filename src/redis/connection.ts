@@ -99,6 +99,19 @@ export async function credentialsRefused(url: string, timeoutMs: number): Promis
   }
 }
 
+/**
+ * Another connection to the same Redis with a longer command timeout, for work that must not queue
+ * behind the limiter's admits and may take longer than its fail-fast timeout (flushes, re-seeds).
+ */
+export function duplicateWithTimeout(shared: RedisClient, commandTimeout: number): RedisClient {
+  const redis =
+    shared instanceof Cluster
+      ? shared.duplicate(undefined, { redisOptions: { ...shared.options.redisOptions, commandTimeout } })
+      : shared.duplicate({ commandTimeout });
+  redis.on('error', () => {});
+  return redis;
+}
+
 /** Resolves once the client is ready, or after `maxMs` (callers then run in their fail mode). */
 export async function whenReady(client: RedisClient, maxMs: number): Promise<void> {
   if (client.status === 'ready') return;

@@ -15,6 +15,8 @@
  *   <p>{t:<id>}:ud:<yyyymmdd>   usage: HASH `<hh>:<field>` → count (fields in metering/counts.ts)
  *   <p>{t:<id>}:us:<instance>   usage: last flush sequence number of an instance applied here
  *   <p>instances              live proxy instances: ZSET instance id → last heartbeat ms
+ *   <p>epoch                  a random id the first edge writes (NX) and every edge reads each
+ *                             second: gone or changed means Redis came back empty (epoch.ts)
  *
  * Directory (one hash tag, so a refresh pipelines in one slot on Redis Cluster):
  *   <p>{dir}:tenant:<id>      tenant record, JSON validated by tenantSchema
@@ -81,6 +83,11 @@ export function instancesKey(prefix: string): string {
   return `${prefix}instances`;
 }
 
+/** The epoch key: written once, never expires, so its absence says Redis lost its data. */
+export function epochKey(prefix: string): string {
+  return `${prefix}epoch`;
+}
+
 /** Keys of the tenant/plan directory. */
 export interface DirectoryKeys {
   tenant(id: string): string;
@@ -116,6 +123,18 @@ export function directoryKeys(prefix: string): DirectoryKeys {
 /** A tenant's usage hash for one UTC day (`yyyymmdd`). */
 export function usageDayKey(prefix: string, tenantId: string, day: string): string {
   return `${prefix}{t:${tenantId}}:ud:${day}`;
+}
+
+/** A SCAN pattern matching every tenant's usage day hashes under a prefix (glob characters in it escaped). */
+export function usageDayPattern(prefix: string): string {
+  return `${prefix.replace(/[*?[\]\\]/g, '\\$&')}{t:*}:ud:*`;
+}
+
+/** The tenant and day (`yyyymmdd`) of a usage day key, or null for any other key. */
+export function parseUsageDayKey(prefix: string, key: string): { tenantId: string; day: string } | null {
+  if (!key.startsWith(`${prefix}{t:`)) return null;
+  const m = /^(.+)\}:ud:(\d{8})$/.exec(key.slice(prefix.length + 3));
+  return m ? { tenantId: m[1]!, day: m[2]! } : null;
 }
 
 /** The last flush sequence number of an instance applied to a tenant's usage. */

@@ -25,4 +25,35 @@ export const MIGRATIONS: readonly Migration[] = [
       detail jsonb
     )`,
   },
+  {
+    version: 4,
+    name: 'usage ledger',
+    // One row per tenant and UTC hour, added to by each flush; refusals by code beside it, only
+    // where some occurred. A flush applies only above its instance's last applied sequence number,
+    // in the transaction that adds its counts (src/metering/ledger.ts).
+    sql: `CREATE TABLE usage_hour (
+      tenant text NOT NULL,
+      hour timestamptz NOT NULL,
+      requests bigint NOT NULL DEFAULT 0,
+      messages_pushed bigint NOT NULL DEFAULT 0,
+      messages_delivered bigint NOT NULL DEFAULT 0,
+      acks bigint NOT NULL DEFAULT 0,
+      ingress_bytes bigint NOT NULL DEFAULT 0,
+      egress_bytes bigint NOT NULL DEFAULT 0,
+      PRIMARY KEY (tenant, hour)
+    );
+    CREATE INDEX usage_hour_by_hour ON usage_hour (hour);
+    CREATE TABLE usage_refusal (
+      tenant text NOT NULL,
+      hour timestamptz NOT NULL,
+      code text NOT NULL,
+      n bigint NOT NULL,
+      PRIMARY KEY (tenant, hour, code)
+    );
+    CREATE TABLE usage_flush (
+      instance text PRIMARY KEY,
+      seq bigint NOT NULL,
+      at timestamptz NOT NULL DEFAULT now()
+    )`,
+  },
 ];
