@@ -31,6 +31,7 @@ import { connectRedis, credentialsRefused, useCredentials, whenReady, type Redis
 import { createTenantStore, type FileDiff, type TenantStore } from './tenants/store.js';
 import { createApiKeyStore, fileKeyRecords, type ApiKeyStore } from './keys/store.js';
 import { ApiKeyVerifier } from './keys/verifier.js';
+import { TenantKeyLifetimes } from './keys/lifetime.js';
 import { createClusters, type Clusters } from './upstream/clusters.js';
 import { createBrokerPools, type BrokerPools } from './upstream/pools.js';
 import { createUpstreamProxy, type UpstreamProxy } from './upstream/proxy.js';
@@ -88,6 +89,8 @@ interface Parts {
   readonly verifiers: TenantVerifiers;
   readonly apiKeys: ApiKeyStore;
   readonly keyVerifier: ApiKeyVerifier;
+  /** Revokes the keys of tenants that leave the directory. */
+  readonly keyLifetimes: TenantKeyLifetimes;
   readonly minter: UpstreamMinter | null;
   readonly limiter: EdgeLimiter;
   readonly clusters: Clusters;
@@ -173,6 +176,7 @@ async function buildParts(config: RawConfig, opts: AppOptions, certificates: Lis
   const apiKeys = createApiKeyStore(redis, config.redis, log);
   const keyVerifier = new ApiKeyVerifier(apiKeys, { clock, log });
   keyVerifier.setFileKeys(fileKeyRecords(config.apiKeys));
+  const keyLifetimes = new TenantKeyLifetimes(apiKeys, keyVerifier, { log, clock });
   const minter = config.upstreamIdentity.mode === 'mint' ? await createMinter(config.upstreamIdentity.mint, { clock }) : null;
   const limiter = buildLimiter(config, redis, log, clock);
   const clusters = createClusters(config.upstream, { log, clock });
@@ -181,7 +185,7 @@ async function buildParts(config: RawConfig, opts: AppOptions, certificates: Lis
   const usageStore = createUsageStore(redis, config.redis.keyPrefix);
   const meter = new Meter({ store: usageStore, log, clock, ...(opts.usageFlushMs ? { flushMs: opts.usageFlushMs } : {}) });
   const reloads = new ReloadHistory(clock);
-  const parts = { ...base, verifiers, apiKeys, keyVerifier, minter, limiter, clusters, pools, proxy, usageStore, meter, reloads };
+  const parts = { ...base, verifiers, apiKeys, keyVerifier, keyLifetimes, minter, limiter, clusters, pools, proxy, usageStore, meter, reloads };
   return { ...parts, metrics: buildMetrics(parts, certificates) };
 }
 
@@ -227,7 +231,7 @@ function buildLimiter(config: RawConfig, redis: RedisClient | null, log: Logger,
 
 /** The process's metrics, read from the parts at scrape time; Redis errors and token checks counted too. */
 function buildMetrics(p: Omit<Parts, 'metrics'>, certificates: Listeners['certificates']): EdgeMetrics {
-  const { reloads, limiter, clusters, meter, verifiers } = p;
+  const { reloads, limiter, clusters, meter, verifiers, apiKeys } = p;
   const metrics = createMetrics(
     {
       reloads: () => reloads,
@@ -236,6 +240,7 @@ function buildMetrics(p: Omit<Parts, 'metrics'>, certificates: Listeners['certif
       usage: () => meter.lifetime(),
       flush: () => meter.stats(),
       jwksFailures: () => verifiers.jwksFailures(),
+      keyRevocationsCheckedAt: () => apiKeys.checkedAt,
       certificates,
     },
     undefined,
@@ -325,9 +330,11 @@ async function startParts(p: Parts): Promise<void> {
   // probed and lose their pools, and the verifiers and JWKS sets of removed or re-keyed tenants
   // are dropped. A change names what it touched: the broker URLs that came or went (new tenants
   // get their ring on first use), the verifiers from the few tenants with keys of their own.
+  // A tenant gone from the directory takes its API keys with it.
   tenants.onChange((change) => {
     if (change.brokers) p.proxy.follow(change.brokers);
     syncVerifiers(p);
+    p.keyLifetimes.removed([...change.tenants].filter((id) => tenants.byId(id) === undefined));
   });
   p.meter.start();
 }
@@ -437,6 +444,7 @@ async function closeParts(p: Parts): Promise<void> {
   await new Promise((r) => setImmediate(r));
   await p.meter.close();
   p.verifiers.close();
+  p.keyLifetimes.close();
   await p.clusters.close();
   await Promise.all([p.limiter.close(), p.pools.close(), p.tenants.close(), p.apiKeys.close()]);
   const redis = p.redis;
