@@ -30,6 +30,9 @@ import { createPipeline, pipelineSettings } from './pipeline.js';
 import { connectRedis, credentialsRefused, useCredentials, whenReady, type RedisClient } from './redis/connection.js';
 import { createTenantStore, type FileDiff, type TenantStore } from './tenants/store.js';
 import { createApiKeyStore, fileKeyRecords, type ApiKeyStore } from './keys/store.js';
+import { openStoreKeys } from './keys/store-keys.js';
+import { openStore, type Store } from './store/connection.js';
+import { ChangeFeed, latestChange } from './store/changes.js';
 import { ApiKeyVerifier } from './keys/verifier.js';
 import { TenantKeyLifetimes } from './keys/lifetime.js';
 import { createClusters, type Clusters } from './upstream/clusters.js';
@@ -86,6 +89,8 @@ interface Parts {
   /** One Redis connection for the limiter and the tenant store; null = in-memory, one instance. */
   readonly redis: RedisClient | null;
   readonly tenants: TenantStore;
+  /** The durable store (store.url) and the feed of its change log, started from `fromSeq` once every reader loaded. */
+  readonly durable: Durable | null;
   readonly verifiers: TenantVerifiers;
   readonly apiKeys: ApiKeyStore;
   readonly keyVerifier: ApiKeyVerifier;
@@ -100,6 +105,12 @@ interface Parts {
   readonly meter: Meter;
   readonly reloads: ReloadHistory;
   readonly metrics: EdgeMetrics;
+}
+
+interface Durable {
+  readonly store: Store;
+  readonly feed: ChangeFeed;
+  readonly fromSeq: number;
 }
 
 /** What changes at run time, read by the admin handler's readiness and plan ids. */
@@ -173,7 +184,8 @@ async function buildParts(config: RawConfig, opts: AppOptions, certificates: Lis
   const base = await buildDirectory(config, opts);
   const { log, clock, redis } = base;
   const verifiers = createTenantVerifiers(config.auth, { log, clock });
-  const apiKeys = createApiKeyStore(redis, config.redis, log);
+  const durable = await openDurable(config, log);
+  const apiKeys = durable ? await openStoreKeys(durable.store, durable.feed, redis, config.redis, log) : createApiKeyStore(redis, config.redis, log);
   const keyVerifier = new ApiKeyVerifier(apiKeys, { clock, log });
   keyVerifier.setFileKeys(fileKeyRecords(config.apiKeys));
   const keyLifetimes = new TenantKeyLifetimes(apiKeys, keyVerifier, { log, clock });
@@ -185,7 +197,7 @@ async function buildParts(config: RawConfig, opts: AppOptions, certificates: Lis
   const usageStore = createUsageStore(redis, config.redis.keyPrefix);
   const meter = new Meter({ store: usageStore, log, clock, ...(opts.usageFlushMs ? { flushMs: opts.usageFlushMs } : {}) });
   const reloads = new ReloadHistory(clock);
-  const parts = { ...base, verifiers, apiKeys, keyVerifier, keyLifetimes, minter, limiter, clusters, pools, proxy, usageStore, meter, reloads };
+  const parts = { ...base, durable, verifiers, apiKeys, keyVerifier, keyLifetimes, minter, limiter, clusters, pools, proxy, usageStore, meter, reloads };
   return { ...parts, metrics: buildMetrics(parts, certificates) };
 }
 
@@ -210,6 +222,21 @@ async function buildDirectory(
     addresses: brokerAddresses,
   });
   return { config, log, clock, brokerAddresses, routeTable, redis, tenants };
+}
+
+/** The durable store and its change feed, or null without store.url; a store that does not answer fails the start. */
+async function openDurable(config: RawConfig, log: Logger): Promise<Durable | null> {
+  const { url, schema, timeoutMs } = config.store;
+  if (url === null) return null;
+  let store: Store | null = null;
+  try {
+    store = (await openStore({ url, schema, timeoutMs }, log))!;
+    // Read before anything loads from the store: a change made meanwhile is applied again, never missed.
+    return { store, feed: new ChangeFeed(store, log), fromSeq: await latestChange(store) };
+  } catch (err) {
+    await store?.close().catch(() => {});
+    throw new Error(`store.url: the durable store cannot be used (${(err as Error)?.message ?? String(err)}); running instances keep serving`);
+  }
 }
 
 /** The exact limiter, or the leased one over it (limits.mode: leased, with Redis). */
@@ -337,6 +364,7 @@ async function startParts(p: Parts): Promise<void> {
     p.keyLifetimes.removed([...change.tenants].filter((id) => tenants.byId(id) === undefined));
   });
   p.meter.start();
+  p.durable?.feed.start(p.durable.fromSeq);
 }
 
 /** The verifiers follow the tenants with keys of their own, each ranked by `origin`. */
@@ -446,7 +474,8 @@ async function closeParts(p: Parts): Promise<void> {
   p.verifiers.close();
   p.keyLifetimes.close();
   await p.clusters.close();
-  await Promise.all([p.limiter.close(), p.pools.close(), p.tenants.close(), p.apiKeys.close()]);
+  await Promise.all([p.limiter.close(), p.pools.close(), p.tenants.close(), p.apiKeys.close(), p.durable?.feed.stop()]);
+  await p.durable?.store.close();
   const redis = p.redis;
   if (redis) await redis.quit().catch(() => redis.disconnect());
   // The log is written asynchronously: the last lines must not be lost on exit.

@@ -31,8 +31,8 @@ export interface ListedKey extends ApiKeyRecord {
 }
 
 export interface ApiKeyStore {
-  /** 'redis': shared by every instance; 'memory': this process only. */
-  readonly backing: 'redis' | 'memory';
+  /** 'store': the durable store (store-keys.ts); 'redis': shared by every instance; 'memory': this process only. */
+  readonly backing: 'store' | 'redis' | 'memory';
   /** Stores a new key unless its tenant already has `max` (false then). */
   add(record: ApiKeyRecord, max: number): Promise<boolean>;
   get(id: string): Promise<ApiKeyRecord | null>;
@@ -62,7 +62,7 @@ function createdBy(r: ApiKeyRecord | null, upTo: number): boolean {
 }
 
 /** Parses a stored record; null for anything malformed (a record written by hand). */
-function parseRecord(text: string | null): ApiKeyRecord | null {
+export function parseRecord(text: string | null): ApiKeyRecord | null {
   if (text === null) return null;
   try {
     const r = JSON.parse(text) as Partial<ApiKeyRecord>;
@@ -81,7 +81,7 @@ function parseRecord(text: string | null): ApiKeyRecord | null {
   }
 }
 
-function byCreation(a: ListedKey, b: ListedKey): number {
+export function byCreation(a: ListedKey, b: ListedKey): number {
   return (a.createdAt ?? 0) - (b.createdAt ?? 0) || (a.id < b.id ? -1 : 1);
 }
 
