@@ -183,19 +183,17 @@ class RedisKeyStore implements ApiKeyStore {
     for (const l of this.#listeners) l(id);
   }
 
-  /** A revocation message: `<count> <id>`; a count beyond the next one means some were missed. */
-  #heard(message: string): void {
-    const space = message.indexOf(' ');
-    const count = space < 0 ? Number.NaN : Number(message.slice(0, space));
-    if (count === this.#seen + 1) this.#seen = count;
-    else if (this.#seen >= 0 && count > this.#seen) {
-      this.#seen = count;
-      this.#tell(null);
-    }
-    this.#tell(space < 0 ? message : message.slice(space + 1));
+  /** A revocation message (the key id): one more of the count heard. */
+  #heard(id: string): void {
+    if (this.#seen >= 0) this.#seen++;
+    this.#tell(id);
   }
 
-  /** The safety net for lost messages: the count moved past what was heard, so cached keys are dropped. */
+  /**
+   * The safety net for lost messages: the count differs from what was heard, so cached keys are
+   * dropped. A check that reads a count before its message arrives drops them needlessly, once or
+   * twice: harmless, and rare (the message follows the count within milliseconds).
+   */
   async #check(): Promise<void> {
     try {
       const count = Number((await this.#redis.get(this.#keys.revocations)) ?? 0);
@@ -264,15 +262,16 @@ class RedisKeyStore implements ApiKeyStore {
       .hdel(this.#keys.used, ...ids)
       .incrby(this.#keys.revocations, ids.length)
       .exec();
-    const last = Number(replies?.[replies.length - 1]?.[1]);
-    for (const [i, id] of ids.entries()) await this.#announce(id, last - ids.length + 1 + i);
+    const failed = replies?.find(([err]) => err)?.[0];
+    if (!replies || failed) throw failed ?? new Error('API keys: revocation not applied');
+    for (const id of ids) await this.#announce(id);
   }
 
   /** This instance forgets a revoked key at once; the others hear it published. A failed publish leaves them the revocation check. */
-  async #announce(id: string, count: number): Promise<void> {
+  async #announce(id: string): Promise<void> {
     this.#tell(id);
     await this.#redis
-      .publish(this.#keys.revoked, `${count} ${id}`)
+      .publish(this.#keys.revoked, id)
       .catch((err: unknown) =>
         this.#log.warn({ err, key: id }, 'API key revoked, but not announced: other instances drop it at their next revocation check (5 s)'),
       );

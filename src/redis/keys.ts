@@ -32,7 +32,7 @@
  *   <p>{keys}:tenant:<id>     SET of the key ids of a tenant
  *   <p>{keys}:used            HASH key id → last use (ms), written at most once a minute per key and instance
  *   <p>{keys}:revocations     counter of revocations, counted in each revoke's MULTI: what the revocation check reads
- *   <p>keys-revoked           pub/sub channel; a message is `<revocations count> <key id>` (or a bare id from an older instance)
+ *   <p>keys-revoked           pub/sub channel; a message names a revoked key id (one of the revocations counted)
  */
 
 /** Keys of one tenant's limiter state for the month `monthId` (yyyymm). */
