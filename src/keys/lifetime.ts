@@ -22,6 +22,7 @@ export class TenantKeyLifetimes {
   /** Removed tenants whose keys are still to revoke, with the moment each was removed. */
   readonly #pending = new Map<string, number>();
   #running: Promise<void> | null = null;
+  #again = false;
   #retry: NodeJS.Timeout | null = null;
   #failing = false;
 
@@ -41,15 +42,21 @@ export class TenantKeyLifetimes {
       this.#pending.set(t, at);
       any = true;
     }
-    if (any) void this.settled();
+    if (any) this.#revokePending();
   }
 
-  /** Resolves once every revocation asked for so far was tried (tests, close). */
-  settled(): Promise<void> {
-    this.#running ??= this.#drain().finally(() => {
+  /** One pass over the pending tenants at a time; a removal during a pass runs another after it. */
+  #revokePending(): void {
+    if (this.#running) {
+      this.#again = true;
+      return;
+    }
+    this.#running = this.#drain().finally(() => {
       this.#running = null;
+      if (!this.#again) return;
+      this.#again = false;
+      this.#revokePending();
     });
-    return this.#running;
   }
 
   async #drain(): Promise<void> {
@@ -74,7 +81,7 @@ export class TenantKeyLifetimes {
     if (this.#retry) return;
     this.#retry = setTimeout(() => {
       this.#retry = null;
-      void this.settled();
+      this.#revokePending();
     }, RETRY_MS);
     this.#retry.unref();
   }
