@@ -17,6 +17,7 @@ import { apiKeyKeys, type ApiKeyKeys } from '../redis/keys.js';
 import type { Store, Transaction } from '../store/connection.js';
 import { appendChange, type Change, type ChangeFeed } from '../store/changes.js';
 import type { Logger } from '../observability/log.js';
+import { Interner, listKey } from '../cache/intern.js';
 import { byCreation, parseRecord, type ApiKeyRecord, type ApiKeyStore, type ListedKey } from './store.js';
 
 /** A key write could not reach the store: the admin API answers `503 store_unavailable`. */
@@ -43,12 +44,15 @@ interface Row {
 
 const COLUMNS = 'id, tenant, name, roles, created_at, expires_at, hash';
 
+/** Role sets are few: every record holding one shares one array. */
+const ROLE_SETS = new Interner<readonly string[]>();
+
 function recordOf(r: Row): ApiKeyRecord {
   return {
     id: r.id,
     tenant: r.tenant,
     name: r.name,
-    roles: r.roles,
+    roles: ROLE_SETS.get(listKey(r.roles), () => Object.freeze(r.roles)),
     createdAt: Number(r.created_at),
     expiresAt: r.expires_at === null ? null : Number(r.expires_at),
     hash: r.hash,
