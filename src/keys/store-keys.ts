@@ -46,13 +46,14 @@ const COLUMNS = 'id, tenant, name, roles, created_at, expires_at, hash';
 
 /** Role sets are few: every record holding one shares one array. */
 const ROLE_SETS = new Interner<readonly string[]>();
+const sharedRoles = (roles: readonly string[]): readonly string[] => ROLE_SETS.get(listKey(roles), () => Object.freeze([...roles]));
 
 function recordOf(r: Row): ApiKeyRecord {
   return {
     id: r.id,
     tenant: r.tenant,
     name: r.name,
-    roles: ROLE_SETS.get(listKey(r.roles), () => Object.freeze(r.roles)),
+    roles: sharedRoles(r.roles),
     createdAt: Number(r.created_at),
     expiresAt: r.expires_at === null ? null : Number(r.expires_at),
     hash: r.hash,
@@ -195,7 +196,7 @@ class StoreKeyStore implements ApiKeyStore {
       return insertKey(tx, schema, record, 'create');
     });
     if (!added) return false;
-    this.#records.set(record.id, record);
+    this.#records.set(record.id, { ...record, roles: sharedRoles(record.roles) });
     await this.#announce(record.id);
     return true;
   }
