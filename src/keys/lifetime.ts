@@ -5,12 +5,15 @@
  * that moment: in the store, so a tenant created later under the same id starts with none, and here
  * at once (the verifier refuses them before the store confirms). Several instances revoking the same
  * tenant is harmless; a revocation that fails (Redis away) is retried until it lands, and meanwhile
- * this instance keeps refusing the former tenant's keys even if the id comes back.
+ * this instance keeps refusing the former tenant's keys even if the id comes back (and for a minute
+ * after, while what other instances revoked reaches it).
  */
 import type { Logger } from '../observability/log.js';
 import type { ApiKeyStore } from './store.js';
 import type { ApiKeyVerifier } from './verifier.js';
 
+/** How long a removal is still enforced here once its revocation landed: past a cache entry's life (30 s) and several revocation checks. */
+const HOLD_MS = 60_000;
 /** Delay before failed revocations are tried again. */
 const RETRY_MS = 1000;
 
@@ -64,7 +67,9 @@ export class TenantKeyLifetimes {
       try {
         const ids = await this.#store.revokeAll(tenant, at);
         if (this.#pending.get(tenant) === at) this.#pending.delete(tenant);
-        this.#verifier.forgetRemoval(tenant, at);
+        // Another instance may have revoked them first, and what it revoked reaches this one's
+        // cache (or copy of the store) by its message or the next check: held until surely here.
+        setTimeout(() => this.#verifier.forgetRemoval(tenant, at), HOLD_MS).unref();
         if (ids.length > 0) this.#log.info({ tenant, keys: ids }, 'API keys revoked with their tenant (removed from the directory)');
       } catch (err) {
         if (!this.#failing)

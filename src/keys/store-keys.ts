@@ -143,7 +143,11 @@ class StoreKeyStore implements ApiKeyStore {
     if (created.size === 0) return;
     try {
       const rows = await this.#store.query<Row>(`SELECT ${COLUMNS} FROM api_keys WHERE id = ANY($1::text[])`, [[...created]]);
-      for (const r of rows) this.#records.set(r.id, recordOf(r));
+      for (const r of rows) {
+        this.#records.set(r.id, recordOf(r));
+        // An instance that looked the id up before it was here cached it as unknown: not any more.
+        this.#tell(r.id);
+      }
     } catch (err) {
       this.#log.warn({ err }, 'API keys: new keys not read from the store; reading them all again shortly');
       this.#reloadSoon();

@@ -46,7 +46,10 @@ export interface ApiKeyStore {
   revokeAll(tenant: string, upTo?: number): Promise<string[]>;
   /** Records a use (callers write at most once a minute per key). */
   touch(id: string, at: number): Promise<void>;
-  /** `listener(id)` on every revocation, `listener(null)` when some may have been missed (a reconnect). */
+  /**
+   * `listener(id)` on every revocation (and, for the store's copy in memory, when a key created
+   * elsewhere becomes known), `listener(null)` when some may have been missed (a reconnect).
+   */
   onRevoked(listener: (id: string | null) => void): void;
   /** When this instance last knew it had heard of every revocation (Date.now() ms): the revocation check's last success. */
   readonly checkedAt: number;

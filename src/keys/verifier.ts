@@ -106,12 +106,15 @@ export class ApiKeyVerifier implements TokenVerifier {
       const e = this.#byId.get(id, now);
       if (e !== undefined) e.revoked = true;
       this.#byId.delete(id);
+      // A key the store learnt of since (a create heard from the change log) is read again, not "unknown" for 5 s.
+      this.#unknown.delete(id);
     });
   }
 
   /**
    * A tenant left the directory at `at`: the keys it had (created up to then) are refused from
-   * now on, whatever the store and this cache still hold, until `forgetRemoval` once they are revoked.
+   * now on, whatever the store and this cache still hold, until `forgetRemoval` (a while after
+   * they were revoked, lifetime.ts).
    */
   tenantRemoved(tenant: string, at: number): void {
     this.#gone.set(tenant, Math.max(at, this.#gone.get(tenant) ?? at));
