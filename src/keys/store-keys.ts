@@ -96,6 +96,9 @@ class StoreKeyStore implements ApiKeyStore {
   readonly #used = new Map<string, number>();
   readonly #listeners: Array<(id: string | null) => void> = [];
   #retry: NodeJS.Timeout | null = null;
+  /** Reads of rows out now, and the ids revoked meanwhile: those reads' rows may predate the revocation. */
+  #reading = 0;
+  readonly #revokedWhileReading = new Set<string>();
 
   constructor(store: Store, feed: ChangeFeed, redis: RedisClient | null, settings: { keyPrefix: string; cluster: readonly string[] }, log: Logger) {
     this.#store = store;
@@ -117,14 +120,16 @@ class StoreKeyStore implements ApiKeyStore {
 
   /** Reads every record (start, or after a change could not be applied). */
   async load(): Promise<void> {
-    const next = new Map<string, ApiKeyRecord>();
-    let after = '';
-    for (;;) {
-      const rows = await this.#store.query<Row>(`SELECT ${COLUMNS} FROM api_keys WHERE id > $1 ORDER BY id LIMIT ${LOAD_BATCH}`, [after]);
-      for (const r of rows) next.set(r.id, recordOf(r));
-      if (rows.length < LOAD_BATCH) break;
-      after = rows[rows.length - 1]!.id;
-    }
+    const next = await this.#read(async () => {
+      const found = new Map<string, ApiKeyRecord>();
+      let after = '';
+      for (;;) {
+        const rows = await this.#store.query<Row>(`SELECT ${COLUMNS} FROM api_keys WHERE id > $1 ORDER BY id LIMIT ${LOAD_BATCH}`, [after]);
+        for (const r of rows) found.set(r.id, recordOf(r));
+        if (rows.length < LOAD_BATCH) return found;
+        after = rows[rows.length - 1]!.id;
+      }
+    });
     const before = this.#records;
     this.#records = next;
     for (const id of before.keys()) if (!next.has(id)) this.#tell(id);
@@ -142,11 +147,14 @@ class StoreKeyStore implements ApiKeyStore {
     }
     if (created.size === 0) return;
     try {
-      const rows = await this.#store.query<Row>(`SELECT ${COLUMNS} FROM api_keys WHERE id = ANY($1::text[])`, [[...created]]);
-      for (const r of rows) {
-        this.#records.set(r.id, recordOf(r));
+      const found = await this.#read(async () => {
+        const rows = await this.#store.query<Row>(`SELECT ${COLUMNS} FROM api_keys WHERE id = ANY($1::text[])`, [[...created]]);
+        return new Map(rows.map((r) => [r.id, recordOf(r)]));
+      });
+      for (const [id, r] of found) {
+        this.#records.set(id, r);
         // An instance that looked the id up before it was here cached it as unknown: not any more.
-        this.#tell(r.id);
+        this.#tell(id);
       }
     } catch (err) {
       this.#log.warn({ err }, 'API keys: new keys not read from the store; reading them all again shortly');
@@ -163,7 +171,20 @@ class StoreKeyStore implements ApiKeyStore {
     this.#retry.unref();
   }
 
+  /** Records read from the store, less those revoked here while the read was out. */
+  async #read(work: () => Promise<Map<string, ApiKeyRecord>>): Promise<Map<string, ApiKeyRecord>> {
+    this.#reading++;
+    try {
+      const found = await work();
+      for (const id of this.#revokedWhileReading) found.delete(id);
+      return found;
+    } finally {
+      if (--this.#reading === 0) this.#revokedWhileReading.clear();
+    }
+  }
+
   #forget(id: string): void {
+    if (this.#reading > 0) this.#revokedWhileReading.add(id);
     if (!this.#records.delete(id)) return;
     this.#used.delete(id);
     this.#tell(id);
