@@ -306,7 +306,8 @@ export async function openStoreKeys(
 /**
  * Copies the key records kept in Redis (before the store) into the store, for the `migrate`
  * command: hashes as they are, each insert with its change; a key already in the store is left as
- * it is. Records that do not parse are skipped. Safe to run again.
+ * it is. Records that do not parse are skipped. Safe to run again. `store` is open and migrated
+ * (openStore); peers following its change log learn of each copied key.
  */
 export async function copyKeysToStore(redis: RedisClient, keyPrefix: string, store: Store): Promise<{ readonly copied: number; readonly present: number }> {
   const k = apiKeyKeys(keyPrefix);
