@@ -23,7 +23,6 @@ import type { UsageRecorder } from './metering/recorder.js';
 import { createUsageStore, type UsageStore } from './metering/store.js';
 import { MonthCounterReseeder } from './metering/reseed.js';
 import { RedisEpoch } from './redis/epoch.js';
-import { openStore, type Store } from './store/connection.js';
 import { processLogger, type Logger } from './observability/log.js';
 import { createMetrics, type EdgeMetrics } from './observability/metrics.js';
 import { ReloadHistory } from './observability/reloads.js';
@@ -33,7 +32,11 @@ import { createPipeline, pipelineSettings } from './pipeline.js';
 import { connectRedis, credentialsRefused, useCredentials, whenReady, type RedisClient } from './redis/connection.js';
 import { createTenantStore, type FileDiff, type TenantStore } from './tenants/store.js';
 import { createApiKeyStore, fileKeyRecords, type ApiKeyStore } from './keys/store.js';
+import { openStoreKeys } from './keys/store-keys.js';
+import { openStore, type Store } from './store/connection.js';
+import { ChangeFeed, latestChange } from './store/changes.js';
 import { ApiKeyVerifier } from './keys/verifier.js';
+import { TenantKeyLifetimes } from './keys/lifetime.js';
 import { createClusters, type Clusters } from './upstream/clusters.js';
 import { createBrokerPools, type BrokerPools } from './upstream/pools.js';
 import { createUpstreamProxy, type UpstreamProxy } from './upstream/proxy.js';
@@ -88,9 +91,13 @@ interface Parts {
   /** One Redis connection for the limiter and the tenant store; null = in-memory, one instance. */
   readonly redis: RedisClient | null;
   readonly tenants: TenantStore;
+  /** The durable store (store.url) and the feed of its change log, started from `fromSeq` once every reader loaded. */
+  readonly durable: Durable | null;
   readonly verifiers: TenantVerifiers;
   readonly apiKeys: ApiKeyStore;
   readonly keyVerifier: ApiKeyVerifier;
+  /** Revokes the keys of tenants that leave the directory. */
+  readonly keyLifetimes: TenantKeyLifetimes;
   readonly minter: UpstreamMinter | null;
   readonly limiter: EdgeLimiter;
   readonly clusters: Clusters;
@@ -98,13 +105,17 @@ interface Parts {
   readonly proxy: UpstreamProxy;
   readonly usageStore: UsageStore;
   readonly meter: Meter;
-  /** The durable store (store.url), null without one. */
-  readonly store: Store | null;
   /** Tells when Redis came back empty (null without Redis); the reseeder, with a store, rebuilds the month counters. */
   readonly epoch: RedisEpoch | null;
   readonly reseeder: MonthCounterReseeder | null;
   readonly reloads: ReloadHistory;
   readonly metrics: EdgeMetrics;
+}
+
+interface Durable {
+  readonly store: Store;
+  readonly feed: ChangeFeed;
+  readonly fromSeq: number;
 }
 
 /** What changes at run time, read by the admin handler's readiness and plan ids. */
@@ -178,15 +189,17 @@ async function buildParts(config: RawConfig, opts: AppOptions, certificates: Lis
   const base = await buildDirectory(config, opts);
   const { log, clock, redis } = base;
   const verifiers = createTenantVerifiers(config.auth, { log, clock });
-  const apiKeys = createApiKeyStore(redis, config.redis, log);
+  const durable = await openDurable(config, log);
+  const apiKeys = durable ? await openStoreKeys(durable.store, durable.feed, redis, config.redis, log) : createApiKeyStore(redis, config.redis, log);
   const keyVerifier = new ApiKeyVerifier(apiKeys, { clock, log });
   keyVerifier.setFileKeys(fileKeyRecords(config.apiKeys));
+  const keyLifetimes = new TenantKeyLifetimes(apiKeys, keyVerifier, { log, clock });
   const minter = config.upstreamIdentity.mode === 'mint' ? await createMinter(config.upstreamIdentity.mint, { clock }) : null;
   const limiter = buildLimiter(config, redis, log, clock);
   const clusters = createClusters(config.upstream, { log, clock });
   const pools = createBrokerPools(config.upstream);
   const proxy = createUpstreamProxy({ clusters, pools, log });
-  const store = await openStore(config.store.url ? { ...config.store, url: config.store.url } : null, log);
+  const store = durable?.store ?? null;
   const usageStore = createUsageStore(redis, config.redis.keyPrefix, store);
   const meter = new Meter({
     store: usageStore,
@@ -197,7 +210,7 @@ async function buildParts(config: RawConfig, opts: AppOptions, certificates: Lis
   });
   const { epoch, reseeder } = buildEpoch(config, redis, store, meter, limiter, log, clock);
   const reloads = new ReloadHistory(clock);
-  const parts = { ...base, verifiers, apiKeys, keyVerifier, minter, limiter, clusters, pools, proxy, usageStore, meter, store, epoch, reseeder, reloads };
+  const parts = { ...base, durable, verifiers, apiKeys, keyVerifier, keyLifetimes, minter, limiter, clusters, pools, proxy, usageStore, meter, epoch, reseeder, reloads };
   return { ...parts, metrics: buildMetrics(parts, certificates) };
 }
 
@@ -250,6 +263,21 @@ function buildEpoch(
   return { epoch, reseeder };
 }
 
+/** The durable store and its change feed, or null without store.url; a store that does not answer fails the start. */
+async function openDurable(config: RawConfig, log: Logger): Promise<Durable | null> {
+  const { url, schema, timeoutMs } = config.store;
+  if (url === null) return null;
+  let store: Store | null = null;
+  try {
+    store = (await openStore({ url, schema, timeoutMs }, log))!;
+    // Read before anything loads from the store: a change made meanwhile is applied again, never missed.
+    return { store, feed: new ChangeFeed(store, log), fromSeq: await latestChange(store) };
+  } catch (err) {
+    await store?.close().catch(() => {});
+    throw new Error(`store.url: the durable store cannot be used (${(err as Error)?.message ?? String(err)}); running instances keep serving`);
+  }
+}
+
 /** The exact limiter, or the leased one over it (limits.mode: leased, with Redis). */
 function buildLimiter(config: RawConfig, redis: RedisClient | null, log: Logger, clock: () => number): EdgeLimiter {
   const lp = config.server.longPoll;
@@ -269,7 +297,7 @@ function buildLimiter(config: RawConfig, redis: RedisClient | null, log: Logger,
 
 /** The process's metrics, read from the parts at scrape time; Redis errors and token checks counted too. */
 function buildMetrics(p: Omit<Parts, 'metrics'>, certificates: Listeners['certificates']): EdgeMetrics {
-  const { reloads, limiter, clusters, meter, verifiers } = p;
+  const { reloads, limiter, clusters, meter, verifiers, apiKeys } = p;
   const metrics = createMetrics(
     {
       reloads: () => reloads,
@@ -279,6 +307,7 @@ function buildMetrics(p: Omit<Parts, 'metrics'>, certificates: Listeners['certif
       flush: () => meter.stats(),
       redisEpoch: () => ({ emptied: p.epoch?.emptied ?? 0, reseededTenants: p.reseeder?.reseededTenants ?? 0 }),
       jwksFailures: () => verifiers.jwksFailures(),
+      keyRevocationsCheckedAt: () => apiKeys.checkedAt,
       certificates,
     },
     undefined,
@@ -368,11 +397,14 @@ async function startParts(p: Parts): Promise<void> {
   // probed and lose their pools, and the verifiers and JWKS sets of removed or re-keyed tenants
   // are dropped. A change names what it touched: the broker URLs that came or went (new tenants
   // get their ring on first use), the verifiers from the few tenants with keys of their own.
+  // A tenant gone from the directory takes its API keys with it.
   tenants.onChange((change) => {
     if (change.brokers) p.proxy.follow(change.brokers);
     syncVerifiers(p);
+    p.keyLifetimes.removed([...change.tenants].filter((id) => tenants.byId(id) === undefined));
   });
   p.meter.start();
+  p.durable?.feed.start(p.durable.fromSeq);
 }
 
 /** The verifiers follow the tenants with keys of their own, each ranked by `origin`. */
@@ -481,10 +513,11 @@ async function closeParts(p: Parts): Promise<void> {
   await p.meter.close();
   p.epoch?.close();
   p.reseeder?.close();
-  await p.store?.close();
   p.verifiers.close();
+  p.keyLifetimes.close();
   await p.clusters.close();
-  await Promise.all([p.limiter.close(), p.pools.close(), p.tenants.close(), p.apiKeys.close()]);
+  await Promise.all([p.limiter.close(), p.pools.close(), p.tenants.close(), p.apiKeys.close(), p.durable?.feed.stop()]);
+  await p.durable?.store.close();
   const redis = p.redis;
   if (redis) await redis.quit().catch(() => redis.disconnect());
   // The log is written asynchronously: the last lines must not be lost on exit.

@@ -40,6 +40,7 @@ export const OPERATOR_ERRORS = {
   read_only: { status: 409, message: 'no Redis configured: tenants and plans come from the config file only' },
   conflict: { status: 409, message: 'conflict' },
   unavailable: { status: 503, message: 'tenant or usage store unavailable (Redis)' },
+  store_unavailable: { status: 503, message: 'the durable store is unavailable: the write was not made, try again' },
 } as const satisfies Record<string, { status: number; message: string }> & { readonly [K in ErrorCode]?: never };
 
 export type OperatorErrorCode = keyof typeof OPERATOR_ERRORS;

@@ -9,6 +9,7 @@ import { EdgeError, edgeError, type AnyErrorCode } from '../errors.js';
 import { isKeyId, mintKey } from '../keys/format.js';
 import type { ApiKeyRecord, ApiKeyStore, ListedKey } from '../keys/store.js';
 import type { ApiKeyVerifier } from '../keys/verifier.js';
+import { StoreUnavailable } from '../keys/store-keys.js';
 import type { Tenant } from '../tenants/model.js';
 
 export interface KeyAdminDeps {
@@ -47,6 +48,16 @@ function view(k: ListedKey, source: 'file' | 'admin'): Record<string, unknown> {
   return { id: k.id, name: k.name, roles: k.roles, createdAt: iso(k.createdAt), lastUsedAt: iso(k.lastUsedAt), expiresAt: iso(k.expiresAt), source };
 }
 
+/** A key write's outcome, or `503 store_unavailable` when the durable store could not take it. */
+async function written<T>(write: Promise<T>): Promise<T | EdgeError<AnyErrorCode>> {
+  try {
+    return await write;
+  } catch (err) {
+    if (err instanceof StoreUnavailable) return edgeError('store_unavailable');
+    throw err;
+  }
+}
+
 function tenantOf(d: KeyAdminDeps, id: string): Tenant | EdgeError<AnyErrorCode> {
   return d.tenant(id) ?? edgeError('not_found', `no tenant "${id}"`);
 }
@@ -65,7 +76,9 @@ export async function createKey(d: KeyAdminDeps, tenantId: string, body: unknown
   if (expiresAt !== null && expiresAt <= now) return edgeError('invalid_request', 'expiresAt: must be in the future');
   const { id, key, hash } = mintKey();
   const record: ApiKeyRecord = { id, tenant: t.id, name: parsed.data.name, roles: parsed.data.roles, createdAt: now, expiresAt, hash };
-  if (!(await d.store.add(record, MAX_KEYS_PER_TENANT))) {
+  const added = await written(d.store.add(record, MAX_KEYS_PER_TENANT));
+  if (added instanceof EdgeError) return added;
+  if (!added) {
     return edgeError('conflict', `tenant "${t.id}" already has ${MAX_KEYS_PER_TENANT} keys: revoke one first`);
   }
   return { status: 201, body: { id, key, name: record.name, roles: record.roles, createdAt: iso(now), expiresAt: iso(expiresAt) } };
@@ -80,9 +93,13 @@ export async function listKeys(d: KeyAdminDeps, tenantId: string): Promise<KeyRe
   return { status: 200, body: { keys: [...file, ...stored] } };
 }
 
-/** A deleted tenant's keys are revoked with it: a tenant created later under its id starts with none. */
+/**
+ * A deleted tenant's keys are revoked with it: a tenant created later under its id starts with
+ * none. Their ids; none yet when the store could not take it (the directory's removal retries, keys/lifetime.ts).
+ */
 export async function revokeTenantKeys(d: KeyAdminDeps, tenantId: string): Promise<string[]> {
-  return d.store.revokeAll(tenantId);
+  const ids = await written(d.store.revokeAll(tenantId));
+  return ids instanceof EdgeError ? [] : ids;
 }
 
 /** `DELETE /admin/v1/tenants/:id/keys/:keyId`: 204; every instance refuses the key within a second. */
@@ -96,5 +113,7 @@ export async function revokeKey(d: KeyAdminDeps, tenantId: string, keyId: string
   if (d.verifier.fileKeys(tenantId).some((r) => r.id === keyId)) {
     return edgeError('conflict', `key "${keyId}" is declared in the configuration file: remove it there and reload`);
   }
-  return (await d.store.revoke(tenantId, keyId)) ? { status: 204 } : edgeError('not_found', `no key "${keyId}" for tenant "${tenantId}"`);
+  const revoked = await written(d.store.revoke(tenantId, keyId));
+  if (revoked instanceof EdgeError) return revoked;
+  return revoked ? { status: 204 } : edgeError('not_found', `no key "${keyId}" for tenant "${tenantId}"`);
 }

@@ -2,7 +2,9 @@
  * Where tenant API keys are kept (docs/api-keys.md): in the tenant directory's Redis (layout in
  * src/redis/keys.ts), or in this process when no Redis is configured (one instance; the config
  * file's `apiKeys:` are the durable form there). A record holds the key's SHA-256, never the key.
- * A revoke is published on `<prefix>keys-revoked`, so every instance drops its cached copy.
+ * A revoke is counted (`<prefix>{keys}:revocations`) and published on `<prefix>keys-revoked`, so
+ * every instance drops its cached copy; each instance also reads the count every few seconds, so a
+ * message it missed costs at most that period, not a cache entry's life.
  */
 import type { Redis } from 'ioredis';
 import { subscriberFor, type RedisClient } from '../redis/connection.js';
@@ -29,25 +31,41 @@ export interface ListedKey extends ApiKeyRecord {
 }
 
 export interface ApiKeyStore {
-  /** 'redis': shared by every instance; 'memory': this process only. */
-  readonly backing: 'redis' | 'memory';
+  /** 'store': the durable store (store-keys.ts); 'redis': shared by every instance; 'memory': this process only. */
+  readonly backing: 'store' | 'redis' | 'memory';
   /** Stores a new key unless its tenant already has `max` (false then). */
   add(record: ApiKeyRecord, max: number): Promise<boolean>;
   get(id: string): Promise<ApiKeyRecord | null>;
   list(tenant: string): Promise<ListedKey[]>;
   /** Removes a key of `tenant` and tells every instance; false when the tenant has no such key. */
   revoke(tenant: string, id: string): Promise<boolean>;
-  /** Revokes every key of a tenant (it was deleted: a tenant made later with its id must not inherit them); their ids. */
-  revokeAll(tenant: string): Promise<string[]>;
+  /**
+   * Revokes every key of a tenant created at or before `upTo` (ms; default every key): it was
+   * removed, and a tenant made later under its id must not inherit them. Their ids.
+   */
+  revokeAll(tenant: string, upTo?: number): Promise<string[]>;
   /** Records a use (callers write at most once a minute per key). */
   touch(id: string, at: number): Promise<void>;
-  /** `listener(id)` on every revocation, `listener(null)` when some may have been missed (a reconnect). */
+  /**
+   * `listener(id)` on every revocation (and, for the store's copy in memory, when a key created
+   * elsewhere becomes known), `listener(null)` when some may have been missed (a reconnect).
+   */
   onRevoked(listener: (id: string | null) => void): void;
+  /** When this instance last knew it had heard of every revocation (Date.now() ms): the revocation check's last success. */
+  readonly checkedAt: number;
   close(): Promise<void>;
 }
 
+/** How often an instance checks the revocation count: the bound on a missed revocation message. */
+export const REVOCATION_CHECK_MS = 5000;
+
+/** Whether a key belongs to what revokeAll(…, upTo) revokes (a malformed record always does). */
+function createdBy(r: ApiKeyRecord | null, upTo: number): boolean {
+  return r === null || r.createdAt === null || r.createdAt <= upTo;
+}
+
 /** Parses a stored record; null for anything malformed (a record written by hand). */
-function parseRecord(text: string | null): ApiKeyRecord | null {
+export function parseRecord(text: string | null): ApiKeyRecord | null {
   if (text === null) return null;
   try {
     const r = JSON.parse(text) as Partial<ApiKeyRecord>;
@@ -66,7 +84,7 @@ function parseRecord(text: string | null): ApiKeyRecord | null {
   }
 }
 
-function byCreation(a: ListedKey, b: ListedKey): number {
+export function byCreation(a: ListedKey, b: ListedKey): number {
   return (a.createdAt ?? 0) - (b.createdAt ?? 0) || (a.id < b.id ? -1 : 1);
 }
 
@@ -109,8 +127,8 @@ class MemoryKeyStore implements ApiKeyStore {
     return true;
   }
 
-  async revokeAll(tenant: string): Promise<string[]> {
-    const ids = [...this.#records.values()].filter((r) => r.tenant === tenant).map((r) => r.id);
+  async revokeAll(tenant: string, upTo = Number.POSITIVE_INFINITY): Promise<string[]> {
+    const ids = [...this.#records.values()].filter((r) => r.tenant === tenant && createdBy(r, upTo)).map((r) => r.id);
     for (const id of ids) await this.revoke(tenant, id);
     return ids;
   }
@@ -123,6 +141,11 @@ class MemoryKeyStore implements ApiKeyStore {
     this.#listeners.push(listener);
   }
 
+  /** One process: it hears every revocation as it is made. */
+  get checkedAt(): number {
+    return Date.now();
+  }
+
   async close(): Promise<void> {}
 }
 
@@ -133,15 +156,19 @@ class RedisKeyStore implements ApiKeyStore {
   readonly #sub: Redis;
   readonly #listeners: Array<(id: string | null) => void> = [];
   readonly #log: Logger;
+  /** The revocation count this instance has heard of up to; -1 before the first check. */
+  #seen = -1;
+  #checkedAt = Date.now();
+  readonly #timer: NodeJS.Timeout;
 
-  constructor(redis: RedisClient, prefix: string, seeds: readonly string[], log: Logger) {
+  constructor(redis: RedisClient, prefix: string, seeds: readonly string[], log: Logger, checkMs: number) {
     this.#redis = redis;
     this.#log = log;
     this.#keys = apiKeyKeys(prefix);
     this.#sub = subscriberFor(redis, seeds);
     this.#sub.on('error', () => {});
-    this.#sub.on('message', (channel: string, id: string) => {
-      if (channel === this.#keys.revoked) this.#tell(id);
+    this.#sub.on('message', (channel: string, message: string) => {
+      if (channel === this.#keys.revoked) this.#heard(message);
     });
     let connectedBefore = false;
     this.#sub.on('ready', () => {
@@ -149,11 +176,41 @@ class RedisKeyStore implements ApiKeyStore {
       if (connectedBefore) this.#tell(null);
       connectedBefore = true;
     });
-    this.#sub.subscribe(this.#keys.revoked).catch((err: unknown) => log.warn({ err }, 'API keys: subscribe failed; cached keys expire on their own'));
+    this.#sub.subscribe(this.#keys.revoked).catch((err: unknown) => log.warn({ err }, 'API keys: subscribe failed; the revocation check still runs'));
+    void this.#check();
+    this.#timer = setInterval(() => void this.#check(), checkMs);
+    this.#timer.unref();
   }
 
   #tell(id: string | null): void {
     for (const l of this.#listeners) l(id);
+  }
+
+  /** A revocation message (the key id): one more of the count heard. */
+  #heard(id: string): void {
+    if (this.#seen >= 0) this.#seen++;
+    this.#tell(id);
+  }
+
+  /**
+   * The safety net for lost messages: the count differs from what was heard, so cached keys are
+   * dropped. A check that reads a count before its message arrives drops them needlessly, once or
+   * twice: harmless, and rare (the message follows the count within milliseconds).
+   */
+  async #check(): Promise<void> {
+    try {
+      const count = Number((await this.#redis.get(this.#keys.revocations)) ?? 0);
+      this.#checkedAt = Date.now();
+      if (count === this.#seen) return;
+      if (this.#seen >= 0) this.#tell(null);
+      this.#seen = count;
+    } catch {
+      // Redis is away: cached keys expire on their own; checkedAt's age says how long this has lasted.
+    }
+  }
+
+  get checkedAt(): number {
+    return this.#checkedAt;
   }
 
   async add(record: ApiKeyRecord, max: number): Promise<boolean> {
@@ -183,31 +240,43 @@ class RedisKeyStore implements ApiKeyStore {
   async revoke(tenant: string, id: string): Promise<boolean> {
     const r = await this.get(id);
     if (r?.tenant !== tenant) return false;
-    await this.#redis.multi().del(this.#keys.key(id)).srem(this.#keys.tenant(tenant), id).hdel(this.#keys.used, id).exec();
-    await this.#announce(id);
+    await this.#revokeIds(tenant, [id]);
     return true;
   }
 
-  async revokeAll(tenant: string): Promise<string[]> {
-    const ids = await this.#redis.smembers(this.#keys.tenant(tenant));
+  async revokeAll(tenant: string, upTo = Number.POSITIVE_INFINITY): Promise<string[]> {
+    let ids = await this.#redis.smembers(this.#keys.tenant(tenant));
     if (ids.length === 0) return [];
-    const m = this.#redis.multi();
-    for (const id of ids) m.del(this.#keys.key(id));
-    await m
-      .del(this.#keys.tenant(tenant))
-      .hdel(this.#keys.used, ...ids)
-      .exec();
-    for (const id of ids) await this.#announce(id);
+    if (upTo !== Number.POSITIVE_INFINITY) {
+      const texts = await this.#redis.mget(ids.map((id) => this.#keys.key(id)));
+      ids = ids.filter((_, i) => createdBy(parseRecord(texts[i] ?? null), upTo));
+      if (ids.length === 0) return [];
+    }
+    await this.#revokeIds(tenant, ids);
     return ids;
   }
 
-  /** This instance forgets a revoked key at once; the others hear it published. A failed publish leaves them the cache's expiry. */
+  /** Removes keys of a tenant and counts them in one MULTI, then tells every instance. */
+  async #revokeIds(tenant: string, ids: readonly string[]): Promise<void> {
+    const m = this.#redis.multi();
+    for (const id of ids) m.del(this.#keys.key(id));
+    const replies = await m
+      .srem(this.#keys.tenant(tenant), ...ids)
+      .hdel(this.#keys.used, ...ids)
+      .incrby(this.#keys.revocations, ids.length)
+      .exec();
+    const failed = replies?.find(([err]) => err)?.[0];
+    if (!replies || failed) throw failed ?? new Error('API keys: revocation not applied');
+    for (const id of ids) await this.#announce(id);
+  }
+
+  /** This instance forgets a revoked key at once; the others hear it published. A failed publish leaves them the revocation check. */
   async #announce(id: string): Promise<void> {
     this.#tell(id);
     await this.#redis
       .publish(this.#keys.revoked, id)
       .catch((err: unknown) =>
-        this.#log.warn({ err, key: id }, 'API key revoked, but not announced: other instances drop it when their cache entry expires (30 s)'),
+        this.#log.warn({ err, key: id }, 'API key revoked, but not announced: other instances drop it at their next revocation check (5 s)'),
       );
   }
 
@@ -220,13 +289,19 @@ class RedisKeyStore implements ApiKeyStore {
   }
 
   async close(): Promise<void> {
+    clearInterval(this.#timer);
     this.#sub.disconnect();
   }
 }
 
 /** The Redis-backed store when a client is given, else one in this process. */
-export function createApiKeyStore(redis: RedisClient | null, settings: { keyPrefix: string; cluster: readonly string[] }, log: Logger): ApiKeyStore {
-  return redis === null ? new MemoryKeyStore() : new RedisKeyStore(redis, settings.keyPrefix, settings.cluster, log);
+export function createApiKeyStore(
+  redis: RedisClient | null,
+  settings: { keyPrefix: string; cluster: readonly string[] },
+  log: Logger,
+  checkMs = REVOCATION_CHECK_MS,
+): ApiKeyStore {
+  return redis === null ? new MemoryKeyStore() : new RedisKeyStore(redis, settings.keyPrefix, settings.cluster, log, checkMs);
 }
 
 /** The configuration file's `apiKeys:` as records (their secrets were never in the file, only their SHA-256). */

@@ -7,8 +7,10 @@
  * Each instance caches what it read by key id: a found key for FOUND_TTL_MS, an unknown id for
  * MISSING_TTL_MS; a key whose hash matched is remembered by the key itself, in memory only (as the
  * token cache holds tokens), so a repeat costs a map lookup rather than a SHA-256. A revocation reaches every instance's cache
- * through the store's pub/sub; a reconnect of that subscriber drops the whole cache (revocations
- * may have been missed), and the TTL bounds what a lost message can keep alive. A lookup that
+ * through the store's pub/sub; a reconnect of that subscriber, or a revocation check that finds
+ * revocations it did not hear of, drops the whole cache (revocations may have been missed), so a
+ * lost message keeps a key alive for at most the check's period. A tenant just removed has its
+ * keys refused here at once, before the store confirms their revocation (lifetime.ts). A lookup that
  * started before its key's revocation arrived is refused and not cached (the revocation's epoch),
  * so a revoked key cannot be re-cached by a read that raced it; one that started before a
  * reconnect is answered but not cached.
@@ -83,6 +85,8 @@ export class ApiKeyVerifier implements TokenVerifier {
   readonly #revoked = new ExpiringMap<string, number>(CACHE_ENTRIES);
   /** The epoch of the last "revocations may have been missed" (a reconnect of the feed). */
   #cleared = 0;
+  /** Tenants removed whose keys' revocation is not confirmed yet: when each was removed (ms). */
+  readonly #gone = new Map<string, number>();
 
   constructor(store: ApiKeyStore, deps: { clock: () => number; log: Logger }) {
     this.#store = store;
@@ -102,7 +106,23 @@ export class ApiKeyVerifier implements TokenVerifier {
       const e = this.#byId.get(id, now);
       if (e !== undefined) e.revoked = true;
       this.#byId.delete(id);
+      // A key the store learnt of since (a create heard from the change log) is read again, not "unknown" for 5 s.
+      this.#unknown.delete(id);
     });
+  }
+
+  /**
+   * A tenant left the directory at `at`: the keys it had (created up to then) are refused from
+   * now on, whatever the store and this cache still hold, until `forgetRemoval` (a while after
+   * they were revoked, lifetime.ts).
+   */
+  tenantRemoved(tenant: string, at: number): void {
+    this.#gone.set(tenant, Math.max(at, this.#gone.get(tenant) ?? at));
+  }
+
+  /** The removed tenant's keys are revoked in the store: keys of a later tenant under its id are its own. */
+  forgetRemoval(tenant: string, at: number): void {
+    if (this.#gone.get(tenant) === at) this.#gone.delete(tenant);
   }
 
   /** Replaces the keys declared in the configuration file (at start and on a reload). */
@@ -149,7 +169,14 @@ export class ApiKeyVerifier implements TokenVerifier {
 
   #usable(e: Entry, now: number): boolean {
     const r = e.record;
-    return r !== null && !e.revoked && (r.expiresAt === null || now < r.expiresAt);
+    return r !== null && !e.revoked && (r.expiresAt === null || now < r.expiresAt) && !this.#formerTenant(r);
+  }
+
+  /** A key made for a tenant since removed (a former incarnation of its id), its revocation still on the way. */
+  #formerTenant(r: ApiKeyRecord): boolean {
+    if (this.#gone.size === 0 || r.createdAt === null) return false;
+    const removed = this.#gone.get(r.tenant);
+    return removed !== undefined && r.createdAt <= removed;
   }
 
   /** The identity of an entry for this key: null unless found, unrevoked, unexpired and matching. */

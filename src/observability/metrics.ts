@@ -64,6 +64,8 @@ export interface MetricSources {
   certificates?(): readonly { readonly certificate: string; readonly names: string; readonly notAfterMs: number }[];
   /** Failed JWKS fetches by JWKS URL, since the start (auth/jwt.ts); absent: the family stays empty. */
   jwksFailures?(): ReadonlyMap<string, number>;
+  /** When this instance last knew it had heard of every API key revocation (Date.now() ms); absent: no gauge value. */
+  keyRevocationsCheckedAt?(): number;
   /** Configuration reloads (reloads.ts); absent: the reload families stay empty. */
   reloads?(): {
     readonly lastAtMs: number;
@@ -410,6 +412,16 @@ const DROPPED_FIELDS: Readonly<Record<string, keyof UsageTotals>> = {
 /** Usage flushes and the metered totals by tenant. */
 function registerMeteringFamilies(registry: Registry, sources: MetricSources, labels: TenantLabels): void {
   const label = (id: string) => labels.label(id);
+  new Gauge({
+    name: 'queen_edge_api_key_revocation_check_age_seconds',
+    help: 'Age of the last successful API key revocation check: past 5 s, a revoked key may still pass here for up to this long (at most 30 s, a cache entry).',
+    registers: [registry],
+    aggregator: 'max',
+    collect() {
+      const at = sources.keyRevocationsCheckedAt?.();
+      if (at !== undefined) this.set(Math.max(0, Date.now() - at) / 1000);
+    },
+  });
   new Gauge({
     name: 'queen_edge_metering_flush_lag_seconds',
     help: 'Age of the oldest usage count not yet flushed to the usage store.',

@@ -33,7 +33,8 @@
  *   <p>{keys}:key:<id>        the key's record (JSON: tenant, name, roles, times, SHA-256), never the key
  *   <p>{keys}:tenant:<id>     SET of the key ids of a tenant
  *   <p>{keys}:used            HASH key id → last use (ms), written at most once a minute per key and instance
- *   <p>keys-revoked           pub/sub channel; a message names a revoked key id
+ *   <p>{keys}:revocations     counter of revocations, counted in each revoke's MULTI: what the revocation check reads
+ *   <p>keys-revoked           pub/sub channel; a message names a revoked key id (one of the revocations counted)
  */
 
 /** Keys of one tenant's limiter state for the month `monthId` (yyyymm). */
@@ -147,6 +148,7 @@ export interface ApiKeyKeys {
   key(id: string): string;
   tenant(tenantId: string): string;
   readonly used: string;
+  readonly revocations: string;
   readonly revoked: string;
 }
 
@@ -155,6 +157,7 @@ export function apiKeyKeys(prefix: string): ApiKeyKeys {
     key: (id) => `${prefix}{keys}:key:${id}`,
     tenant: (tenantId) => `${prefix}{keys}:tenant:${tenantId}`,
     used: `${prefix}{keys}:used`,
+    revocations: `${prefix}{keys}:revocations`,
     revoked: `${prefix}keys-revoked`,
   };
 }

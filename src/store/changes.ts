@@ -62,6 +62,7 @@ export class ChangeFeed {
   readonly #periodMs: number;
   readonly #handlers: Array<{ prefix: string; handler: ChangeHandler }> = [];
   #seen = 0;
+  #readAt = Date.now();
   #timer: NodeJS.Timeout | null = null;
   #running: Promise<void> | null = null;
   #again = false;
@@ -75,6 +76,11 @@ export class ChangeFeed {
   /** The last change handed to the handlers. */
   get seen(): number {
     return this.#seen;
+  }
+
+  /** When the log was last read (Date.now() ms): until then, every change is known here. */
+  get readAt(): number {
+    return this.#readAt;
   }
 
   subscribe(prefix: string, handler: ChangeHandler): void {
@@ -110,8 +116,10 @@ export class ChangeFeed {
     do {
       this.#again = false;
       let batch: Change[];
+      const reading = Date.now();
       try {
         batch = await changesSince(this.#store, this.#seen);
+        this.#readAt = reading;
       } catch (err) {
         // The store is away: the next period or poke tries again from the same point.
         this.#log.debug({ err }, 'change log not read');

@@ -26,6 +26,22 @@ export const MIGRATIONS: readonly Migration[] = [
     )`,
   },
   {
+    version: 3,
+    name: 'api keys',
+    // Tenant API keys by their SHA-256, never the key (src/keys/store-keys.ts); times in ms since
+    // the epoch, as the records carry them. Last use stays hot state (Redis or memory).
+    sql: `CREATE TABLE api_keys (
+      id text PRIMARY KEY,
+      tenant text NOT NULL,
+      name text NOT NULL,
+      roles text[] NOT NULL,
+      created_at bigint NOT NULL,
+      expires_at bigint,
+      hash text NOT NULL CHECK (hash ~ '^[0-9a-f]{64}$')
+    );
+    CREATE INDEX api_keys_by_tenant ON api_keys (tenant)`,
+  },
+  {
     version: 4,
     name: 'usage ledger',
     // One row per tenant and UTC hour, added to by each flush; refusals by code beside it, only

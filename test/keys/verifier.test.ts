@@ -48,6 +48,7 @@ function fakeStore(records: Map<string, ApiKeyRecord>) {
     onRevoked: (l) => {
       listener = l;
     },
+    checkedAt: 0,
     close: async () => {},
   };
   return {
@@ -162,5 +163,36 @@ describe('the key cache', () => {
     expect(isEdgeError(await again)).toBe(false);
     expect(v.cached(k.key)).toBeUndefined();
     expect(f.reads()).toBe(2);
+  });
+
+  it("a removed tenant's keys are refused at once, from the cache too, until their revocation is confirmed; a later tenant's keys are its own", async () => {
+    const [old, later] = [mintKey(), mintKey()];
+    let now = 1_000;
+    const f = fakeStore(
+      new Map([
+        [old.id, record(old, { createdAt: 500 })],
+        [later.id, record(later, { createdAt: 3_000 })],
+      ]),
+    );
+    const v = new ApiKeyVerifier(f.store, { clock: () => now, log: silentLogger() });
+    const first = v.verify(old.key);
+    await Promise.resolve();
+    f.release();
+    expect(isEdgeError(await first)).toBe(false);
+    v.tenantRemoved('acme', 2_000);
+    expect(v.cached(old.key)).toBeUndefined();
+    // The id comes back before the store confirmed the revocation: the former tenant's key stays refused, a new one is accepted.
+    now = 3_500;
+    const newer = v.verify(later.key);
+    await Promise.resolve();
+    f.release();
+    expect(isEdgeError(await newer)).toBe(false);
+    expect(v.cached(old.key)).toBeUndefined();
+    // A later removal's confirmation is not undone by an earlier one's.
+    v.tenantRemoved('acme', 4_000);
+    v.forgetRemoval('acme', 2_000);
+    expect(v.cached(later.key)).toBeUndefined();
+    v.forgetRemoval('acme', 4_000);
+    expect(v.cached(later.key)).toBeDefined();
   });
 });
