@@ -23,6 +23,7 @@ import type { UsageRecorder } from './metering/recorder.js';
 import { createUsageStore, type UsageStore } from './metering/store.js';
 import { processLogger, type Logger } from './observability/log.js';
 import { createMetrics, type EdgeMetrics } from './observability/metrics.js';
+import { Tracing, tracingSettings } from './observability/tracing.js';
 import { ReloadHistory } from './observability/reloads.js';
 import { compileRoutes, type RouteMatcher } from './routes/match.js';
 import type { RouteSpec } from './routes/table.js';
@@ -97,6 +98,7 @@ interface Parts {
   readonly meter: Meter;
   readonly reloads: ReloadHistory;
   readonly metrics: EdgeMetrics;
+  readonly tracing: Tracing | null;
 }
 
 /** What changes at run time, read by the admin handler's readiness and plan ids. */
@@ -181,7 +183,9 @@ async function buildParts(config: RawConfig, opts: AppOptions, certificates: Lis
   const usageStore = createUsageStore(redis, config.redis.keyPrefix);
   const meter = new Meter({ store: usageStore, log, clock, ...(opts.usageFlushMs ? { flushMs: opts.usageFlushMs } : {}) });
   const reloads = new ReloadHistory(clock);
-  const parts = { ...base, verifiers, apiKeys, keyVerifier, minter, limiter, clusters, pools, proxy, usageStore, meter, reloads };
+  const tracingOn = tracingSettings(config.tracing);
+  const tracing = tracingOn === null ? null : new Tracing(tracingOn, log);
+  const parts = { ...base, verifiers, apiKeys, keyVerifier, minter, limiter, clusters, pools, proxy, usageStore, meter, reloads, tracing };
   return { ...parts, metrics: buildMetrics(parts, certificates) };
 }
 
@@ -243,6 +247,7 @@ function buildMetrics(p: Omit<Parts, 'metrics'>, certificates: Listeners['certif
   );
   p.redis?.on('error', () => metrics.redisError('main'));
   verifiers.registerMetrics(metrics.registry, (id) => metrics.tenantLabels.label(id));
+  p.tracing?.registerMetrics(metrics.registry);
   return metrics;
 }
 
@@ -278,6 +283,7 @@ function buildEdge(p: Parts, live: LiveState, opts: AppOptions): RequestHandler 
     metrics: p.metrics,
     log: p.log,
     clock: p.clock,
+    tracing: p.tracing,
   });
 }
 
@@ -438,7 +444,7 @@ async function closeParts(p: Parts): Promise<void> {
   await p.meter.close();
   p.verifiers.close();
   await p.clusters.close();
-  await Promise.all([p.limiter.close(), p.pools.close(), p.tenants.close(), p.apiKeys.close()]);
+  await Promise.all([p.limiter.close(), p.pools.close(), p.tenants.close(), p.apiKeys.close(), p.tracing?.close()]);
   const redis = p.redis;
   if (redis) await redis.quit().catch(() => redis.disconnect());
   // The log is written asynchronously: the last lines must not be lost on exit.
