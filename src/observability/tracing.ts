@@ -262,6 +262,11 @@ export class RequestTrace {
     client.end();
   }
 
+  /** A JWKS fetch the token's verification waited for since `since` (auth/jwt.ts, JwksWatch). */
+  jwksFetched(since: number, loaded: boolean): void {
+    this.phase('auth.jwks_fetch', since, { 'queen.jwks.loaded': loaded });
+  }
+
   /** A broker slot waited for since `start`: `ok` false when the wait was given up. */
   slotWaited(start: number, broker: string, ok: boolean): void {
     this.phase('broker.slot_wait', start, { 'server.address': new URL(broker).hostname, 'queen.slot.granted': ok });

@@ -216,7 +216,7 @@ export function authenticate(x: Exchange, p: Parts): StageResult | Promise<Stage
   const cached = verifier.cached(token);
   if (cached !== undefined) return authenticated(x, cached, tenant);
   const since = x.trace === null ? 0 : performance.now();
-  return verifier.verify(token, p.clientLimits.signatureGate(clientOf(x, p), token)).then((v) => {
+  return verifier.verify(token, p.clientLimits.signatureGate(clientOf(x, p), token), x.trace ?? undefined).then((v) => {
     x.trace?.phase(verifier === p.apiKeys ? 'auth.api_key' : 'auth.jwt', since, { 'queen.auth.ok': !isEdgeError(v) });
     return authenticated(x, v, tenant);
   });

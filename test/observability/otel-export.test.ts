@@ -11,6 +11,8 @@ import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.j
 import { call, forwarded, startEdge, TEST_PLAN, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 import { SPAN_KIND, STATUS_ERROR, startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.js';
 import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix } from '../helpers/redis.js';
+import { startJwksServer, type JwksServer } from '../helpers/jwks-server.js';
+import { keyPair, signWith, type TestKeyPair } from '../helpers/tokens.js';
 import { waitFor, waitForValue } from '../helpers/wait.js';
 
 const TRACE_ID = '4bf92f3577b34da6a3ce929d0e0e4736';
@@ -18,6 +20,9 @@ const CLIENT_SPAN = '00f067aa0ba902b7';
 
 let broker: BrokerDouble;
 let quietBroker: BrokerDouble;
+let idpBroker: BrokerDouble;
+let jwks: JwksServer;
+let first: TestKeyPair;
 let receiver: OtlpReceiver;
 let h: EdgeHarness;
 let redis: Redis;
@@ -26,6 +31,9 @@ const prefix = uniquePrefix();
 beforeAll(async () => {
   broker = await startBrokerDouble({ name: 'b1' });
   quietBroker = await startBrokerDouble({ name: 'quiet' });
+  idpBroker = await startBrokerDouble({ name: 'idp' });
+  first = await keyPair('ES256');
+  jwks = await startJwksServer([first.publicJwk]);
   receiver = await startOtlpReceiver();
   redis = await connectTest(SHARED_REDIS_URL);
   h = await startEdge(
@@ -37,6 +45,7 @@ beforeAll(async () => {
       tenants: {
         acme: { traceRatio: 1 },
         quiet: { plan: 'quiet', hosts: ['quiet.localhost'], brokers: [quietBroker.url] },
+        idp: { plan: 'test', hosts: ['idp.localhost'], brokers: [idpBroker.url], traceRatio: 1, auth: { jwksUrl: jwks.url } },
       },
     }),
   );
@@ -46,6 +55,8 @@ afterAll(async () => {
   await h?.close();
   await broker?.close();
   await quietBroker?.close();
+  await idpBroker?.close();
+  await jwks?.close();
   await receiver?.close();
   if (redis) {
     await flushPrefix(redis, prefix);
@@ -134,6 +145,25 @@ describe('the spans of a push', () => {
   });
 });
 
+describe("a tenant's identity provider", () => {
+  it('a JWKS fetch the token waited for (a rotated key) is a span of its request', async () => {
+    const claims = { sub: 'u1', roles: ['read-write'], exp: Math.floor(Date.now() / 1000) + 600 };
+    const push = (tok: string, id: string) =>
+      call(h, 'POST', '/api/v1/push', { token: tok, host: 'idp.localhost', body: { items: [{ queue: 'q', payload: 1 }] }, headers: { 'x-request-id': id } });
+    expect((await push(await signWith(first, claims), 'idp-before')).status).toBe(201);
+    const fetches = jwks.requests;
+    const rotated = await keyPair('ES256');
+    jwks.setKeys([first.publicJwk, rotated.publicJwk]);
+    expect((await push(await signWith(rotated, claims), 'idp-rotated')).status).toBe(201);
+    expect(jwks.requests).toBe(fetches + 1);
+    const { children } = await treeOf('idp-rotated', 3);
+    const fetch = await waitForValue(() => children.find((c) => c.name === 'auth.jwks_fetch'), 5000, 'the JWKS fetch span');
+    expect(fetch.attributes['queen.jwks.loaded']).toBe(true);
+    const auth = children.find((c) => c.name === 'auth.jwt')!;
+    expect(fetch.startNs >= auth.startNs && fetch.endNs <= auth.endNs).toBe(true);
+  });
+});
+
 describe('a long poll', () => {
   it('shows its time parked at the broker as a span under the broker call', async () => {
     const tok = await token({ roles: ['read-write'], tenant: 'acme' });
@@ -176,6 +206,54 @@ describe('refusals and tenants', () => {
     await treeOf('after-quiet', 2);
     expect(receiver.spans.filter((s) => s.attributes['queen.request_id'] === 'quiet-1')).toEqual([]);
     expect(await metric('queen_edge_trace_spans_total', '{outcome="exported"}')).toBeGreaterThan(0);
+  });
+});
+
+describe('a wait for a broker slot', () => {
+  it("is a span of the request that waited for its tenant's share of a shared broker's pool", async () => {
+    const shared = await startBrokerDouble({ name: 'shared' });
+    const slots = await startOtlpReceiver();
+    const edge = await startEdge(
+      testConfig([shared.url], {
+        upstream: { connections: 4, tenantShare: 0.25, requestTimeoutMs: 1000 },
+        tenants: { acme: { tenancyAwareBrokers: true } },
+        tracing: { enabled: true, endpoint: slots.url, exportDelayMs: 20 },
+      }),
+    );
+    try {
+      // The first request holds the tenant's one slot until the edge gives up on it.
+      shared.faultWhen((r) => (r.headers['x-request-id'] === 'holder' ? 'hang' : null));
+      const tok = await token({ roles: ['read-write'], tenant: 'acme' });
+      const push = (id: string) =>
+        call(edge, 'POST', '/api/v1/push', { token: tok, body: { items: [{ queue: 'q', payload: 1 }] }, headers: { 'x-request-id': id } });
+      const holder = push('holder');
+      await shared.waitForRequests(1, (r) => r.headers['x-request-id'] === 'holder');
+      // The waiter gets the slot when the edge gives up on the holder, or is refused when its own
+      // wait (as long) ends first: either way it waited, and its span says which.
+      const waiter = await push('waiter');
+      expect([201, 429]).toContain(waiter.status);
+      expect((await holder).status).toBe(504);
+      const server = await waitForValue(
+        () => slots.spans.find((s) => s.kind === SPAN_KIND.server && s.attributes['queen.request_id'] === 'waiter'),
+        5000,
+        "the waiter's server span",
+      );
+      const wait = await waitForValue(
+        () => slots.spans.find((s) => s.parentSpanId === server.spanId && s.name === 'broker.slot_wait'),
+        5000,
+        'the slot wait span',
+      );
+      expect(wait.attributes).toMatchObject({ 'server.address': '127.0.0.1', 'queen.slot.granted': waiter.status === 201 });
+      expect(Number(wait.endNs - wait.startNs) / 1e6).toBeGreaterThan(100);
+      const client = slots.spans.find((s) => s.parentSpanId === server.spanId && s.kind === SPAN_KIND.client);
+      // The broker is called only once the slot is had.
+      if (waiter.status === 201) expect(client!.startNs >= wait.endNs).toBe(true);
+      else expect(client).toBeUndefined();
+    } finally {
+      await edge.close();
+      await slots.close();
+      await shared.close();
+    }
   });
 });
 
