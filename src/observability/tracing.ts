@@ -208,7 +208,9 @@ export class RequestTrace {
     this.#decided = true;
     const s = this.#tracing.settings;
     const parentSampled = this.#parent === null ? null : (Number.parseInt(this.#parent.slice(53, 55), 16) & TraceFlags.SAMPLED) !== 0;
-    this.#sampled = sampled(parentSampled, s.parentBased, ratio ?? s.ratio, Math.random());
+    // A tenant (or plan) set to 0 is never traced, whatever its clients send: a client cannot fill
+    // the process's export queue, which every tenant's spans share, against its operator's choice.
+    this.#sampled = ratio !== 0 && sampled(parentSampled, s.parentBased, ratio ?? s.ratio, Math.random());
     if (this.#sampled) this.#open();
     return this.#sampled;
   }

@@ -189,13 +189,13 @@ describe('refusals and tenants', () => {
     expect(server.statusCode).not.toBe(STATUS_ERROR);
   });
 
-  it("a tenant whose plan samples nothing has no spans, even when its client asks for them with a sampled parent's flag off", async () => {
+  it('a tenant whose plan samples nothing has no spans, even when its client sends a sampled parent', async () => {
     const tok = await token({ roles: ['read-write'], tenant: 'quiet' });
     const r = await call(h, 'POST', '/api/v1/push', {
       token: tok,
       host: 'quiet.localhost',
       body: { items: [{ queue: 'q', payload: 1 }] },
-      headers: { 'x-request-id': 'quiet-1' },
+      headers: { 'x-request-id': 'quiet-1', traceparent: `00-bbbb2f3577b34da6a3ce929d0e0e4736-${CLIENT_SPAN}-01` },
     });
     expect(r.status).toBe(201);
     await call(h, 'POST', '/api/v1/push', {
