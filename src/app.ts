@@ -23,7 +23,8 @@ import type { UsageRecorder } from './metering/recorder.js';
 import { createUsageStore, type UsageStore } from './metering/store.js';
 import { processLogger, type Logger } from './observability/log.js';
 import { createMetrics, type EdgeMetrics } from './observability/metrics.js';
-import { Tracing, tracingSettings } from './observability/tracing.js';
+import { tracingSettings } from './observability/tracing-settings.js';
+import type { Tracing } from './observability/tracing.js';
 import { ReloadHistory } from './observability/reloads.js';
 import { compileRoutes, type RouteMatcher } from './routes/match.js';
 import type { RouteSpec } from './routes/table.js';
@@ -184,7 +185,8 @@ async function buildParts(config: RawConfig, opts: AppOptions, certificates: Lis
   const meter = new Meter({ store: usageStore, log, clock, ...(opts.usageFlushMs ? { flushMs: opts.usageFlushMs } : {}) });
   const reloads = new ReloadHistory(clock);
   const tracingOn = tracingSettings(config.tracing);
-  const tracing = tracingOn === null ? null : new Tracing(tracingOn, log);
+  // Loaded only when on: an edge without tracing carries none of the SDK.
+  const tracing = tracingOn === null ? null : new (await import('./observability/tracing.js')).Tracing(tracingOn, log);
   const parts = { ...base, verifiers, apiKeys, keyVerifier, minter, limiter, clusters, pools, proxy, usageStore, meter, reloads, tracing };
   return { ...parts, metrics: buildMetrics(parts, certificates) };
 }

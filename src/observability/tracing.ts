@@ -17,51 +17,12 @@ import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { AlwaysOnSampler, BatchSpanProcessor, TracerProvider, type ReadableSpan, type SpanExporter, type SpanProcessor } from '@opentelemetry/sdk-trace';
 import { Counter, Gauge, type Registry } from 'prom-client';
-import type { TracingConfig } from '../config/schema.js';
 import type { Logger } from './log.js';
 import { validTraceparent } from './trace-context.js';
+import { sampled, type TracingSettings } from './tracing-settings.js';
 
 /** How long closing waits for the last spans to be exported. */
 const CLOSE_FLUSH_MS = 2000;
-
-/** The `tracing` section with every default applied; null when tracing is off. */
-export interface TracingSettings {
-  readonly endpoint: string;
-  readonly serviceName: string;
-  readonly parentBased: boolean;
-  readonly ratio: number;
-  readonly alwaysSampleRefusals: boolean;
-  readonly forwardBaggage: boolean;
-  readonly maxQueueSpans: number;
-  readonly batchSpans: number;
-  readonly exportDelayMs: number;
-  readonly exportTimeoutMs: number;
-}
-
-export function tracingSettings(t: TracingConfig): TracingSettings | null {
-  if (!t.enabled) return null;
-  return {
-    endpoint: t.endpoint ?? 'http://localhost:4318/v1/traces',
-    serviceName: t.serviceName ?? 'queen-edge',
-    parentBased: t.parentBased ?? true,
-    ratio: t.ratio ?? 1,
-    alwaysSampleRefusals: t.alwaysSampleRefusals,
-    forwardBaggage: t.forwardBaggage,
-    maxQueueSpans: t.maxQueueSpans,
-    batchSpans: Math.min(t.batchSpans, t.maxQueueSpans),
-    exportDelayMs: t.exportDelayMs,
-    exportTimeoutMs: t.exportTimeoutMs,
-  };
-}
-
-/**
- * The sampling decision, pure: a parent's flag when parent-based and the client sent one, else a
- * draw in [0, 1) against the ratio.
- */
-export function sampled(parentSampled: boolean | null, parentBased: boolean, ratio: number, draw: number): boolean {
-  if (parentBased && parentSampled !== null) return parentSampled;
-  return draw < ratio;
-}
 
 /** What the request's end tells its server span. */
 export interface TraceSummary {
@@ -117,6 +78,20 @@ export class Tracing {
     this.tracer = this.#provider.getTracer('queen-edge');
   }
 
+  readonly #brokers = new Map<string, BrokerAddress>();
+
+  /** A broker URL's host and port, parsed once per broker. */
+  brokerAddress(url: string): BrokerAddress {
+    let a = this.#brokers.get(url);
+    if (a === undefined) {
+      const u = new URL(url);
+      a = { 'server.address': u.hostname, 'server.port': Number(u.port) || (u.protocol === 'https:' ? 443 : 80) };
+      // Bounded by the brokers the directory lists; a removed one's entry is a few bytes.
+      this.#brokers.set(url, a);
+    }
+    return a;
+  }
+
   /** A request's trace; `traceparent` is the client's header, joined only when valid W3C. */
   begin(traceparent: string | string[] | undefined, startedAt: number): RequestTrace {
     return new RequestTrace(this, typeof traceparent === 'string' && validTraceparent(traceparent) ? traceparent : null, startedAt);
@@ -155,6 +130,12 @@ export class Tracing {
     await Promise.race([this.#provider.shutdown(), bound]);
     clearTimeout(timer);
   }
+}
+
+/** A broker's address as span attributes. */
+interface BrokerAddress {
+  readonly 'server.address': string;
+  readonly 'server.port': number;
 }
 
 /** A phase timed before the sampling decision, replayed as a child span if the request is sampled. */
@@ -223,7 +204,6 @@ export class RequestTrace {
     const server = this.#server;
     if (server === null) return null;
     if (lane !== null) server.setAttribute('queen.lane', lane);
-    const url = new URL(broker);
     this.#clientStart = performance.now();
     this.#clientParked = parked;
     const client = this.#tracing.tracer.startSpan(
@@ -231,12 +211,7 @@ export class RequestTrace {
       {
         kind: SpanKind.CLIENT,
         startTime: this.#clientStart,
-        attributes: {
-          'http.request.method': method,
-          'server.address': url.hostname,
-          'server.port': Number(url.port) || (url.protocol === 'https:' ? 443 : 80),
-          'queen.long_poll': parked,
-        },
+        attributes: { 'http.request.method': method, ...this.#tracing.brokerAddress(broker), 'queen.long_poll': parked },
       },
       this.#context,
     );
@@ -271,7 +246,7 @@ export class RequestTrace {
 
   /** A broker slot waited for since `start`: `ok` false when the wait was given up. */
   slotWaited(start: number, broker: string, ok: boolean): void {
-    this.phase('broker.slot_wait', start, { 'server.address': new URL(broker).hostname, 'queen.slot.granted': ok });
+    this.phase('broker.slot_wait', start, { 'server.address': this.#tracing.brokerAddress(broker)['server.address'], 'queen.slot.granted': ok });
   }
 
   /** The request is over: a sampled one (or a refusal, when asked for) gets its server span ended. */

@@ -1,7 +1,7 @@
 /** The `tracing` section with the OTEL_* environment (pure), and the sampling decision. */
 import { describe, expect, it } from 'vitest';
 import { withTracingEnv } from '../../src/config/tracing-env.js';
-import { sampled, tracingSettings } from '../../src/observability/tracing.js';
+import { sampled, tracingSettings } from '../../src/observability/tracing-settings.js';
 import { testConfig } from '../helpers/edge.js';
 
 const FILE = testConfig(['http://127.0.0.1:1']).tracing;
