@@ -72,7 +72,8 @@ export class Tracing {
     this.#provider = new TracerProvider({
       // Sampling is decided by RequestTrace before a span exists: every span made is recorded.
       sampler: new AlwaysOnSampler(),
-      resource: resourceFromAttributes({ 'service.name': settings.serviceName }),
+      // process.pid tells a multi-worker instance's workers apart.
+      resource: resourceFromAttributes({ 'service.name': settings.serviceName, 'process.pid': process.pid }),
       spanProcessors: [new BoundedProcessor(batch, this.#counts, settings.maxQueueSpans)],
     });
     this.tracer = this.#provider.getTracer('queen-edge');
