@@ -8,7 +8,7 @@ import type { Redis } from 'ioredis';
 import { request } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
-import { call, forwarded, startEdge, TEST_PLAN, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
+import { call, forwarded, h2Session, startEdge, TEST_PLAN, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 import { SPAN_KIND, STATUS_ERROR, startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.js';
 import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix } from '../helpers/redis.js';
 import { startJwksServer, type JwksServer } from '../helpers/jwks-server.js';
@@ -142,6 +142,36 @@ describe('the spans of a push', () => {
     await treeOf('after-unsampled', 2);
     expect(spansOf(traceId)).toEqual([]);
     expect(forwarded(broker).find((q) => q.headers['x-request-id'] === 'unsampled-1')!.headers.traceparent).toBe(traceparent);
+  });
+});
+
+describe('over HTTP/2', () => {
+  it('a push on an h2 stream has the same tree, its protocol version 2.0', async () => {
+    const session = await h2Session(h.url);
+    try {
+      const tok = await token({ roles: ['read-write'], tenant: 'acme' });
+      const stream = session.request({
+        ':method': 'POST',
+        ':path': '/api/v1/push',
+        ':authority': 'acme.localhost',
+        authorization: `Bearer ${tok}`,
+        'content-type': 'application/json',
+        'x-request-id': 'h2-1',
+      });
+      stream.end(JSON.stringify({ items: [{ queue: 'h2q', payload: 1 }] }));
+      const status = await new Promise<number>((resolve, reject) => {
+        stream.on('response', (head) => resolve(Number(head[':status'])));
+        stream.on('error', reject);
+      });
+      stream.resume();
+      expect(status).toBe(201);
+      const { server, children } = await treeOf('h2-1', 2);
+      expect(server.attributes).toMatchObject({ 'network.protocol.version': '2.0', 'http.route': 'push', 'http.response.status_code': 201 });
+      // The token may have been verified before (same claims, same second): auth.jwt is not asked for.
+      expect(children.map((c) => c.name)).toEqual(expect.arrayContaining(['POST', 'limiter.admit']));
+    } finally {
+      session.close();
+    }
   });
 });
 
