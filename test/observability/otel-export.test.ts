@@ -11,6 +11,8 @@ import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.j
 import { call, forwarded, h2Session, startEdge, TEST_PLAN, testConfig, token, type EdgeHarness } from '../helpers/edge.js';
 import { SPAN_KIND, STATUS_ERROR, startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from '../helpers/otlp-receiver.js';
 import { connectTest, flushPrefix, SHARED_REDIS_URL, uniquePrefix } from '../helpers/redis.js';
+import { mintKey } from '../../src/keys/format.js';
+import { apiKeyKeys } from '../../src/redis/keys.js';
 import { startJwksServer, type JwksServer } from '../helpers/jwks-server.js';
 import { keyPair, signWith, type TestKeyPair } from '../helpers/tokens.js';
 import { waitFor, waitForValue } from '../helpers/wait.js';
@@ -27,6 +29,7 @@ let receiver: OtlpReceiver;
 let h: EdgeHarness;
 let redis: Redis;
 const prefix = uniquePrefix();
+const apiKey = mintKey();
 
 beforeAll(async () => {
   broker = await startBrokerDouble({ name: 'b1' });
@@ -142,6 +145,20 @@ describe('the spans of a push', () => {
     await treeOf('after-unsampled', 2);
     expect(spansOf(traceId)).toEqual([]);
     expect(forwarded(broker).find((q) => q.headers['x-request-id'] === 'unsampled-1')!.headers.traceparent).toBe(traceparent);
+  });
+});
+
+describe('an API key', () => {
+  it('its first check (its record read from Redis) is a span of its own, and the key is in none', async () => {
+    const keys = apiKeyKeys(prefix);
+    const record = { id: apiKey.id, tenant: 'acme', name: 'traced', roles: ['read-write'], createdAt: Date.now(), expiresAt: null, hash: apiKey.hash };
+    await redis.set(keys.key(apiKey.id), JSON.stringify(record));
+    await redis.sadd(keys.tenant('acme'), apiKey.id);
+    const r = await call(h, 'POST', '/api/v1/push', { token: apiKey.key, body: { items: [{ queue: 'q', payload: 1 }] }, headers: { 'x-request-id': 'key-1' } });
+    expect(r.status).toBe(201);
+    const { server, children } = await treeOf('key-1', 3);
+    expect(children.find((c) => c.name === 'auth.api_key')?.attributes['queen.auth.ok']).toBe(true);
+    for (const s of [server, ...children]) expect(JSON.stringify(s.attributes)).not.toContain(apiKey.key);
   });
 });
 
