@@ -72,19 +72,10 @@ export const SCENARIOS = [
 ] as const;
 export type ScenarioId = (typeof SCENARIOS)[number];
 
+/** Scenarios whose proxy does not talk to the private Redis, or (long polls) gets no Redis column. */
+const NO_REDIS_COLUMN: ReadonlySet<ScenarioId> = new Set(['direct', 'nginx', 'floor', 'edge', 'h2-floor', 'h2-edge', 'longpoll', 'h2-longpoll']);
 /** Scenarios whose proxy talks to the private Redis (the others get no Redis column). */
-const USES_REDIS: ReadonlySet<ScenarioId> = new Set([
-  'full',
-  'full-rs256',
-  'full-key',
-  'full-trace-1',
-  'full-trace-100',
-  'leased',
-  'workers',
-  'h2-full',
-  'throttled',
-  'h2-throttled',
-]);
+const USES_REDIS: ReadonlySet<ScenarioId> = new Set(SCENARIOS.filter((s) => !NO_REDIS_COLUMN.has(s)));
 
 /** Scenarios loaded over HTTP/2 by h2load (the others over HTTP/1.1 by autocannon). */
 export const H2_SCENARIOS: ReadonlySet<ScenarioId> = new Set(['h2-floor', 'h2-edge', 'h2-full', 'h2-throttled']);
