@@ -40,6 +40,7 @@ import {
   type EdgeProcess,
 } from './edge.js';
 import { startFastDouble } from './double.js';
+import { startOtlpSink, type OtlpSink } from './otlp-sink.js';
 import { runLoad, type LoadResult, type Workload } from './load.js';
 import { H2LOAD_HINT, h2loadAvailable, runH2Load } from './h2load.js';
 import { PARK_TIMEOUT_MS, runLongPolls, type LongPollResult } from './longpoll.js';
@@ -57,6 +58,8 @@ export const SCENARIOS = [
   'full',
   'full-rs256',
   'full-key',
+  'full-trace-1',
+  'full-trace-100',
   'leased',
   'workers',
   'h2-floor',
@@ -69,8 +72,10 @@ export const SCENARIOS = [
 ] as const;
 export type ScenarioId = (typeof SCENARIOS)[number];
 
+/** Scenarios whose proxy does not talk to the private Redis, or (long polls) gets no Redis column. */
+const NO_REDIS_COLUMN: ReadonlySet<ScenarioId> = new Set(['direct', 'nginx', 'floor', 'edge', 'h2-floor', 'h2-edge', 'longpoll', 'h2-longpoll']);
 /** Scenarios whose proxy talks to the private Redis (the others get no Redis column). */
-const USES_REDIS: ReadonlySet<ScenarioId> = new Set(['full', 'full-rs256', 'full-key', 'leased', 'workers', 'h2-full', 'throttled', 'h2-throttled']);
+const USES_REDIS: ReadonlySet<ScenarioId> = new Set(SCENARIOS.filter((s) => !NO_REDIS_COLUMN.has(s)));
 
 /** Scenarios loaded over HTTP/2 by h2load (the others over HTTP/1.1 by autocannon). */
 export const H2_SCENARIOS: ReadonlySet<ScenarioId> = new Set(['h2-floor', 'h2-edge', 'h2-full', 'h2-throttled']);
@@ -88,6 +93,8 @@ export const SCENARIO_LABELS: Record<ScenarioId, string> = {
   full: '4. queen-edge full pipeline (HS256)',
   'full-rs256': '4b. full pipeline, RS256 via JWKS',
   'full-key': '4d. full pipeline, a tenant API key among 100,000',
+  'full-trace-1': '4e. full pipeline, tracing on, 1 % sampled',
+  'full-trace-100': '4f. full pipeline, tracing on, every request sampled',
   leased: '4c. full pipeline, limits.mode: leased',
   workers: '5. full pipeline, server.workers: 2',
   'h2-floor': '7a. h2 floor (node:http2 + undici)',
@@ -284,7 +291,9 @@ export function meteringExtra(): { extra: Record<string, unknown>; on: boolean }
 /** Runs the scenarios; returns the report (and writes it unless `write` is false). */
 export async function runBench(opts: BenchOptions): Promise<BenchReport> {
   const wanted = (s: ScenarioId) =>
-    opts.only ? opts.only.has(s) : !(opts.quick && (s === 'longpoll' || s === 'h2-longpoll' || s === 'full-rs256' || s === 'full-key'));
+    opts.only
+      ? opts.only.has(s)
+      : !(opts.quick && (s === 'longpoll' || s === 'h2-longpoll' || s === 'full-rs256' || s === 'full-key' || s === 'full-trace-1' || s === 'full-trace-100'));
   const all = workloads();
   const loads = opts.quick ? all.slice(0, 1) : all;
   const dir = await mkdtemp(join(tmpdir(), 'queen-edge-bench-'));
@@ -324,9 +333,8 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
 
     let redis: PrivateRedis | null = null;
     let stats: Redis | null = null;
-    const needsRedis = (
-      ['full', 'full-rs256', 'full-key', 'leased', 'workers', 'h2-full', 'throttled', 'h2-throttled', 'longpoll', 'h2-longpoll'] as const
-    ).some(wanted);
+    // Long polls park slots in Redis too, though the table shows no Redis column for them.
+    const needsRedis = [...USES_REDIS, 'longpoll' as const, 'h2-longpoll' as const].some(wanted);
     if (needsRedis) {
       redis = await PrivateRedis.start();
       cleanups.push(() => redis!.kill());
@@ -439,6 +447,13 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
       ...o,
     });
     const bearer = { authorization: `Bearer ${edgeToken}` };
+    // A collector for the tracing rows, in this process: its CPU is not the edge's.
+    let collector: OtlpSink | null = null;
+    if (wanted('full-trace-1') || wanted('full-trace-100')) {
+      collector = await startOtlpSink();
+      cleanups.push(() => collector!.close());
+    }
+    const tracing = (ratio: number) => ({ tracing: { enabled: true, endpoint: collector!.url, ratio } });
 
     for (let rep = 1; rep <= opts.repeat; rep++) {
       if (opts.repeat > 1) log(`repetition ${rep} of ${opts.repeat}`);
@@ -484,6 +499,14 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
         log(SCENARIO_LABELS['full-key']);
         const key = await seedApiKeys(stats!, BENCH_KEYS);
         await withEdge('edge-full-key', fullInput(), (edge) => measure('full-key', edge.base, { authorization: `Bearer ${key}` }, edge.pid));
+      }
+      for (const [id, ratio] of [
+        ['full-trace-1', 0.01],
+        ['full-trace-100', 1],
+      ] as const) {
+        if (!wanted(id)) continue;
+        log(SCENARIO_LABELS[id]);
+        await withEdge(`edge-${id}`, fullInput({ extra: { ...metering.extra, ...tracing(ratio) } }), (edge) => measure(id, edge.base, bearer, edge.pid));
       }
       if (wanted('leased')) {
         log(SCENARIO_LABELS.leased);

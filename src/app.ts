@@ -25,6 +25,8 @@ import { MonthCounterReseeder } from './metering/reseed.js';
 import { RedisEpoch } from './redis/epoch.js';
 import { processLogger, type Logger } from './observability/log.js';
 import { createMetrics, type EdgeMetrics } from './observability/metrics.js';
+import { tracingSettings } from './observability/tracing-settings.js';
+import type { Tracing } from './observability/tracing.js';
 import { ReloadHistory } from './observability/reloads.js';
 import { compileRoutes, type RouteMatcher } from './routes/match.js';
 import type { RouteSpec } from './routes/table.js';
@@ -110,6 +112,7 @@ interface Parts {
   readonly reseeder: MonthCounterReseeder | null;
   readonly reloads: ReloadHistory;
   readonly metrics: EdgeMetrics;
+  readonly tracing: Tracing | null;
 }
 
 interface Durable {
@@ -210,7 +213,10 @@ async function buildParts(config: RawConfig, opts: AppOptions, certificates: Lis
   });
   const { epoch, reseeder } = buildEpoch(config, redis, store, meter, limiter, log, clock);
   const reloads = new ReloadHistory(clock);
-  const parts = { ...base, durable, verifiers, apiKeys, keyVerifier, keyLifetimes, minter, limiter, clusters, pools, proxy, usageStore, meter, epoch, reseeder, reloads };
+  const tracingOn = tracingSettings(config.tracing);
+  // Loaded only when on: an edge without tracing carries none of the SDK.
+  const tracing = tracingOn === null ? null : new (await import('./observability/tracing.js')).Tracing(tracingOn, log);
+  const parts = { ...base, durable, verifiers, apiKeys, keyVerifier, keyLifetimes, minter, limiter, clusters, pools, proxy, usageStore, meter, epoch, reseeder, reloads, tracing };
   return { ...parts, metrics: buildMetrics(parts, certificates) };
 }
 
@@ -315,6 +321,7 @@ function buildMetrics(p: Omit<Parts, 'metrics'>, certificates: Listeners['certif
   );
   p.redis?.on('error', () => metrics.redisError('main'));
   verifiers.registerMetrics(metrics.registry, (id) => metrics.tenantLabels.label(id));
+  p.tracing?.registerMetrics(metrics.registry);
   return metrics;
 }
 
@@ -350,6 +357,7 @@ function buildEdge(p: Parts, live: LiveState, opts: AppOptions): RequestHandler 
     metrics: p.metrics,
     log: p.log,
     clock: p.clock,
+    tracing: p.tracing,
   });
 }
 
@@ -516,7 +524,7 @@ async function closeParts(p: Parts): Promise<void> {
   p.verifiers.close();
   p.keyLifetimes.close();
   await p.clusters.close();
-  await Promise.all([p.limiter.close(), p.pools.close(), p.tenants.close(), p.apiKeys.close(), p.durable?.feed.stop()]);
+  await Promise.all([p.limiter.close(), p.pools.close(), p.tenants.close(), p.apiKeys.close(), p.durable?.feed.stop(), p.tracing?.close()]);
   await p.durable?.store.close();
   const redis = p.redis;
   if (redis) await redis.quit().catch(() => redis.disconnect());

@@ -14,7 +14,7 @@ import { createClientAddresses } from './net/client-address.js';
 import { accessLogWriter, targetParts } from './observability/access-log.js';
 import { hostName, Tenancy } from './tenants/tenancy.js';
 import { ANSWERED, PRELUDE, runStages, stagesOf } from './pipeline/chain.js';
-import { Exchange } from './pipeline/exchange.js';
+import { endTrace, Exchange } from './pipeline/exchange.js';
 import type { Parts, PipelineDeps } from './pipeline/stages.js';
 
 export { pipelineSettings, type PipelineDeps, type PipelineSettings } from './pipeline/stages.js';
@@ -43,6 +43,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
 
   async function handle(req: EdgeRequest, res: EdgeResponse): Promise<void> {
     const ctx = new Exchange(req, res, d.clock(), d.usage);
+    if (d.tracing !== null) ctx.trace = d.tracing.begin(req.headers.traceparent, ctx.startedAt);
     // Whichever comes first: an h2 stream whose small refused body was never read only closes
     // with its session, long after its answer finished.
     res.once('finish', () => finish(req, ctx));
@@ -72,6 +73,7 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     const durationMs = d.clock() - ctx.startMs;
     ctx.ended();
     d.metrics.request(ctx.tenant?.id ?? null, ctx.route?.name ?? null, ctx.status, ctx.code, performance.now() - ctx.startedAt, ctx.upstreamMs, ctx.limit);
+    if (ctx.trace !== null) endTrace(ctx, ctx.trace);
     if (writeAccess === null) return;
     const traceparent = singleValue(req.headers.traceparent);
     const target = targetParts(req.url ?? '');

@@ -144,7 +144,9 @@ function sourceView(store: TenantStore, id: string): Record<string, unknown> | n
 }
 
 function planView(p: Plan): Record<string, unknown> {
-  return { id: p.id, features: [...p.features], limits: p.limits, quotas: p.quotas, storageBytes: p.storageBytes };
+  const view: Record<string, unknown> = { id: p.id, features: [...p.features], limits: p.limits, quotas: p.quotas, storageBytes: p.storageBytes };
+  if (p.traceRatio !== null) view.traceRatio = p.traceRatio;
+  return view;
 }
 
 function countsView(c: UsageCounts): Record<string, unknown> {

@@ -120,12 +120,18 @@ export interface SignatureGate {
   settled(ok: boolean): void;
 }
 
+/** Told when a verification waited for a JWKS fetch (a traced request's span: observability/tracing.ts). */
+export interface JwksWatch {
+  /** The fetch this verification waited for since `since` (performance.now()) ended; `loaded` false when it failed. */
+  jwksFetched(since: number, loaded: boolean): void;
+}
+
 /** Verifies bearer tokens and remembers the ones that passed. */
 export interface TokenVerifier {
   /** Sync cache hit for a token verified before and not yet expired (now = clock()); undefined otherwise. */
   cached(token: string): Identity | undefined;
   /** Full verification; resolves an Identity or EdgeError('unauthorized', <reason>, or the gate's refusal), never rejects. */
-  verify(token: string, gate?: SignatureGate): Promise<Identity | EdgeError>;
+  verify(token: string, gate?: SignatureGate, watch?: JwksWatch): Promise<Identity | EdgeError>;
   /** Loads the PEM key (throws if it is unusable) and pre-warms the JWKS (logs if the IdP is down). */
   start(): Promise<void>;
   /** Aborts a JWKS fetch in flight; no further fetches start. */
@@ -221,7 +227,7 @@ class Verifier implements TokenVerifier {
     return this.#cache.get(token, this.#clock());
   }
 
-  async verify(token: string, gate?: SignatureGate): Promise<Identity | EdgeError> {
+  async verify(token: string, gate?: SignatureGate, watch?: JwksWatch): Promise<Identity | EdgeError> {
     // Before any parsing: a large token costs its decode, its signature hash and, once verified, cache space.
     if (token.length > this.#cfg.maxTokenBytes) return deny(`token too large (${token.length} bytes; the limit is ${this.#cfg.maxTokenBytes})`);
     const hit = this.cached(token);
@@ -233,7 +239,7 @@ class Verifier implements TokenVerifier {
       const shared = await under;
       if (!(shared instanceof EdgeError)) return shared;
     }
-    const verifying = this.#verifyOnce(token, gate);
+    const verifying = this.#verifyOnce(token, gate, watch);
     if (under === undefined) {
       this.#verifying.set(token, verifying);
       void verifying.finally(() => this.#verifying.delete(token));
@@ -241,9 +247,9 @@ class Verifier implements TokenVerifier {
     return verifying;
   }
 
-  async #verifyOnce(token: string, gate: SignatureGate | undefined): Promise<Identity | EdgeError> {
+  async #verifyOnce(token: string, gate: SignatureGate | undefined, watch: JwksWatch | undefined): Promise<Identity | EdgeError> {
     try {
-      return await this.#verifyUncached(token, gate);
+      return await this.#verifyUncached(token, gate, watch);
     } catch (err) {
       // Every expected failure is mapped below; reaching here is a bug, so log it but stay a 401.
       this.#log.error({ err }, 'token verification failed unexpectedly');
@@ -264,7 +270,7 @@ class Verifier implements TokenVerifier {
     return this.#cache.bytes;
   }
 
-  async #verifyUncached(token: string, gate: SignatureGate | undefined): Promise<Identity | EdgeError> {
+  async #verifyUncached(token: string, gate: SignatureGate | undefined, watch: JwksWatch | undefined): Promise<Identity | EdgeError> {
     let header: ProtectedHeaderParameters;
     try {
       header = decodeProtectedHeader(token);
@@ -273,7 +279,7 @@ class Verifier implements TokenVerifier {
     }
     const { alg } = header;
     if (typeof alg !== 'string' || !this.#algorithms.has(alg)) return deny('algorithm not allowed');
-    const key = await this.#keyFor(alg, header);
+    const key = await this.#keyFor(alg, header, watch);
     if (key instanceof EdgeError) return key;
     const options: JWTVerifyOptions = {
       algorithms: this.#cfg.algorithms,
@@ -310,7 +316,7 @@ class Verifier implements TokenVerifier {
    * HS* uses the secret only. Asymmetric: a token with a `kid` goes to the JWKS when one is
    * configured; otherwise the PEM key when it suits the alg; otherwise the JWKS.
    */
-  async #keyFor(alg: string, header: ProtectedHeaderParameters): Promise<Uint8Array | KeyObject | CryptoKey | EdgeError> {
+  async #keyFor(alg: string, header: ProtectedHeaderParameters, watch: JwksWatch | undefined): Promise<Uint8Array | KeyObject | CryptoKey | EdgeError> {
     if (alg.startsWith('HS')) return this.#secret ?? deny('no key for this algorithm');
     if (this.#pemPath !== null && (header.kid === undefined || this.#jwks === null)) {
       let pem: PemKey;
@@ -324,7 +330,7 @@ class Verifier implements TokenVerifier {
         return pem.thumbprint !== null && this.#refusedKeys().has(pem.thumbprint) ? deny('key not trusted for this tenant') : pem.key;
       }
     }
-    return this.#jwks ? this.#jwks.keyFor(header, this.#refusedKeys) : deny('no key for this algorithm');
+    return this.#jwks ? this.#jwks.keyFor(header, this.#refusedKeys, watch) : deny('no key for this algorithm');
   }
 
   /** Read once, by start() or by the first verification that needs it. */
@@ -537,8 +543,8 @@ export class JwksKeys {
    * load may change it). A tenant's set answers every failure to find a key with one text, so the
    * 401 does not tell what its endpoint answered.
    */
-  async keyFor(header: ProtectedHeaderParameters, refused: () => ReadonlySet<string> = () => NO_KEYS): Promise<CryptoKey | EdgeError> {
-    const found = await this.#keyFor(header, refused);
+  async keyFor(header: ProtectedHeaderParameters, refused: () => ReadonlySet<string> = () => NO_KEYS, watch?: JwksWatch): Promise<CryptoKey | EdgeError> {
+    const found = await this.#keyFor(header, refused, watch);
     if (this.#policy.tenant !== null && found instanceof EdgeError && NOT_FOUND.has(found.message)) return deny('unknown key');
     return found;
   }
@@ -547,9 +553,9 @@ export class JwksKeys {
     this.#abort.abort();
   }
 
-  async #keyFor(header: ProtectedHeaderParameters, refused: () => ReadonlySet<string>): Promise<CryptoKey | EdgeError> {
+  async #keyFor(header: ProtectedHeaderParameters, refused: () => ReadonlySet<string>, watch: JwksWatch | undefined): Promise<CryptoKey | EdgeError> {
     if (!this.#loaded) {
-      await this.refresh();
+      await this.#waitedRefresh(watch);
       if (!this.#loaded) return deny('verification keys unavailable');
     } else if (this.#clock() - this.#loadedAt >= JWKS_MAX_AGE_MS) {
       // Background: the loaded keys keep serving while the refresh runs (or fails).
@@ -559,7 +565,7 @@ export class JwksKeys {
     const first = await this.#find(header, refused());
     if (first !== undefined) return first;
     // Someone else's refetch may have landed while we looked; only fetch if the set is unchanged.
-    if (this.#generation === generation && !(await this.refresh())) return deny('unknown key');
+    if (this.#generation === generation && !(await this.#waitedRefresh(watch))) return deny('unknown key');
     const second = await this.#find(header, refused());
     if (second !== undefined) return second;
     this.#nextFetchAt = Math.max(this.#nextFetchAt, this.#clock() + JWKS_COOLDOWN_MS);
@@ -590,6 +596,16 @@ export class JwksKeys {
       member.imported.set(alg, key);
     }
     return (await key) ?? deny('unknown key');
+  }
+
+  /** A refresh this verification waits for: a fetch it started or joined is told to `watch`. */
+  async #waitedRefresh(watch: JwksWatch | undefined): Promise<boolean> {
+    const refreshed = this.refresh();
+    if (watch === undefined || this.#inflight === null) return refreshed;
+    const since = performance.now();
+    const loaded = await refreshed;
+    watch.jwksFetched(since, loaded);
+    return loaded;
   }
 
   #takeFetch(): boolean {

@@ -8,6 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { Worker } from 'node:worker_threads';
 import { isMap, isScalar, parseDocument, visit, type Document } from 'yaml';
 import type { z } from 'zod';
+import { withTracingEnv } from './tracing-env.js';
 import { configSchema, type RawConfig } from './schema.js';
 import { TenantsJoin } from './parts.js';
 import { tenantIds } from './tenant-ids.js';
@@ -140,7 +141,9 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
     }
   }
   if (problems.length > 0 || !result.success) throw new ConfigError(problems);
-  return result.data;
+  const tracing = withTracingEnv(result.data.tracing, env, problems);
+  if (problems.length > 0) throw new ConfigError(problems);
+  return { ...result.data, tracing };
 }
 
 /**

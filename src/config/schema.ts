@@ -65,6 +65,8 @@ export const planSchema = z.strictObject({
   limits,
   quotas,
   storageBytes: nonNeg,
+  /** added: the share of this plan's tenants' requests traced when no sampled parent decides (docs/observability.md); absent = `tracing.ratio`. */
+  traceRatio: z.number().min(0).max(1).optional(),
 });
 
 const ALGORITHMS = ['HS256', 'HS384', 'HS512', 'RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA'] as const;
@@ -118,6 +120,8 @@ export const tenantSchema = z.strictObject({
   boundedLoadFactor: z.number().gt(1).nullable().default(null),
   /** added: this tenant's own identity provider; null = the global `auth` keys with the tenant claim. */
   auth: tenantAuthSchema.nullable().default(null),
+  /** added: this tenant's trace sampling ratio, over its plan's (docs/observability.md); absent = the plan's. */
+  traceRatio: z.number().min(0).max(1).optional(),
 });
 
 /** A tenant API key of the file: the id and SHA-256 of a key made with `queen-edge keys new` (docs/api-keys.md). */
@@ -407,6 +411,32 @@ export const configSchema = z
         ringHash: z.enum(['sdk', 'avalanche']).default('sdk'),
       })
       .prefault({}),
+    /** added: OpenTelemetry traces of the edge's own work (docs/observability.md); off unless `enabled`. */
+    tracing: z
+      .strictObject({
+        enabled: z.boolean().default(false),
+        /** OTLP/HTTP (protobuf) traces URL; null = OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces, else http://localhost:4318/v1/traces. */
+        endpoint: url.nullable().default(null),
+        /** null = OTEL_SERVICE_NAME, else `queen-edge`. */
+        serviceName: z.string().min(1).nullable().default(null),
+        /** A sampled (or unsampled) parent in the client's traceparent decides; off: only the ratio does. null = OTEL_TRACES_SAMPLER (parentbased_* or not), else true. */
+        parentBased: z.boolean().nullable().default(null),
+        /** Share of requests traced when no parent decides (a plan's or tenant's traceRatio overrides). null = OTEL_TRACES_SAMPLER(_ARG), else 1. */
+        ratio: z.number().min(0).max(1).nullable().default(null),
+        /** The edge's own refusals (4xx and 5xx with a code) are traced whatever the sampler said. */
+        alwaysSampleRefusals: z.boolean().default(false),
+        /** A client's `baggage` header is sent on to the broker (off: dropped). It never becomes a span attribute. */
+        forwardBaggage: z.boolean().default(false),
+        /** Spans waiting for export at most; beyond, new spans are dropped and counted. */
+        maxQueueSpans: z.number().int().min(1).max(1_000_000).default(2048),
+        /** Spans per export request. */
+        batchSpans: z.number().int().min(1).max(100_000).default(512),
+        /** Longest wait between exports. */
+        exportDelayMs: z.number().int().min(1).default(1000),
+        /** An export taking longer is abandoned (its spans counted as failed). */
+        exportTimeoutMs: z.number().int().min(1).default(10_000),
+      })
+      .prefault({}),
     routes: z.record(z.string(), z.array(z.enum(ROLE_NAMES))).default({}),
     /** added: extra query parameter names a route accepts and forwards (as text), by route name (docs/reference.md). */
     queryAllow: z.record(z.string(), z.array(z.string().regex(/^[A-Za-z][A-Za-z0-9_]{0,63}$/))).default({}),
@@ -465,3 +495,4 @@ export type RawTenantAuth = z.output<typeof tenantAuthSchema>;
 export type Role = (typeof ROLE_NAMES)[number];
 export type Feature = (typeof FEATURES)[number];
 export type AuthConfig = RawConfig['auth'];
+export type TracingConfig = RawConfig['tracing'];

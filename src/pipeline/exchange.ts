@@ -14,6 +14,7 @@ import type { EdgeRequest, EdgeResponse } from '../listen/servers.js';
 import { acceptableRequestId, expectsContinue, transportOf, type Transport } from '../listen/transport.js';
 import { MeteredExchange, type UsageRecorder } from '../metering/recorder.js';
 import type { LimitOutcome } from '../observability/metrics.js';
+import type { RequestTrace } from '../observability/tracing.js';
 import type { NormalizedTarget } from '../routes/match.js';
 import type { QueryFacts } from '../routes/query-params.js';
 import type { Tenant } from '../tenants/model.js';
@@ -56,6 +57,8 @@ export class Exchange extends MeteredExchange<Tenant> implements ProxyExchange {
   /** proxy: the broker of the last attempt; dispatch to last relayed byte (ms). */
   broker: string | null = null;
   upstreamMs = 0;
+  /** The request's spans while tracing is on (observability/tracing.ts); null when it is off. */
+  trace: RequestTrace | null = null;
   /** preAdmit, headsInFlight, admit: the limiter's decision; null when it was not consulted. */
   limit: LimitOutcome = null;
   /** A refusal closes the connection (h1) or stream (h2) instead of draining the unread body: see refuse(). */
@@ -122,6 +125,21 @@ export class Exchange extends MeteredExchange<Tenant> implements ProxyExchange {
     this.limit = admission.refusal.code;
     return admission.refusal;
   }
+}
+
+/** The request's server span is told how it ended (observability/tracing.ts). */
+export function endTrace(x: Exchange, t: RequestTrace): void {
+  const tenant = x.tenant ?? x.hostTenant;
+  t.end({
+    method: x.req.method ?? '',
+    route: x.route?.name ?? null,
+    status: x.status,
+    code: x.code,
+    tenant: x.tenant?.id ?? null,
+    ratio: tenant?.traceRatio ?? null,
+    requestId: x.id,
+    protocol: x.req.httpVersion,
+  });
 }
 
 /** Before the route stage. */

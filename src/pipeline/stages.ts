@@ -27,6 +27,7 @@ import type { UsageRecorder } from '../metering/recorder.js';
 import type { ClientAddresses } from '../net/client-address.js';
 import type { Logger } from '../observability/log.js';
 import type { RequestMetrics } from '../observability/metrics.js';
+import type { Tracing } from '../observability/tracing.js';
 import { isApiKey } from '../keys/format.js';
 import { normalizeTarget, type RouteMatcher } from '../routes/match.js';
 import { declaredParams, readQuery, type Params, type QueryFacts } from '../routes/query-params.js';
@@ -54,6 +55,8 @@ export interface PipelineSettings {
   readonly bodyLimitBytes: number;
   readonly bodyBudget: RawConfig['server']['bodyBudget'];
   readonly lingeringClose: LingerBounds;
+  /** Relay a client's `baggage` header to the broker. */
+  readonly forwardBaggage: boolean;
 }
 
 export function pipelineSettings(config: RawConfig): PipelineSettings {
@@ -69,6 +72,7 @@ export function pipelineSettings(config: RawConfig): PipelineSettings {
     bodyLimitBytes: config.server.bodyLimitBytes,
     bodyBudget: config.server.bodyBudget,
     lingeringClose: config.server.lingeringClose,
+    forwardBaggage: config.tracing.forwardBaggage,
   };
 }
 
@@ -93,6 +97,8 @@ export interface PipelineDeps {
   readonly metrics: RequestMetrics;
   readonly log: Logger;
   readonly clock: () => number;
+  /** Traces of the edge's own work; null when off (no per-request cost). */
+  readonly tracing: Tracing | null;
 }
 
 /** What the stages talk to: the deps, and what the pipeline builds from them once. */
@@ -209,7 +215,11 @@ export function authenticate(x: Exchange, p: Parts): StageResult | Promise<Stage
   // A cached token stays synchronous: no promise for the common case.
   const cached = verifier.cached(token);
   if (cached !== undefined) return authenticated(x, cached, tenant);
-  return verifier.verify(token, p.clientLimits.signatureGate(clientOf(x, p), token)).then((v) => authenticated(x, v, tenant));
+  const since = x.trace === null ? 0 : performance.now();
+  return verifier.verify(token, p.clientLimits.signatureGate(clientOf(x, p), token), x.trace ?? undefined).then((v) => {
+    x.trace?.phase(verifier === p.apiKeys ? 'auth.api_key' : 'auth.jwt', since, { 'queen.auth.ok': !isEdgeError(v) });
+    return authenticated(x, v, tenant);
+  });
 }
 
 function authenticated(x: Exchange, verified: Identity | EdgeError, tenant: Tenant | EdgeError): StageResult {
@@ -367,8 +377,14 @@ export function storage(x: Exchange, p: Parts): StageResult {
 
 /** Limits and quotas: one decision, at most one Redis round trip; sync when no I/O is needed. */
 export function admit(x: Exchange, p: Parts): StageResult | Promise<StageResult> {
+  const since = x.trace === null ? 0 : performance.now();
   const admitted = p.limiter.admit({ tenant: x.tenant!, messages: x.facts?.messages ?? 0, ingressBytes: x.bodyLength, parkedPoll: x.query!.wait });
-  return admitted instanceof Promise ? admitted.then((a) => admission(x, p, a)) : admission(x, p, admitted);
+  if (!(admitted instanceof Promise)) return admission(x, p, admitted);
+  // Only an admit that waits (Redis) is a span: a local one takes microseconds.
+  return admitted.then((a) => {
+    x.trace?.phase('limiter.admit', since, { 'queen.limit': a.refusal ? a.refusal.code : 'admitted' });
+    return admission(x, p, a);
+  });
 }
 
 function admission(x: Exchange, p: Parts, a: Admission): StageResult {
@@ -399,6 +415,8 @@ export async function forward(x: Exchange, p: Parts): Promise<StageResult> {
   let paced: PacedBody | null = null;
   try {
     // Stay synchronous unless a token has to be minted: no promise for a synchronous step.
+    // Decided here, with the tenant's ratio: the broker must get this decision in traceparent.
+    x.trace?.decide(x.tenant!.traceRatio);
     const auth = upstreamAuthorization(x.identity, x.tenant!, p);
     const authorization = auth instanceof Promise ? await auth : auth;
     const request = upstreamRequest(x, p, authorization);
@@ -455,6 +473,7 @@ function upstreamRequest(x: Exchange, p: Parts, authorization: string | null): P
       authorization,
       tenantHeader: s.tenantHeader || tenant.tenancyAwareBrokers ? tenant.id : null,
       contentLength: x.body || x.streamed ? x.bodyLength : null,
+      baggage: s.forwardBaggage,
     }),
     body: x.streamed ? x.transport.streamedBody(req) : x.body,
     headersTimeoutMs: timeout,

@@ -31,6 +31,8 @@ export interface Plan {
   readonly limits: Limits;
   readonly quotas: Quotas;
   readonly storageBytes: number;
+  /** Trace sampling ratio of its tenants; null = the edge's (`tracing.ratio`). */
+  readonly traceRatio: number | null;
 }
 
 export interface Tenant {
@@ -48,6 +50,8 @@ export interface Tenant {
   readonly boundedLoadFactor: number | null;
   /** The tenant's own token settings (docs/tenancy.md); null = global keys plus the tenant claim. */
   readonly auth: Readonly<RawTenantAuth> | null;
+  /** Trace sampling ratio: the tenant's own, else its plan's; null = the edge's. */
+  readonly traceRatio: number | null;
 }
 
 export function compilePlan(id: string, raw: RawPlan): Plan {
@@ -57,6 +61,7 @@ export function compilePlan(id: string, raw: RawPlan): Plan {
     limits: Object.freeze({ ...raw.limits }),
     quotas: Object.freeze({ ...raw.quotas }),
     storageBytes: raw.storageBytes,
+    traceRatio: raw.traceRatio ?? null,
   });
 }
 
@@ -110,6 +115,7 @@ export function compileTenant(
     cors: sharedCorsPolicy(raw.cors.origins),
     boundedLoadFactor: raw.boundedLoadFactor,
     auth: raw.auth ? Object.freeze({ ...raw.auth }) : null,
+    traceRatio: raw.traceRatio ?? plan.traceRatio,
   });
 }
 

@@ -57,6 +57,8 @@ export interface ForwardResult {
   failure: UpstreamFailure | null;
   /** What read the response body as it passed (status 200/201 only); its end() gives the facts. */
   meter: AnswerMeter | null;
+  /** When the response head came (performance.now()); 0 while none did. A parked poll's time at the broker ends here. */
+  headersAt: number;
 }
 
 /** Response headers the edge never relays: hop-by-hop (RFC 9110 §7.6.1), h2-illegal, and ones it owns. */
@@ -102,7 +104,7 @@ class ClientAbort extends Error {
  */
 export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResponse, rec: RelayRecord): Promise<ForwardResult> {
   // A client that left before this point already emitted 'close': nothing to send upstream.
-  if (clientGone(res)) return Promise.resolve({ status: 0, sent: false, failure: 'client_aborted', meter: null });
+  if (clientGone(res)) return Promise.resolve({ status: 0, sent: false, failure: 'client_aborted', meter: null, headersAt: 0 });
   return new Promise<ForwardResult>((resolve) => {
     pool.dispatch(
       {
@@ -125,7 +127,7 @@ export function forwardOnce(pool: Dispatcher, req: ForwardRequest, res: EdgeResp
  * settles the result once. One object per attempt, its methods shared (no closure per callback).
  */
 class Relay implements Dispatcher.DispatchHandler {
-  private readonly result: ForwardResult = { status: 0, sent: false, failure: null, meter: null };
+  private readonly result: ForwardResult = { status: 0, sent: false, failure: null, meter: null, headersAt: 0 };
   private readonly sentAt = performance.now();
   private abortUpstream: ((err: Error) => void) | null = null;
   private resumeUpstream: (() => void) | null = null;
@@ -187,6 +189,7 @@ class Relay implements Dispatcher.DispatchHandler {
     const { headers, encoding, announcedBody } = relayedHeaders(statusCode, rawHeaders);
     if (this.req.responseHeaders) Object.assign(headers, this.req.responseHeaders);
     const res = this.res;
+    this.result.headersAt = performance.now();
     this.result.status = this.rec.status = statusCode;
     if (statusCode === 204) {
       // Seed: an empty pop is a bodiless 204. Relay exactly that, whatever the broker sent,

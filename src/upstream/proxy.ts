@@ -37,8 +37,20 @@ export interface ProxyRequest extends ForwardRequest {
   readonly learnsLease: boolean;
 }
 
+/** What the proxy tells a traced request (observability/tracing.ts, RequestTrace). */
+export interface UpstreamTrace {
+  /** Waited for a slot in the tenant's share of a broker's pool since `start` (performance.now()); `ok` false when refused. */
+  slotWaited(start: number, broker: string, ok: boolean): void;
+  /** An attempt begins: the traceparent the broker gets, or null when the request is not traced. */
+  attempt(method: string, broker: string, lane: string | null, parked: boolean): string | null;
+  /** The attempt ended: status (0: none), failure, when its response head came (0: never). */
+  attempted(status: number, failure: string | null, headersAt: number): void;
+}
+
 /** The exchange as the proxy fills it in; the pipeline's request context implements it. */
 export interface ProxyExchange extends RelayRecord {
+  /** Null unless the request is traced. */
+  readonly trace: UpstreamTrace | null;
   /** The broker of the last attempt. */
   broker: string | null;
   /** The relayed answer will be handed to relayed(): hold metering until then. */
@@ -148,7 +160,10 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
     const shared = !req.parked && tenant.tenancyAwareBrokers;
     const entered = shared ? pools.enter(broker, tenant.id) : true;
     if (entered !== true) {
-      if (!(await entered)) return edgeError('rate_limited', `too many requests in flight to one broker (${pools.tenantCap} at a time)`, { retryAfterSec: 1 });
+      const since = x.trace === null ? 0 : performance.now();
+      const granted = await entered;
+      x.trace?.slotWaited(since, broker, granted);
+      if (!granted) return edgeError('rate_limited', `too many requests in flight to one broker (${pools.tenantCap} at a time)`, { retryAfterSec: 1 });
       // The broker may have left the directory (its pool closed) or gone down during the wait:
       // nothing was sent, so the lane's next broker is tried rather than a pool opened anew.
       if (!clusters.usable(tenant, broker)) {
@@ -158,7 +173,13 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
     }
     clusters.begin(broker);
     try {
-      return await forwardOnce(pools.get(broker, req.parked), req, res, x);
+      if (x.trace === null) return await forwardOnce(pools.get(broker, req.parked), req, res, x);
+      // Each attempt is a client span of its own: the broker joins the one it was sent.
+      const traceparent = x.trace.attempt(req.method, broker, req.lane.key, req.parked);
+      if (traceparent !== null) req.headers.traceparent = traceparent;
+      const result = await forwardOnce(pools.get(broker, req.parked), req, res, x);
+      x.trace.attempted(result.status, result.failure, result.headersAt);
+      return result;
     } finally {
       clusters.end(broker);
       if (shared) pools.leave(broker, tenant.id);

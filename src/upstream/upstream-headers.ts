@@ -5,6 +5,9 @@
  */
 import type { IncomingHttpHeaders } from 'node:http';
 import { edgeError, type EdgeError } from '../errors.js';
+import { validBaggage, validTraceparent, validTracestate } from '../observability/trace-context.js';
+
+export { validTraceparent, validTracestate };
 
 /**
  * Client headers copied upstream as they are (trace context too, once validated). Broker 0.15.1
@@ -12,14 +15,6 @@ import { edgeError, type EdgeError } from '../errors.js';
  * which the edge writes itself; Accept-Encoding is the edge's own (identity, below).
  */
 const FORWARDED: readonly string[] = ['content-type', 'accept'];
-
-/** W3C Trace Context `traceparent`: version, trace-id, parent-id, flags; a future version may append fields. */
-const TRACEPARENT = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}(-.*)?$/;
-/** One `tracestate` list member: simple or multi-tenant key, `=`, a value of printable ASCII without `,` or `=`. */
-const TRACESTATE_MEMBER =
-  /^(?:[a-z][a-z0-9_\-*/]{0,255}|[a-z0-9][a-z0-9_\-*/]{0,240}@[a-z][a-z0-9_\-*/]{0,13})=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]$/;
-const TRACESTATE_MAX_MEMBERS = 32;
-const TRACESTATE_MAX_LENGTH = 512;
 
 export interface UpstreamHeaderFacts {
   readonly clientIp: string;
@@ -34,6 +29,8 @@ export interface UpstreamHeaderFacts {
   /** x-queen-tenant value, or null. */
   readonly tenantHeader: string | null;
   readonly contentLength: number | null;
+  /** Relay the client's `baggage` (`tracing.forwardBaggage`): off, it never reaches a broker. */
+  readonly baggage: boolean;
 }
 
 export function upstreamHeaders(client: IncomingHttpHeaders, f: UpstreamHeaderFacts): Record<string, string> {
@@ -52,6 +49,8 @@ export function upstreamHeaders(client: IncomingHttpHeaders, f: UpstreamHeaderFa
     const tracestate = client.tracestate;
     if (typeof tracestate === 'string' && validTracestate(tracestate)) out.tracestate = tracestate;
   }
+  const baggage = client.baggage;
+  if (f.baggage && typeof baggage === 'string' && validBaggage(baggage)) out.baggage = baggage;
   const xff = client['x-forwarded-for'];
   out['x-forwarded-for'] = f.trustProxy && typeof xff === 'string' && xff !== '' ? `${xff}, ${f.clientIp}` : f.clientIp;
   out['x-forwarded-proto'] = f.proto;
@@ -72,26 +71,4 @@ export function contentEncodingRefusal(client: IncomingHttpHeaders): EdgeError |
   const v = client['content-encoding'];
   if (v === undefined || v.trim().toLowerCase() === 'identity' || v.trim() === '') return null;
   return edgeError('invalid_request', `Content-Encoding "${v.slice(0, 32)}" is not supported: send the body uncompressed`);
-}
-
-/**
- * W3C rules: version `ff` is invalid, version 00 is exactly 55 chars, an all-zero trace-id or
- * parent-id is invalid. Anything else would reach the broker's tracing as the client wrote it.
- */
-export function validTraceparent(v: string): boolean {
-  const m = TRACEPARENT.exec(v);
-  if (m === null || m[1] === 'ff' || (m[1] === '00' && v.length !== 55)) return false;
-  return !/^0+$/.test(m[2]!) && !/^0+$/.test(m[3]!);
-}
-
-/** At most 32 well-formed members (empty ones allowed) in at most 512 chars. */
-export function validTracestate(v: string): boolean {
-  if (v.length > TRACESTATE_MAX_LENGTH) return false;
-  const members = v.split(',');
-  if (members.length > TRACESTATE_MAX_MEMBERS) return false;
-  for (const m of members) {
-    const t = m.trim();
-    if (t !== '' && !TRACESTATE_MEMBER.test(t)) return false;
-  }
-  return true;
 }

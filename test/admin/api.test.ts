@@ -143,6 +143,15 @@ describe('admin API routes', () => {
     expect((await admin(a, 'GET', '/admin/v1/plans/none')).status).toBe(404);
   });
 
+  it("a plan's trace sampling ratio is written, shown, and checked", async () => {
+    const put = await admin(a, 'PUT', '/admin/v1/plans/traced', { body: { ...TEST_PLAN, traceRatio: 0.5 } });
+    expect(put.status).toBe(200);
+    expect((await admin(a, 'GET', '/admin/v1/plans/traced')).json).toMatchObject({ id: 'traced', traceRatio: 0.5 });
+    expect((await admin(a, 'GET', '/admin/v1/plans/test')).json.traceRatio).toBeUndefined();
+    const bad = await admin(a, 'PUT', '/admin/v1/plans/traced', { body: { ...TEST_PLAN, traceRatio: 2 } });
+    expect(bad.status).toBe(400);
+  });
+
   it('suspend and resume reach the other instance within a second', async () => {
     const tok = await token({ roles: ['read-write'], tenant: 'acme' });
     const s = await admin(a, 'POST', '/admin/v1/tenants/acme/suspend');

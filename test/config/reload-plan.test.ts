@@ -28,6 +28,14 @@ describe('planReload', () => {
     });
   });
 
+  it("names tracing settings as needing a restart; a plan's trace ratio comes with the plans", () => {
+    const next = testConfig(['http://127.0.0.1:1'], {
+      tracing: { enabled: true, ratio: 0.1 },
+      plans: { test: { ...started.plans.test, traceRatio: 0.5 } },
+    });
+    expect(planReload(started, started, next)).toEqual({ applied: ['plans'], restartNeeded: ['tracing.enabled', 'tracing.ratio'] });
+  });
+
   it('keeps naming a setting that needs a restart at later reloads, and applies only what changed since the last one', () => {
     const first = testConfig(['http://127.0.0.1:1'], { server: { https: { port: 8443 } }, auth: { secret: 'another-secret-0123456789abcdef' } });
     const second = testConfig(['http://127.0.0.1:1'], { server: { https: { port: 8443 } }, auth: { secret: 'another-secret-0123456789abcdef' }, routes: {} });

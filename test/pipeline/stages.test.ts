@@ -86,6 +86,7 @@ function parts(f: Fakes = {}): Parts {
       },
     } as never,
     minter: null,
+    tracing: null,
     usage: { record: () => {} } as never,
     metrics: { request: () => {}, parked: () => {} },
     log: { warn: () => {} } as never,

@@ -12,6 +12,7 @@ const facts = {
   authorization: 'Bearer t',
   tenantHeader: null,
   contentLength: 12,
+  baggage: false,
 };
 
 describe('contentEncodingRefusal', () => {
@@ -74,6 +75,14 @@ describe('upstreamHeaders', () => {
     expect(acceptableRequestId('a b')).toBeUndefined();
     expect(acceptableRequestId(['a', 'b'])).toBeUndefined();
     expect(acceptableRequestId('x'.repeat(200))).toBeUndefined();
+  });
+
+  it('relays baggage only when the operator asks for it, and only printable and bounded', () => {
+    const baggage = 'userId=alice,isProduction=false';
+    expect(upstreamHeaders({ baggage }, facts).baggage).toBeUndefined();
+    expect(upstreamHeaders({ baggage }, { ...facts, baggage: true }).baggage).toBe(baggage);
+    expect(upstreamHeaders({ baggage: 'a=b\r\nx: y' }, { ...facts, baggage: true }).baggage).toBeUndefined();
+    expect(upstreamHeaders({ baggage: `a=${'x'.repeat(8192)}` }, { ...facts, baggage: true }).baggage).toBeUndefined();
   });
 
   it('forwards trace context only when it is valid W3C, and tracestate only with its traceparent', () => {
