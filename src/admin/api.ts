@@ -123,6 +123,7 @@ function tenantSummary(t: Tenant, store: TenantStore): Record<string, unknown> {
     hosts: t.hosts,
     brokers: t.brokers,
     tenancyAwareBrokers: t.tenancyAwareBrokers,
+    brokerVersion: t.brokerVersion,
     storage: { usedBytes: store.storageUsed(t.id) ?? null, blocked: store.storageBlocked(t.id) },
     source: sourceView(store, t.id),
   };
