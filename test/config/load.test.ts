@@ -3,7 +3,16 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseDocument, stringify } from 'yaml';
-import { ConfigError, configReader, duplicateJsonKey, keepForReloads, loadConfigFile, loadConfigFileOffThread, parseConfig, substituteEnv } from '../../src/config/load.js';
+import {
+  ConfigError,
+  configReader,
+  duplicateJsonKey,
+  keepForReloads,
+  loadConfigFile,
+  loadConfigFileOffThread,
+  parseConfig,
+  substituteEnv,
+} from '../../src/config/load.js';
 import { compileTables } from '../../src/tables.js';
 import { changesOf, tenantIds } from '../../src/config/tenant-ids.js';
 import { linesById, tenantTexts } from '../../src/config/tenant-texts.js';
