@@ -325,11 +325,12 @@ async function deleteTenant(c: Call): Promise<Reply | Refusal> {
 }
 
 /** A change to an existing tenant with no body (`write`, refused as `what`), logged as `action`; answers the tenant as it is now. */
-function tenantChange(action: string, what: string, write: (tenants: TenantStore, id: string) => Promise<WriteResult>): Action {
+/** `deletedToo`: a file tenant the API deleted is no tenant in force, yet one this change brings back (a reset). */
+function tenantChange(action: string, what: string, write: (tenants: TenantStore, id: string) => Promise<WriteResult>, deletedToo = false): Action {
   return async (c) => {
     const id = c.params.id!;
     const t = existing(c.d, id);
-    if (t instanceof EdgeError) return t;
+    if (t instanceof EdgeError && !(deletedToo && c.d.tenants.overridden().includes(id))) return t;
     const refused = writable(c.d, id) ?? writeRefusal(await write(c.d.tenants, id), what);
     if (refused) return refused;
     logChange(c, action, id);
@@ -546,7 +547,7 @@ const ADMIN_ROUTES: readonly (readonly ['GET' | 'PUT' | 'POST' | 'DELETE', strin
   ['POST', '/admin/v1/tenants/:id/suspend', tenantChange('tenant.suspend', 'status', (s, id) => s.setStatus(id, 'suspended'))],
   ['POST', '/admin/v1/tenants/:id/resume', tenantChange('tenant.resume', 'status', (s, id) => s.setStatus(id, 'active'))],
   // Drops the admin API's overrides of a tenant of the file: its record and status are the file's again.
-  ['DELETE', '/admin/v1/tenants/:id/overrides', tenantChange('tenant.reset', 'reset', (s, id) => s.resetToFile(id))],
+  ['DELETE', '/admin/v1/tenants/:id/overrides', tenantChange('tenant.reset', 'reset', (s, id) => s.resetToFile(id), true)],
   ['POST', '/admin/v1/tenants/:id/keys', postKey],
   ['GET', '/admin/v1/tenants/:id/keys', getKeys],
   ['DELETE', '/admin/v1/tenants/:id/keys/:keyId', deleteKey],

@@ -89,7 +89,7 @@ export interface TenantStore extends TenantDirectory {
    * reloadFile then swaps it in, unless the directory changed meanwhile (then it builds again).
    */
   prepareFile(file: FileDirectory, diff: FileDiff): Promise<FileDiff>;
-  /** File tenants whose record or status the admin API overrides. */
+  /** File tenants whose record or status the admin API overrides, or that it deleted. */
   overridden(): string[];
   /**
    * Calls `listener` after every change a reader can see (tenants, plans, storage), with what it
@@ -292,7 +292,7 @@ class Directory implements TenantStore {
   }
 
   overridden(): string[] {
-    const ids = new Set(this.#snap.fromRecord);
+    const ids = new Set([...this.#snap.fromRecord, ...this.#records.deleted]);
     for (const id in this.#records.status) ids.add(id);
     return [...ids].filter((id) => this.#file.tenants[id] !== undefined);
   }
