@@ -372,11 +372,20 @@ async function putPlan(c: Call): Promise<Reply | Refusal> {
   return { status: 200, body: planView(c.d.tenants.planById(id)!) };
 }
 
+/** The file's plans and those tenants are on, each with its tenant count: O(plans), whatever the number of tenants. */
 async function listPlans(c: Call): Promise<Reply> {
   const d = c.d;
-  const ids = [...new Set([...d.planIds(), ...[...d.tenants.all()].map((t) => t.plan.id)])].sort();
+  const counts = d.tenants.tenantsByPlan();
+  const ids = [...new Set([...d.planIds(), ...counts.keys()])].sort();
   const plans = ids.map((id) => d.tenants.planById(id)).filter((p) => p !== undefined);
-  return { status: 200, body: { writable: d.tenants.backing !== 'static', backing: d.tenants.backing, plans: plans.map(planView) } };
+  return {
+    status: 200,
+    body: {
+      writable: d.tenants.backing !== 'static',
+      backing: d.tenants.backing,
+      plans: plans.map((p) => ({ ...planView(p), tenants: counts.get(p.id) ?? 0 })),
+    },
+  };
 }
 
 async function tenantUsage(c: Call): Promise<Reply | Refusal> {

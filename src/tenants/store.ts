@@ -50,6 +50,8 @@ export interface TenantStore extends TenantDirectory {
   storageBlocked(tenantId: string): boolean;
   /** The plan in force under an id (file or Redis record). */
   planById(id: string): Plan | undefined;
+  /** Plan ids with tenants in force and how many, kept as tenants are placed: no walk over the tenants. */
+  tenantsByPlan(): ReadonlyMap<string, number>;
   /** The tenant record in force (Redis record or file entry, before a status override), for the admin view. */
   recordOf(id: string): RawTenant | undefined;
   /** When a record's own `auth` was written as it is now (ms); undefined for file tenants and records written before this was kept. */
@@ -395,6 +397,10 @@ class Directory implements TenantStore {
 
   storageBlocked(tenantId: string): boolean {
     return this.#snap.blocked.has(tenantId);
+  }
+
+  tenantsByPlan(): ReadonlyMap<string, number> {
+    return this.#snap.planTenants;
   }
 
   planById(id: string): Plan | undefined {
