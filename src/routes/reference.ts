@@ -50,6 +50,11 @@ export function renderReference(routes: readonly RouteSpec[]): string {
   }
   lines.push(
     '',
+    'Answered by the edge without asking a broker: an ack batch of no acknowledgements',
+    '(`"acknowledgments": []`, which broker 0.15.1 never answers) gets `200 []`, after admission; a',
+    'transaction of no operations gets `400 invalid_request` "operations array cannot be empty", as',
+    'broker 0.15.1 refuses it, with a `code`.',
+    '',
     '## Query parameters',
     '',
     "The edge forwards a query it rebuilt from the parameters it read, never the client's bytes:",
