@@ -324,8 +324,11 @@ async function deleteTenant(c: Call): Promise<Reply | Refusal> {
   return { status: 204 };
 }
 
-/** A change to an existing tenant with no body (`write`, refused as `what`), logged as `action`; answers the tenant as it is now. */
-/** `deletedToo`: a file tenant the API deleted is no tenant in force, yet one this change brings back (a reset). */
+/**
+ * A change to an existing tenant with no body (`write`, refused as `what`), logged as `action`;
+ * answers the tenant as it is now. `deletedToo`: a file tenant the API deleted is no tenant in
+ * force, yet one this change brings back (a reset).
+ */
 function tenantChange(action: string, what: string, write: (tenants: TenantStore, id: string) => Promise<WriteResult>, deletedToo = false): Action {
   return async (c) => {
     const id = c.params.id!;
