@@ -123,6 +123,7 @@ function tenantSummary(t: Tenant, store: TenantStore): Record<string, unknown> {
     hosts: t.hosts,
     brokers: t.brokers,
     tenancyAwareBrokers: t.tenancyAwareBrokers,
+    brokerVersion: t.brokerVersion,
     storage: { usedBytes: store.storageUsed(t.id) ?? null, blocked: store.storageBlocked(t.id) },
     source: sourceView(store, t.id),
   };
@@ -325,12 +326,16 @@ async function deleteTenant(c: Call): Promise<Reply | Refusal> {
   return { status: 204 };
 }
 
-/** A change to an existing tenant with no body (`write`, refused as `what`), logged as `action`; answers the tenant as it is now. */
-function tenantChange(action: string, what: string, write: (tenants: TenantStore, id: string) => Promise<WriteResult>): Action {
+/**
+ * A change to an existing tenant with no body (`write`, refused as `what`), logged as `action`;
+ * answers the tenant as it is now. `deletedToo`: a file tenant the API deleted is no tenant in
+ * force, yet one this change brings back (a reset).
+ */
+function tenantChange(action: string, what: string, write: (tenants: TenantStore, id: string) => Promise<WriteResult>, deletedToo = false): Action {
   return async (c) => {
     const id = c.params.id!;
     const t = existing(c.d, id);
-    if (t instanceof EdgeError) return t;
+    if (t instanceof EdgeError && !(deletedToo && c.d.tenants.overridden().includes(id))) return t;
     const refused = writable(c.d, id) ?? writeRefusal(await write(c.d.tenants, id), what);
     if (refused) return refused;
     logChange(c, action, id);
@@ -372,11 +377,20 @@ async function putPlan(c: Call): Promise<Reply | Refusal> {
   return { status: 200, body: planView(c.d.tenants.planById(id)!) };
 }
 
+/** The file's plans and those tenants are on, each with its tenant count: O(plans), whatever the number of tenants. */
 async function listPlans(c: Call): Promise<Reply> {
   const d = c.d;
-  const ids = [...new Set([...d.planIds(), ...[...d.tenants.all()].map((t) => t.plan.id)])].sort();
+  const counts = d.tenants.tenantsByPlan();
+  const ids = [...new Set([...d.planIds(), ...counts.keys()])].sort();
   const plans = ids.map((id) => d.tenants.planById(id)).filter((p) => p !== undefined);
-  return { status: 200, body: { writable: d.tenants.backing !== 'static', backing: d.tenants.backing, plans: plans.map(planView) } };
+  return {
+    status: 200,
+    body: {
+      writable: d.tenants.backing !== 'static',
+      backing: d.tenants.backing,
+      plans: plans.map((p) => ({ ...planView(p), tenants: counts.get(p.id) ?? 0 })),
+    },
+  };
 }
 
 async function tenantUsage(c: Call): Promise<Reply | Refusal> {
@@ -547,7 +561,7 @@ const ADMIN_ROUTES: readonly (readonly ['GET' | 'PUT' | 'POST' | 'DELETE', strin
   ['POST', '/admin/v1/tenants/:id/suspend', tenantChange('tenant.suspend', 'status', (s, id) => s.setStatus(id, 'suspended'))],
   ['POST', '/admin/v1/tenants/:id/resume', tenantChange('tenant.resume', 'status', (s, id) => s.setStatus(id, 'active'))],
   // Drops the admin API's overrides of a tenant of the file: its record and status are the file's again.
-  ['DELETE', '/admin/v1/tenants/:id/overrides', tenantChange('tenant.reset', 'reset', (s, id) => s.resetToFile(id))],
+  ['DELETE', '/admin/v1/tenants/:id/overrides', tenantChange('tenant.reset', 'reset', (s, id) => s.resetToFile(id), true)],
   ['POST', '/admin/v1/tenants/:id/keys', postKey],
   ['GET', '/admin/v1/tenants/:id/keys', getKeys],
   ['DELETE', '/admin/v1/tenants/:id/keys/:keyId', deleteKey],

@@ -230,14 +230,14 @@ export const COMMANDS: readonly AdminCommand[] = [
   {
     words: ['plans'],
     args: [],
-    summary: 'every plan: limits, quotas, features',
+    summary: 'every plan: limits, quotas, features, tenants on it',
     async run({ api }) {
       const doc = await api('GET', '/admin/v1/plans');
       return {
         doc,
         human: () =>
           table(
-            ['ID', 'REQ/S', 'BURST', 'MSG/S', 'MSG_BURST', 'PARKED', 'MAX_PAYLOAD_B', 'MSG/MONTH', 'FEATURES'],
+            ['ID', 'REQ/S', 'BURST', 'MSG/S', 'MSG_BURST', 'PARKED', 'MAX_PAYLOAD_B', 'MSG/MONTH', 'FEATURES', 'TENANTS'],
             doc.plans.map((p: Json) => [
               p.id,
               String(p.limits.requestsPerSec),
@@ -248,6 +248,7 @@ export const COMMANDS: readonly AdminCommand[] = [
               String(p.limits.maxPayloadBytes),
               p.quotas.messagesPerMonth === 0 ? 'unlimited' : String(p.quotas.messagesPerMonth),
               p.features.join(',') || '-',
+              String(p.tenants),
             ]),
           ) + (doc.writable ? '' : 'read-only: plans come from the config file (no Redis configured)\n'),
       };

@@ -107,6 +107,8 @@ export function transactionFacts(buf: Buffer): BodyFacts | EdgeError {
   const doc = parseJson(buf);
   if (isEdgeError(doc)) return doc;
   if (!isObject(doc) || !Array.isArray(doc.operations)) return edgeError('invalid_request', 'body must be an object with an "operations" array');
+  // Broker 0.15.1's own answer, with a code a client can branch on, and no broker call for nothing.
+  if (doc.operations.length === 0) return edgeError('invalid_request', 'operations array cannot be empty');
   let messages = 0;
   let acks = 0;
   let firstItem: unknown;

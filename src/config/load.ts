@@ -161,10 +161,22 @@ export async function loadConfigFile(path: string, env: NodeJS.ProcessEnv = proc
   return parseConfig(/\.json$/i.test(path) ? readJson(path, text) : readYaml(path, text), env);
 }
 
-/** The reader thread, started by keepForReloads or on first use and kept (unref'd) for later reloads; reads run one at a time. */
-let reader: { worker: Worker; queue: Promise<unknown> } | null = null;
+/** A reader thread; `exited` once it is gone, so a read queued on it fails instead of waiting for an answer that cannot come. */
+interface ReaderThread {
+  readonly worker: Worker;
+  queue: Promise<unknown>;
+  exited: boolean;
+}
 
-function readerThread(): { worker: Worker; queue: Promise<unknown> } {
+/** The reader thread, started by keepForReloads or on first use and kept (unref'd) for later reloads; reads run one at a time. */
+let reader: ReaderThread | null = null;
+
+/** The running reader thread's worker, if any (tests end it to see the reads queued on it fail). */
+export function configReader(): Worker | null {
+  return reader?.worker ?? null;
+}
+
+function readerThread(): ReaderThread {
   if (reader !== null) return reader;
   // The same extension as this module: .js built; .ts when run from source, where the worker
   // registers tsx itself (a worker does not inherit the loader hooks of --import).
@@ -175,9 +187,11 @@ function readerThread(): { worker: Worker; queue: Promise<unknown> } {
   const boot = `(async () => { if (${tsx !== null}) (await import(${tsx})).register(); await import(${JSON.stringify(entry)}); })()`;
   const worker = new Worker(boot, { eval: true });
   worker.unref();
-  const started = { worker, queue: Promise.resolve() as Promise<unknown> };
+  const started: ReaderThread = { worker, queue: Promise.resolve(), exited: false };
   worker.on('error', () => {});
+  // The next read starts a new thread.
   worker.on('exit', () => {
+    started.exited = true;
     if (reader === started) reader = null;
   });
   reader = started;
@@ -231,6 +245,10 @@ export function loadConfigFileOffThread(path: string, env: NodeJS.ProcessEnv = p
       () =>
         new Promise<RawConfig>((resolve, reject) => {
           const { worker } = thread;
+          if (thread.exited) {
+            reject(new Error('configuration reader thread exited before this read began; the next read starts a new one'));
+            return;
+          }
           const prior = lastRead;
           let head: Omit<RawConfig, 'tenants'> | null = null;
           let join = new TenantsJoin({});
@@ -241,7 +259,7 @@ export function loadConfigFileOffThread(path: string, env: NodeJS.ProcessEnv = p
           };
           const onExit = (code: number): void => {
             done();
-            reject(new Error(`configuration reader exited with ${code}`));
+            reject(new Error(`configuration reader thread exited with code ${code} during the read; the next read starts a new one`));
           };
           const onMessage = (m: ReaderMessage): void => {
             if (m.type === 'head') {

@@ -25,6 +25,8 @@ const hostName = z
 
 export const ROLE_NAMES = ['read-only', 'write-only', 'read-write', 'admin'] as const;
 export const FEATURES = ['streams', 'traces', 'kv', 'timers', 'ephemeral', 'analytics'] as const;
+/** What a tenant's brokers register: broker 0.15.1's routes, or every route of the broker contract. */
+export const BROKER_VERSIONS = ['0.15.1', 'contract'] as const;
 
 const sniEntry = z.strictObject({
   /** Server name or `*.example.com` pattern. */
@@ -113,6 +115,12 @@ export const tenantSchema = z.strictObject({
    * (docs/tenancy.md, "Dedicated and shared brokers").
    */
   tenancyAwareBrokers: z.boolean().default(false),
+  /**
+   * added: which routes the brokers register (docs/reference.md, "Broker"): `0.15.1` (released
+   * brokers) or `contract` (every route of the broker contract, a build newer than 0.15.1). A route
+   * the brokers do not register is answered `404 route_not_found` by the edge, in its JSON shape.
+   */
+  brokerVersion: z.enum(BROKER_VERSIONS).default('0.15.1'),
   cors: z.strictObject({ origins: z.array(z.string().min(1)).default([]) }).default({ origins: [] }),
   /** added: per-tenant overrides of the plan's limits. */
   limits: limits.partial().optional(),
@@ -494,5 +502,6 @@ export type RawTenant = z.output<typeof tenantSchema>;
 export type RawTenantAuth = z.output<typeof tenantAuthSchema>;
 export type Role = (typeof ROLE_NAMES)[number];
 export type Feature = (typeof FEATURES)[number];
+export type BrokerVersion = (typeof BROKER_VERSIONS)[number];
 export type AuthConfig = RawConfig['auth'];
 export type TracingConfig = RawConfig['tracing'];

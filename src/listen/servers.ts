@@ -13,6 +13,7 @@ import type { SecureContext, SecureContextOptions } from 'node:tls';
 import type { RawConfig } from '../config/schema.js';
 import type { Logger } from '../observability/log.js';
 import { H2Request, H2Response } from './h2-exchange.js';
+import { closeAnsweredStream, DRAIN_MAX_BYTES } from './transport.js';
 import { CertificateSet, type CertificateExpiry } from './tls.js';
 
 /** A request as either protocol delivers it (h2 on the stream API: h2-exchange.ts). */
@@ -366,6 +367,7 @@ function h2Streams(
     if (open > MAX_CONCURRENT_STREAMS) return stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
     served.set(session, open);
     stream.once('close', () => served.set(session, served.get(session)! - 1));
+    if (!stream.endAfterHeaders) stream.once('finish', () => drainUnread(stream));
     const req = new H2Request(stream, headers, rawHeaders);
     const res = new H2Response(stream);
     if (headerListBytes(rawHeaders) > MAX_HEADER_BYTES) return answer(res, 431, 'request header fields too large');
@@ -387,6 +389,27 @@ function h2Streams(
     }
     handler(req, res);
   };
+}
+
+/**
+ * A stream answered before anything read its body (a refusal from the head: 401, 403, 429, or the
+ * listener's own 4xx). Node would reset it (RST_STREAM NO_ERROR, RFC 9113 §8.1), which leaves a
+ * client still sending that body with DATA it can no longer send: Node's own client then never
+ * closes that stream and keeps the DATA counted against its session's memory, so one that repeats
+ * such requests (about 300 refused 32 KiB bodies on one session) has every later stream of that
+ * session fail. The body is read to its end instead and dropped, as Node's h1 server discards an
+ * unread body: the upload finishes and the stream ends as an answered one does. Past
+ * DRAIN_MAX_BYTES it is reset after all, bounding the edge's work; a body held back is bounded by
+ * the request deadline.
+ */
+function drainUnread(stream: ServerHttp2Stream): void {
+  // Flowing null: nothing ever read it. A body being read, streamed upstream or paused at a limit is its reader's.
+  if (stream.readableFlowing !== null) return;
+  let left = DRAIN_MAX_BYTES;
+  stream.on('data', (chunk: Buffer) => {
+    left -= chunk.length;
+    if (left < 0) closeAnsweredStream(stream);
+  });
 }
 
 /** The listener's own refusal of an h2 request, before the pipeline sees it. */

@@ -5,7 +5,7 @@
  * the request's transport and never tests the protocol itself.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { constants as http2Constants } from 'node:http2';
+import { constants as http2Constants, type ServerHttp2Stream } from 'node:http2';
 import { PassThrough, type Readable, type TransformCallback } from 'node:stream';
 import type { H2Request, H2Response } from './h2-exchange.js';
 import { lingerOnClose, type LingerBounds } from './lingering.js';
@@ -66,6 +66,12 @@ export function sendContinue(req: EdgeRequest, res: EdgeResponse): void {
   if (expectsContinue(req) && !res.headersSent) res.writeContinue();
 }
 
+/**
+ * Unread bodies up to this size are cheaper to discard than a new connection (h1: Node reads and
+ * drops them) or a reset stream (h2: the listener reads one it answered before reading it).
+ */
+export const DRAIN_MAX_BYTES = 64 * 1024;
+
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
 /** A client-sent X-Request-Id is kept when it is short and plain; otherwise undefined. */
@@ -88,6 +94,19 @@ function overTls(req: EdgeRequest): boolean {
 function follows(req: EdgeRequest, unknownFollows: boolean): boolean {
   const cl = req.headers['content-length'];
   return cl === undefined ? req.headers['transfer-encoding'] !== undefined || unknownFollows : cl !== '0';
+}
+
+/**
+ * Ends an answered h2 stream whose body will not be read: RST_STREAM(NO_ERROR) tells the client to
+ * stop sending (RFC 9113 §8.1). Node frees a closed stream only once its readable side ends, which
+ * a body left unread or paused (readBody stops at the limit) never does: the stream and its
+ * buffered bytes would stay in the session. The answer and the RST_STREAM are queued already; the
+ * rest is discarded.
+ */
+export function closeAnsweredStream(stream: ServerHttp2Stream): void {
+  if (stream.destroyed) return;
+  stream.close(http2Constants.NGHTTP2_NO_ERROR);
+  stream.destroy();
 }
 
 /** The copy of an h2 body handed to undici, counting what passed: an h2 stream keeps no byte count. */
@@ -154,14 +173,7 @@ const H2: Transport = {
    */
   closeAfterResponse(_req, res) {
     const stream = (res as H2Response).stream;
-    res.once('finish', () => {
-      if (stream.destroyed) return;
-      stream.close(http2Constants.NGHTTP2_NO_ERROR);
-      // Node frees a closed stream only once its readable side ends, which a body left paused
-      // (readBody stops at the limit) never does: the stream and its buffered bytes would stay in
-      // the session. The answer and the RST_STREAM are queued already; the rest is discarded.
-      stream.destroy();
-    });
+    res.once('finish', () => closeAnsweredStream(stream));
   },
   // The stream is reset once the answer is out (closeAfterResponse): nothing more is read.
   dropAfterResponse() {},

@@ -14,6 +14,7 @@ import {
   body,
   contentEncoding,
   cors,
+  emptyBatch,
   forward,
   gates,
   headsInFlight,
@@ -40,7 +41,7 @@ export const PRELUDE: readonly Stage[] = [singleHeaders, hostTenant, cors, route
 /** A public route (the health check): answered by the edge, no token, billed to no tenant. */
 export const PUBLIC_STAGES: readonly Stage[] = [publicTenant, publicRateLimit, noBody, health];
 
-/** A tenant's route, forwarded to one of its brokers; `storage` only on routes that write. */
+/** A tenant's route, forwarded to one of its brokers; `storage` only on routes that write, `emptyBatch` only on acks. */
 export const TENANT_STAGES: readonly Stage[] = [
   authenticate,
   actingTenant,
@@ -53,6 +54,7 @@ export const TENANT_STAGES: readonly Stage[] = [
   body,
   storage,
   admit,
+  emptyBatch,
   forward,
 ];
 
@@ -62,7 +64,7 @@ const compiled = new WeakMap<RouteSpec, readonly Stage[]>();
 export function stagesOf(r: RouteSpec): readonly Stage[] {
   let list = compiled.get(r);
   if (list === undefined) {
-    list = r.access === 'public' ? PUBLIC_STAGES : TENANT_STAGES.filter((s) => s !== storage || r.writes);
+    list = r.access === 'public' ? PUBLIC_STAGES : TENANT_STAGES.filter((s) => (s !== storage || r.writes) && (s !== emptyBatch || r.body === 'ack'));
     compiled.set(r, list);
   }
   return list;

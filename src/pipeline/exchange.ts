@@ -11,7 +11,7 @@ import type { BodyFacts } from '../body/facts.js';
 import type { EdgeError } from '../errors.js';
 import type { Admission } from '../limits/limiter.js';
 import type { EdgeRequest, EdgeResponse } from '../listen/servers.js';
-import { acceptableRequestId, expectsContinue, transportOf, type Transport } from '../listen/transport.js';
+import { acceptableRequestId, DRAIN_MAX_BYTES, expectsContinue, transportOf, type Transport } from '../listen/transport.js';
 import { MeteredExchange, type UsageRecorder } from '../metering/recorder.js';
 import type { LimitOutcome } from '../observability/metrics.js';
 import type { RequestTrace } from '../observability/tracing.js';
@@ -147,9 +147,6 @@ const NO_TARGET: NormalizedTarget = Object.freeze({ path: '/', query: '' });
 
 /** No release held (the default of endHead). */
 export const NO_RELEASE = (): void => {};
-
-/** Unread bodies up to this size are cheaper to discard (Node reads and drops them) than a new connection. */
-const DRAIN_MAX_BYTES = 64 * 1024;
 
 /** True when a refusal may leave Node to discard the unread body and keep the connection. */
 function cheapToDrain(t: Transport, req: EdgeRequest): boolean {

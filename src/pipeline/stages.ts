@@ -31,7 +31,7 @@ import type { Tracing } from '../observability/tracing.js';
 import { isApiKey } from '../keys/format.js';
 import { normalizeTarget, type RouteMatcher } from '../routes/match.js';
 import { declaredParams, readQuery, type Params, type QueryFacts } from '../routes/query-params.js';
-import type { RouteSpec } from '../routes/table.js';
+import { registeredBy, type RouteSpec } from '../routes/table.js';
 import type { Tenant, TenantDirectory } from '../tenants/model.js';
 import { tenantGate, type Tenancy, type TenancySettings } from '../tenants/tenancy.js';
 import { contentEncodingRefusal, upstreamHeaders } from '../upstream/upstream-headers.js';
@@ -188,15 +188,20 @@ export function noBody(x: Exchange): StageResult {
 }
 
 const HEALTHY = Buffer.from('{"status":"healthy"}');
+const NO_RESULTS = Buffer.from('[]');
+
+/** Writes a `200` JSON answer the edge makes itself. */
+function answer(x: Exchange, body: Buffer): typeof ANSWERED {
+  x.status = 200;
+  x.res.writeHead(200, { ...x.headers, 'content-type': 'application/json', 'content-length': String(body.length), 'cache-control': 'no-store' });
+  x.res.end(body);
+  x.answeredBytes = body.length;
+  return ANSWERED;
+}
 
 /** Only `status`, from the active health checks of the tenant's brokers: their own /health is never relayed to anonymous callers. */
 export function health(x: Exchange, p: Parts): StageResult {
-  if (!p.proxy.reachable(x.openTenant!)) return edgeError('no_upstream');
-  x.status = 200;
-  x.res.writeHead(200, { ...x.headers, 'content-type': 'application/json', 'content-length': String(HEALTHY.length), 'cache-control': 'no-store' });
-  x.res.end(HEALTHY);
-  x.answeredBytes = HEALTHY.length;
-  return ANSWERED;
+  return p.proxy.reachable(x.openTenant!) ? answer(x, HEALTHY) : edgeError('no_upstream');
 }
 
 /**
@@ -248,8 +253,13 @@ export function authorize(x: Exchange): StageResult {
   return isAllowed(x.identity!.roles, x.route!.access) ? CONTINUE : roleRefusal(x.identity!);
 }
 
+/** Suspension and plan features, then whether the tenant's brokers register the route at all. */
 export function gates(x: Exchange): StageResult {
-  return tenantGate(x.tenant!, x.route!.feature) ?? CONTINUE;
+  const tenant = x.tenant!;
+  const r = x.route!;
+  const gated = tenantGate(tenant, r.feature);
+  if (gated !== null) return gated;
+  return registeredBy(r, tenant.brokerVersion) ? CONTINUE : edgeError('route_not_found', `route not registered by broker ${tenant.brokerVersion}`);
 }
 
 /** Read against the route's declared parameters, capped; the broker gets the edge's rebuild of it. */
@@ -404,6 +414,14 @@ function admission(x: Exchange, p: Parts, a: Admission): StageResult {
     x.hold(() => p.metrics.parked(tenantId, -1));
   }
   return CONTINUE;
+}
+
+/**
+ * An ack batch of no acknowledgements is answered here, as the seed's array in request order (an
+ * empty one): broker 0.15.1 never answers it, so the client would wait for the upstream timeout.
+ */
+export function emptyBatch(x: Exchange): StageResult {
+  return x.facts?.acks === 0 ? answer(x, NO_RESULTS) : CONTINUE;
 }
 
 /**

@@ -29,9 +29,11 @@ export function renderReference(routes: readonly RouteSpec[]): string {
     'A token passes when any of its roles is in the access set. `admin` is not a superset.',
     '',
     'Broker: which Queen broker versions answer the route. `0.15.1+`: broker 0.15.1 and later;',
-    '`none up to 0.15.1`: named by the broker contract but answered by no broker up to 0.15.1. The',
-    'edge checks and forwards these routes all the same (never as a long poll); a broker without the',
-    'route answers `404`. Operator-only and blocked routes are never forwarded.',
+    '`none up to 0.15.1`: named by the broker contract but answered by no broker up to 0.15.1. For a',
+    "tenant's brokers of `brokerVersion: 0.15.1` (the default) the edge answers these `404",
+    'route_not_found` itself, in its JSON shape (broker 0.15.1 answers a route it lacks in HTML); for',
+    '`brokerVersion: contract` it checks and forwards them (never as a long poll). Operator-only and',
+    'blocked routes are never forwarded.',
     '',
     '| Method | Path | Name | Access set | Feature | Lane | Metering | Broker |',
     '|---|---|---|---|---|---|---|---|',
@@ -47,6 +49,11 @@ export function renderReference(routes: readonly RouteSpec[]): string {
     );
   }
   lines.push(
+    '',
+    'Answered by the edge without asking a broker: an ack batch of no acknowledgements',
+    '(`"acknowledgments": []`, which broker 0.15.1 never answers) gets `200 []`, after admission; a',
+    'transaction of no operations gets `400 invalid_request` "operations array cannot be empty", as',
+    'broker 0.15.1 refuses it, with a `code`.',
     '',
     '## Query parameters',
     '',

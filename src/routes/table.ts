@@ -2,7 +2,7 @@
  * The route table (docs/reference.md) as data: every route the edge knows, with its access set and the flags the pipeline
  * branches on. Routes are data and one pipeline reads them; there are no per-route handlers.
  */
-import type { Feature, Role } from '../config/schema.js';
+import type { BrokerVersion, Feature, Role } from '../config/schema.js';
 
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE' | 'PATCH';
 
@@ -17,10 +17,18 @@ export type Exposure = 'tenant' | 'operator' | 'blocked';
 /**
  * Which brokers answer a route: `0.15.1` and later (test/routes/broker-contract.test.ts holds the
  * table to broker 0.15.1's own registration), or `none` up to 0.15.1 (a route the broker contract
- * names that no broker release answered yet: the edge still checks and forwards it, a broker
- * without it answers 404, and it never takes a parked slot or counts as a pop).
+ * names that no broker release answered yet: forwarded only to brokers of `brokerVersion:
+ * contract`, and it never takes a parked slot or counts as a pop).
  */
 export type BrokerSupport = '0.15.1' | 'none';
+
+/**
+ * True when brokers of `version` register `r`. Broker 0.15.1 answers a route it lacks with an HTML
+ * 404 a client cannot branch on, so the edge answers those itself.
+ */
+export function registeredBy(r: RouteSpec, version: BrokerVersion): boolean {
+  return r.broker !== 'none' || version === 'contract';
+}
 
 export interface RouteSpec {
   /** Stable name for logs and metrics (never the raw path). */

@@ -2,7 +2,7 @@
  * Runtime shapes of plans and tenants: compiled once from the config file (and later from Redis
  * records), frozen, and read by the pipeline without re-parsing.
  */
-import { MAX_HOST_LENGTH, type Feature, type RawPlan, type RawTenant, type RawTenantAuth } from '../config/schema.js';
+import { MAX_HOST_LENGTH, type BrokerVersion, type Feature, type RawPlan, type RawTenant, type RawTenantAuth } from '../config/schema.js';
 import { compileCorsPolicy, type CorsPolicy } from '../cors/policy.js';
 import { Interner, listKey } from '../cache/intern.js';
 
@@ -46,6 +46,8 @@ export interface Tenant {
   readonly brokers: readonly string[];
   /** The brokers scope data by `x-queen-tenant` (may be shared): every request carries it. */
   readonly tenancyAwareBrokers: boolean;
+  /** Which routes the brokers register: a route they do not is answered 404 by the edge. */
+  readonly brokerVersion: BrokerVersion;
   readonly cors: CorsPolicy;
   readonly boundedLoadFactor: number | null;
   /** The tenant's own token settings (docs/tenancy.md); null = global keys plus the tenant claim. */
@@ -96,10 +98,14 @@ export function sharedBrokers(brokers: readonly string[]): readonly string[] {
   return brokerLists.get(listKey(trimmed), () => Object.freeze(trimmed));
 }
 
-/** `auth` and `tenancyAwareBrokers` may be left out: no identity provider of its own, dedicated brokers. */
+/** `auth`, `tenancyAwareBrokers` and `brokerVersion` may be left out: no identity provider of its own, dedicated 0.15.1 brokers. */
 export function compileTenant(
   id: string,
-  raw: Omit<RawTenant, 'auth' | 'tenancyAwareBrokers'> & { readonly auth?: RawTenantAuth | null; readonly tenancyAwareBrokers?: boolean },
+  raw: Omit<RawTenant, 'auth' | 'tenancyAwareBrokers' | 'brokerVersion'> & {
+    readonly auth?: RawTenantAuth | null;
+    readonly tenancyAwareBrokers?: boolean;
+    readonly brokerVersion?: BrokerVersion;
+  },
   plan: Plan,
 ): Tenant {
   const hosts = raw.hosts.map(canonicalHost);
@@ -112,6 +118,7 @@ export function compileTenant(
     hosts: Object.freeze(hosts.length === 0 ? NO_HOSTS : hosts),
     brokers: sharedBrokers(raw.brokers),
     tenancyAwareBrokers: raw.tenancyAwareBrokers ?? false,
+    brokerVersion: raw.brokerVersion ?? '0.15.1',
     cors: sharedCorsPolicy(raw.cors.origins),
     boundedLoadFactor: raw.boundedLoadFactor,
     auth: raw.auth ? Object.freeze({ ...raw.auth }) : null,

@@ -162,6 +162,8 @@ export class TenantIndex implements Snapshot {
   readonly #withAuth = new Map<string, RawTenantAuth>();
   /** Broker URLs in force and how many tenants list each: what the broker health checks follow. */
   readonly brokerUrls = new Map<string, number>();
+  /** Plan ids with tenants in force and how many: the admin plan list reads it without walking the tenants. */
+  readonly planTenants = new Map<string, number>();
   /**
    * Broker URLs that came into force or left it since the store last told its subscribers, each
    * with whether it was in force then: what the broker health checks follow, in O(changed).
@@ -480,6 +482,7 @@ export class TenantIndex implements Snapshot {
       this.brokerUrls.set(url, n + 1);
     }
     if (raw.auth) this.#withAuth.set(id, raw.auth);
+    this.planTenants.set(tenant.plan.id, (this.planTenants.get(tenant.plan.id) ?? 0) + 1);
     this.placeStorage(id);
   }
 
@@ -505,6 +508,9 @@ export class TenantIndex implements Snapshot {
       } else this.brokerUrls.set(url, n);
     }
     this.#withAuth.delete(id);
+    const onPlan = (this.planTenants.get(tenant.plan.id) ?? 1) - 1;
+    if (onPlan === 0) this.planTenants.delete(tenant.plan.id);
+    else this.planTenants.set(tenant.plan.id, onPlan);
   }
 
   /** True when the version placed for `id` still holds everything `before` held (hosts, brokers, keys). */

@@ -50,6 +50,8 @@ export interface TenantStore extends TenantDirectory {
   storageBlocked(tenantId: string): boolean;
   /** The plan in force under an id (file or Redis record). */
   planById(id: string): Plan | undefined;
+  /** Plan ids with tenants in force and how many, kept as tenants are placed: no walk over the tenants. */
+  tenantsByPlan(): ReadonlyMap<string, number>;
   /** The tenant record in force (Redis record or file entry, before a status override), for the admin view. */
   recordOf(id: string): RawTenant | undefined;
   /** When a record's own `auth` was written as it is now (ms); undefined for file tenants and records written before this was kept. */
@@ -89,7 +91,7 @@ export interface TenantStore extends TenantDirectory {
    * reloadFile then swaps it in, unless the directory changed meanwhile (then it builds again).
    */
   prepareFile(file: FileDirectory, diff: FileDiff): Promise<FileDiff>;
-  /** File tenants whose record or status the admin API overrides. */
+  /** File tenants whose record or status the admin API overrides, or that it deleted. */
   overridden(): string[];
   /**
    * Calls `listener` after every change a reader can see (tenants, plans, storage), with what it
@@ -292,7 +294,7 @@ class Directory implements TenantStore {
   }
 
   overridden(): string[] {
-    const ids = new Set(this.#snap.fromRecord);
+    const ids = new Set([...this.#snap.fromRecord, ...this.#records.deleted]);
     for (const id in this.#records.status) ids.add(id);
     return [...ids].filter((id) => this.#file.tenants[id] !== undefined);
   }
@@ -395,6 +397,10 @@ class Directory implements TenantStore {
 
   storageBlocked(tenantId: string): boolean {
     return this.#snap.blocked.has(tenantId);
+  }
+
+  tenantsByPlan(): ReadonlyMap<string, number> {
+    return this.#snap.planTenants;
   }
 
   planById(id: string): Plan | undefined {

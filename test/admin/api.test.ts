@@ -18,7 +18,11 @@ const captured = capturingLogger('info');
 const logLines = captured.lines;
 
 function config(token: string | null = ADMIN_TOKEN) {
-  return testConfig([broker.url], { redis: { url: SHARED_REDIS_URL, keyPrefix: prefix, timeoutMs: 200 }, server: { admin: { token } } });
+  return testConfig([broker.url], {
+    redis: { url: SHARED_REDIS_URL, keyPrefix: prefix, timeoutMs: 200 },
+    server: { admin: { token } },
+    tenants: { acme: { brokerVersion: 'contract' } },
+  });
 }
 
 beforeAll(async () => {

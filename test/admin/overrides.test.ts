@@ -60,6 +60,19 @@ describe('tenant sources and reset to the file', () => {
     await h.app.reload(base);
   });
 
+  it("a file tenant deleted through the API is restored by reset: the file's entry applies again", async () => {
+    expect((await admin(h, 'DELETE', '/admin/v1/tenants/acme')).status).toBe(204);
+    expect((await admin(h, 'GET', '/admin/v1/tenants/acme')).status).toBe(404);
+    expect(await pushStatus(h)).not.toBe(201);
+
+    const reset = await runCli(h, 'tenants', 'reset', 'acme');
+    expect(reset).toMatchObject({ code: 0, out: 'tenant acme reset to the config file (active, plan test)\n' });
+    expect((await admin(h, 'GET', '/admin/v1/tenants/acme')).json.source).toEqual({ record: 'file', status: 'file', inFile: true, overridden: false });
+    expect(await pushStatus(h)).toBe(201);
+    // A tenant neither in force nor in the file is still no tenant to reset.
+    expect((await admin(h, 'DELETE', '/admin/v1/tenants/nobody/overrides')).status).toBe(404);
+  });
+
   it('a tenant created through the API has nothing to reset to: 400, it stays', async () => {
     expect(
       (await admin(h, 'PUT', '/admin/v1/tenants/solo', { body: { plan: 'test', brokers: ['http://127.0.0.1:1'], hosts: ['solo.localhost'] } })).status,

@@ -267,3 +267,40 @@ describe('a broker is dedicated to one tenant unless declared tenancy-aware', ()
     expect((await admin(edge, 'GET', '/admin/v1/tenants/longhost')).status).toBe(404);
   });
 });
+
+describe('the plan list', () => {
+  it('counts the tenants on each plan through creates, plan changes, suspensions and deletes, without a pass over the tenants', async () => {
+    const onTest = () => [...edge.app.tenants.all()].filter((t) => t.plan.id === 'test').length;
+    const listed = async () =>
+      Object.fromEntries(((await admin(edge, 'GET', '/admin/v1/plans')).json.plans as Array<{ id: string; tenants: number }>).map((p) => [p.id, p.tenants]));
+    const plan = (await admin(edge, 'GET', '/admin/v1/plans/test')).json;
+    const { id: _id, ...testPlan } = plan;
+    expect((await admin(edge, 'PUT', '/admin/v1/plans/counted', { body: testPlan })).status).toBe(200);
+    const start = onTest();
+    // Every pass over the tenants reads this iterator: none may happen from here on.
+    const all = vi.spyOn(edge.app.tenants, 'all');
+    try {
+      expect(await listed()).toEqual({ test: start });
+      const put = async (id: string, planId: string) =>
+        expect((await admin(edge, 'PUT', `/admin/v1/tenants/${id}`, { body: tenantBody([`${id}.localhost`], [b1.url], { plan: planId }) })).status).toBe(200);
+      await put('plan-a', 'test');
+      await put('plan-b', 'counted');
+      expect(await listed()).toEqual({ test: start + 1, counted: 1 });
+      await put('plan-a', 'counted');
+      expect(await listed()).toEqual({ test: start, counted: 2 });
+      expect((await admin(edge, 'POST', '/admin/v1/tenants/plan-b/suspend')).status).toBe(200);
+      // A plan record changed: every tenant on it is placed again, and counted once.
+      expect((await admin(edge, 'PUT', '/admin/v1/plans/counted', { body: { ...testPlan, features: ['kv'] } })).status).toBe(200);
+      expect(await listed()).toEqual({ test: start, counted: 2 });
+      expect((await admin(edge, 'DELETE', '/admin/v1/tenants/plan-b')).status).toBe(204);
+      expect(await listed()).toEqual({ test: start, counted: 1 });
+      expect((await admin(edge, 'DELETE', '/admin/v1/tenants/plan-a')).status).toBe(204);
+      // A plan of no file and no tenant is not listed (as before).
+      expect(await listed()).toEqual({ test: start });
+      expect(all).not.toHaveBeenCalled();
+    } finally {
+      all.mockRestore();
+    }
+    expect(onTest()).toBe(start);
+  });
+});

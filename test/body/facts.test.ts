@@ -64,6 +64,7 @@ describe('body facts', () => {
     );
     expect(r).toEqual({ messages: 3, firstItem: { queue: 'a', payload: 1 }, leaseId: 'L1', acks: 2 });
     expect(isEdgeError(transactionFacts(b({ operations: [{ type: 'push', items: 1 }] })))).toBe(true);
+    expect(transactionFacts(b({ operations: [] }))).toMatchObject({ code: 'invalid_request', message: 'operations array cannot be empty' });
   });
 
   it('reads the lease and the number of acknowledgements of an ack and of an ack batch', () => {

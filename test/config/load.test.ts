@@ -3,7 +3,16 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseDocument, stringify } from 'yaml';
-import { ConfigError, duplicateJsonKey, keepForReloads, loadConfigFile, loadConfigFileOffThread, parseConfig, substituteEnv } from '../../src/config/load.js';
+import {
+  ConfigError,
+  configReader,
+  duplicateJsonKey,
+  keepForReloads,
+  loadConfigFile,
+  loadConfigFileOffThread,
+  parseConfig,
+  substituteEnv,
+} from '../../src/config/load.js';
 import { compileTables } from '../../src/tables.js';
 import { changesOf, tenantIds } from '../../src/config/tenant-ids.js';
 import { linesById, tenantTexts } from '../../src/config/tenant-texts.js';
@@ -273,6 +282,24 @@ describe('configuration', () => {
     expect(changesOf(third.tenants)).toEqual({ base: started.tenants, changed: [] });
     expect(third.tenants.t0).toBe(started.tenants.t0);
   });
+
+  it('a reader thread that dies fails the read on it and the one queued behind it, each with a clear error; the next read starts a new thread', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'qe-cfg-'));
+    const file = join(dir, 'c.json');
+    await writeFile(file, JSON.stringify({ ...minimal, tenants: { a: { plan: 'free', brokers: ['http://127.0.0.1:1'] } } }));
+    await loadConfigFileOffThread(file, {});
+    const dying = configReader()!;
+    const inFlight = loadConfigFileOffThread(file, {});
+    const queued = loadConfigFileOffThread(file, {});
+    const ended = dying.terminate();
+    await expect(inFlight).rejects.toThrow('configuration reader thread exited with code 1 during the read; the next read starts a new one');
+    // Without the check, this read was posted to the dead thread and never settled.
+    await expect(queued).rejects.toThrow('configuration reader thread exited before this read began; the next read starts a new one');
+    await ended;
+    expect(await loadConfigFileOffThread(file, {})).toEqual(await loadConfigFile(file, {}));
+    expect(configReader()).not.toBeNull();
+    expect(configReader()).not.toBe(dying);
+  }, 8000);
 
   it('keeps tenants as shared text, one line each, whatever their ids hold', () => {
     const tenants = { plain: { plan: 'a' }, 'tab\there': { plan: 'b' }, 'line\n"q"': { plan: 'c' } } as unknown as Record<string, RawTenant>;

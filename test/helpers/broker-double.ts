@@ -13,6 +13,9 @@
  * - Parked long polls re-check on push, configure, ack and transaction, not when a lease expires.
  * - `subscriptionMode`/`subscriptionFrom` are ignored: every cursor starts at the first message.
  * - An `autoAck` pop holds no lease, so it answers `leaseId: null`.
+ *
+ * Quirks of broker 0.15.1 it keeps: an ack batch of no acknowledgements is accepted and never
+ * answered; a transaction of no operations is `400 {"error":"operations array cannot be empty"}`.
  */
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
@@ -608,6 +611,8 @@ interface Exchange {
 type Options = BrokerDoubleOptions & Required<Pick<BrokerDoubleOptions, 'port' | 'pushStatus' | 'emptyPopMode' | 'defaultTimeoutMs' | 'cors'>>;
 
 const NOT_FOUND: Reply = { status: 404, body: { error: 'not found' } };
+/** A request the broker accepts and never answers. */
+const NO_ANSWER: Reply = { status: 0, body: null };
 
 class QueenBrokerDouble implements BrokerDouble {
   readonly requests: RecordedRequest[] = [];
@@ -769,6 +774,8 @@ class QueenBrokerDouble implements BrokerDouble {
       this.#pop(ex, outcome);
       return;
     }
+    // Left unsettled, as a hang: a client that gives up is recorded as an abort.
+    if (outcome === NO_ANSWER) return;
     this.#sendJson(ex, outcome);
     if (outcome.mutated) this.#wake();
   }
@@ -892,6 +899,7 @@ class QueenBrokerDouble implements BrokerDouble {
     if (batch) {
       if (!Array.isArray(body.acknowledgments)) return { status: 400, body: { error: 'acknowledgments must be an array' } };
       acks = body.acknowledgments;
+      if (acks.length === 0) return NO_ANSWER;
       if (typeof body.consumerGroup === 'string') group = body.consumerGroup;
     }
     return { status: 200, body: applyAcks(this.#state, acks, group, Date.now()), mutated: true };
@@ -918,6 +926,7 @@ class QueenBrokerDouble implements BrokerDouble {
     if (!parsed.ok) return { status: 400, body: { error: parsed.error } };
     const body = asRecord(parsed.value);
     if (!body || !Array.isArray(body.operations)) return { status: 400, body: { error: 'operations must be an array' } };
+    if (body.operations.length === 0) return { status: 400, body: { error: 'operations array cannot be empty' } };
     const required: unknown = body.requiredLeases ?? [];
     if (!Array.isArray(required) || !required.every((id) => typeof id === 'string')) {
       return { status: 400, body: { error: 'requiredLeases must be an array of lease ids' } };

@@ -8,7 +8,7 @@
 import type http2 from 'node:http2';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
-import { call, h2Session, h2Settled, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness } from '../helpers/edge.js';
+import { SHORT_DEADLINES, call, h2Session, h2Settled, startEdge, testConfig, token, TEST_PLAN, type EdgeHarness } from '../helpers/edge.js';
 import { waitForEvent } from '../helpers/wait.js';
 
 const KiB = 1024;
@@ -25,7 +25,13 @@ beforeAll(async () => {
   const tenant = (plan: string) => ({ plan, hosts: [`${plan}.localhost`], brokers: [broker.url], tenancyAwareBrokers: true });
   edge = await startEdge(
     testConfig([broker.url], {
-      server: { bodyBudget: { perTenantBytes: 64 * KiB, perProcessBytes: 96 * KiB, deadlineMs: DEADLINE_MS } },
+      // A stream refused from its head waits for its body to drop it (up to 64 KiB), so one held back
+      // ends at the request deadline: short here, after the body deadline the admitted ones meet.
+      server: {
+        ...SHORT_DEADLINES,
+        requestTimeoutMs: 3 * DEADLINE_MS,
+        bodyBudget: { perTenantBytes: 64 * KiB, perProcessBytes: 96 * KiB, deadlineMs: DEADLINE_MS },
+      },
       plans: {
         test: TEST_PLAN,
         narrow: { ...TEST_PLAN, limits: { ...TEST_PLAN.limits, requestBurst: 3 } },

@@ -183,7 +183,7 @@ describe('limits through the proxy (Redis)', () => {
       expectRateLimited(await txn(100), 2);
       expectRateLimited(await c.push(100), 2);
       // A transaction that pushes nothing costs no messages.
-      expect((await c.send('POST', '/api/v1/transaction', { operations: [] })).status).not.toBe(429);
+      expect((await c.send('POST', '/api/v1/transaction', { operations: [{ type: 'push', items: [] }] })).status).not.toBe(429);
     });
   });
 

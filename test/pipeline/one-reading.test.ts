@@ -34,6 +34,8 @@ describe('queries, headers and routes', () => {
             quotas: { ...TEST_PLAN.quotas, messagesPerMonth: 10 },
           },
         },
+        // The double registers every route of the broker contract.
+        tenants: { acme: { brokerVersion: 'contract' } },
       }),
     );
     rw = await token({ roles: ['read-write'], tenant: 'acme' });
@@ -141,6 +143,7 @@ describe('storage gate on every write route', () => {
       redis: { url: SHARED_REDIS_URL, keyPrefix: prefix, timeoutMs: 1000 },
       upstream: { healthIntervalMs: 1000, healthTimeoutMs: 2000, downAfter: 3 },
       plans: { test: { ...TEST_PLAN, features: ALL_FEATURES, storageBytes: 1000 } },
+      tenants: { acme: { brokerVersion: 'contract' } },
     });
     edge = await startEdge(config);
     admin = await createTenantStore(config, { log: silentLogger() });

@@ -31,6 +31,8 @@ beforeAll(async () => {
     upstream: { healthIntervalMs: 1000, healthTimeoutMs: 2000, downAfter: 3 },
     server: { admin: { token: ADMIN_TOKEN } },
     plans: { test: { ...TEST_PLAN, storageBytes: 1000 } },
+    // The double registers the broker contract's routes beyond 0.15.1 (retry, replay).
+    tenants: { acme: { brokerVersion: 'contract' } },
   });
   edge = await startEdge(config);
   twin = await startEdge(config);

@@ -8,7 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import { compileRoutes } from '../../src/routes/match.js';
 import { declaredParams } from '../../src/routes/query-params.js';
-import { ROUTES, type Exposure } from '../../src/routes/table.js';
+import { registeredBy, ROUTES, type Exposure } from '../../src/routes/table.js';
 
 /** `edge`: no route of the table; the edge answers itself (404, or a CORS preflight) and forwards nothing. */
 type Decision = Exposure | `tenant:${string}` | 'edge';
@@ -118,6 +118,14 @@ describe('the route table against broker 0.15.1', () => {
   it('a route no known broker answers takes no parked slot and is not metered as a pop', () => {
     for (const r of ROUTES.filter((x) => x.broker === 'none')) expect([r.name, r.longPoll, r.meter === 'pop']).toEqual([r.name, false, false]);
     expect(matcher.match('GET', '/api/v1/pop')!.route).toMatchObject({ name: 'pop.namespace', broker: 'none', longPoll: false, meter: 'none' });
+  });
+
+  it('brokers of 0.15.1 register exactly the routes of 0.15.1; brokers of the whole contract every route', () => {
+    for (const r of ROUTES) {
+      expect([r.name, registeredBy(r, '0.15.1')]).toEqual([r.name, r.broker === '0.15.1']);
+      expect([r.name, registeredBy(r, 'contract')]).toEqual([r.name, true]);
+    }
+    expect(registeredBy(matcher.match('GET', '/api/v1/pop')!.route, '0.15.1')).toBe(false);
   });
 
   it('seek has the access set of subscription; the parked-replicas read is analytics for read roles', () => {

@@ -81,6 +81,7 @@ describe('BrokerAddresses', () => {
       hosts: [],
       brokers: [broker],
       tenancyAwareBrokers,
+      brokerVersion: '0.15.1',
       cors: { origins: [] },
       boundedLoadFactor: null,
       auth: null,

@@ -55,6 +55,7 @@ const tenant = (brokers: string[], tenancyAwareBrokers = false): RawTenant => ({
   hosts: [],
   brokers,
   tenancyAwareBrokers,
+  brokerVersion: '0.15.1',
   cors: { origins: [] },
   boundedLoadFactor: null,
   auth: null,

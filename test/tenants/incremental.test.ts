@@ -15,6 +15,7 @@ const tenant = (hosts: string[], over: Partial<RawTenant> = {}): RawTenant => ({
   hosts,
   brokers: ['http://127.0.0.1:1'],
   tenancyAwareBrokers: true,
+  brokerVersion: '0.15.1',
   cors: { origins: [] },
   boundedLoadFactor: null,
   auth: null,

@@ -16,6 +16,7 @@ const tenant = (hosts: string[], plan = 'free', brokers = ['http://127.0.0.1:1']
   hosts,
   brokers,
   tenancyAwareBrokers: true,
+  brokerVersion: '0.15.1',
   cors: { origins: [] },
   boundedLoadFactor: null,
   auth: null,

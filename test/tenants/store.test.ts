@@ -18,11 +18,12 @@ function config(prefix: string, url: string | null = null): RawConfig {
   return parseConfig({
     redis: { url, keyPrefix: prefix },
     plans: { free: PLAN },
-    tenants: { base: { plan: 'free', hosts: ['base.example.com'], brokers: ['http://127.0.0.1:6632'] } },
+    tenants: { base: baseTenant },
   });
 }
 
 const acme = { plan: 'free', hosts: ['acme.example.com'], brokers: ['http://10.0.0.1:6632/'] };
+const baseTenant = { plan: 'free', hosts: ['base.example.com'], brokers: ['http://127.0.0.1:6632'] };
 
 describe('tenant store on Redis', () => {
   const prefix = uniquePrefix();
@@ -176,6 +177,23 @@ describe('tenant store safety net and static mode', () => {
     expect(diff.changed).toEqual(['acme']);
     expect(s.reloadFile({ ...cfg, tenants }, diff)).toEqual({ ok: true });
     expect(s.byHost('acme.example.com')?.id).toBe('acme');
+    await s.close();
+  });
+
+  it('counts the tenants on each plan through reloads: placed one by one, and after a full build', async () => {
+    const cfg = parseConfig({ plans: { free: PLAN, pro: PLAN }, tenants: { base: baseTenant, acme } });
+    const s = await createTenantStore(cfg, { log: silentLogger() });
+    const counts = () => Object.fromEntries(s.tenantsByPlan());
+    expect(counts()).toEqual({ free: 2 });
+    // One tenant moves to pro: placed alone.
+    const moved = { ...cfg, tenants: { ...cfg.tenants, acme: { ...cfg.tenants.acme!, plan: 'pro' } } };
+    expect(s.reloadFile(moved, await s.diffFile(moved))).toEqual({ ok: true });
+    expect(counts()).toEqual({ free: 1, pro: 1 });
+    // A plan changed: every tenant is built again, each counted once; a removed tenant is not.
+    const { acme: _gone, ...rest } = moved.tenants;
+    const rebuilt = { ...moved, plans: { ...moved.plans, pro: { ...PLAN, storageBytes: 5 } }, tenants: rest };
+    expect(s.reloadFile(rebuilt, await s.diffFile(rebuilt))).toEqual({ ok: true });
+    expect(counts()).toEqual({ free: 1 });
     await s.close();
   });
 
