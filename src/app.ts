@@ -28,7 +28,11 @@ import { compileRoutes, type RouteMatcher } from './routes/match.js';
 import type { RouteSpec } from './routes/table.js';
 import { createPipeline, pipelineSettings } from './pipeline.js';
 import { connectRedis, credentialsRefused, useCredentials, whenReady, type RedisClient } from './redis/connection.js';
-import { createTenantStore, type FileDiff, type TenantStore } from './tenants/store.js';
+import { createTenantStore, type FileDiff, type StoreBacking, type TenantStore } from './tenants/store.js';
+import { openStore, type Store } from './store/connection.js';
+import { ChangeFeed, latestChange } from './store/changes.js';
+import { ChangePokes } from './store/pokes.js';
+import { directoryKeys } from './redis/keys.js';
 import { createApiKeyStore, fileKeyRecords, type ApiKeyStore } from './keys/store.js';
 import { ApiKeyVerifier } from './keys/verifier.js';
 import { createClusters, type Clusters } from './upstream/clusters.js';
@@ -84,6 +88,8 @@ interface Parts {
   readonly routeTable: readonly RouteSpec[];
   /** One Redis connection for the limiter and the tenant store; null = in-memory, one instance. */
   readonly redis: RedisClient | null;
+  /** The durable store (store.url) and the process's one change feed over it; null without a store. */
+  readonly durable: Durable | null;
   readonly tenants: TenantStore;
   readonly verifiers: TenantVerifiers;
   readonly apiKeys: ApiKeyStore;
@@ -97,6 +103,16 @@ interface Parts {
   readonly meter: Meter;
   readonly reloads: ReloadHistory;
   readonly metrics: EdgeMetrics;
+}
+
+/**
+ * The durable store's parts: the pool, the one change feed every record kind subscribes to (tenants
+ * and plans here; keys: `key:`), the pokes that make peers read it now, and where the feed starts.
+ */
+interface Durable extends StoreBacking {
+  readonly pokes: ChangePokes;
+  /** The log's position before any initial read: changes after it are handed over again (reads are idempotent). */
+  readonly fromSeq: number;
 }
 
 /** What changes at run time, read by the admin handler's readiness and plan ids. */
@@ -189,7 +205,7 @@ async function buildParts(config: RawConfig, opts: AppOptions, certificates: Lis
 async function buildDirectory(
   config: RawConfig,
   opts: AppOptions,
-): Promise<Pick<Parts, 'config' | 'log' | 'clock' | 'brokerAddresses' | 'routeTable' | 'redis' | 'tenants'>> {
+): Promise<Pick<Parts, 'config' | 'log' | 'clock' | 'brokerAddresses' | 'routeTable' | 'redis' | 'durable' | 'tenants'>> {
   const log = opts.log ?? processLogger(config.log);
   const clock = opts.clock ?? Date.now;
   const brokerAddresses = new BrokerAddresses();
@@ -199,13 +215,44 @@ async function buildDirectory(
   const redis = connectRedis(config.redis);
   if (redis) await whenReady(redis, 2000);
   else log.info('no redis configured: limits, tenants and usage are in memory (one instance only)');
+  const durable = await openDurable(config, redis, log);
   const tenants = await createTenantStore(config, {
     log,
     ...(redis ? { redis } : {}),
+    ...(durable ? { store: durable } : {}),
     memoryOverrides: opts.memoryOverrides === true,
     addresses: brokerAddresses,
   });
-  return { config, log, clock, brokerAddresses, routeTable, redis, tenants };
+  return { config, log, clock, brokerAddresses, routeTable, redis, durable, tenants };
+}
+
+/**
+ * Opens the store when store.url is set, and its change feed. An edge with a store reads its
+ * records from it at start, so a store that cannot be reached fails the start (docs/store.md).
+ */
+async function openDurable(config: RawConfig, redis: RedisClient | null, log: Logger): Promise<Durable | null> {
+  let store: Store | null;
+  let fromSeq = 0;
+  try {
+    store = await openStore(config.store.url ? { url: config.store.url, schema: config.store.schema, timeoutMs: config.store.timeoutMs } : null, log);
+    if (store) fromSeq = await latestChange(store);
+  } catch (err) {
+    throw new StoreStartError(err);
+  }
+  if (!store) return null;
+  const feed = new ChangeFeed(store, log);
+  const pokes = new ChangePokes(redis, directoryKeys(config.redis.keyPrefix).changes, feed, log);
+  return { store, feed, pokes, fromSeq, announce: (seq, subject) => pokes.announce(seq, subject) };
+}
+
+/** The start failed: store.url is set but the store could not be read (the CLI prints the message alone). */
+export class StoreStartError extends Error {
+  constructor(cause: unknown) {
+    super(
+      `store.url is set but the durable store could not be opened (${(cause as Error)?.message ?? String(cause)}): an edge with a store reads its records from it at start; start PostgreSQL or correct store.url (docs/store.md)`,
+      { cause },
+    );
+  }
 }
 
 /** The exact limiter, or the leased one over it (limits.mode: leased, with Redis). */
@@ -236,6 +283,7 @@ function buildMetrics(p: Omit<Parts, 'metrics'>, certificates: Listeners['certif
       usage: () => meter.lifetime(),
       flush: () => meter.stats(),
       jwksFailures: () => verifiers.jwksFailures(),
+      storeUp: () => p.durable?.store.available ?? null,
       certificates,
     },
     undefined,
@@ -321,6 +369,10 @@ async function startParts(p: Parts): Promise<void> {
   await Promise.all([p.verifiers.start(), p.limiter.start()]);
   p.clusters.start(tenants.all());
   syncVerifiers(p);
+  if (p.durable) {
+    await p.durable.pokes.start(p.config.redis.cluster);
+    p.durable.feed.start(p.durable.fromSeq);
+  }
   // Brokers and tenant keys follow the directory: new brokers are probed, removed ones stop being
   // probed and lose their pools, and the verifiers and JWKS sets of removed or re-keyed tenants
   // are dropped. A change names what it touched: the broker URLs that came or went (new tenants
@@ -438,7 +490,10 @@ async function closeParts(p: Parts): Promise<void> {
   await p.meter.close();
   p.verifiers.close();
   await p.clusters.close();
+  p.durable?.pokes.close();
+  await p.durable?.feed.stop();
   await Promise.all([p.limiter.close(), p.pools.close(), p.tenants.close(), p.apiKeys.close()]);
+  await p.durable?.store.close();
   const redis = p.redis;
   if (redis) await redis.quit().catch(() => redis.disconnect());
   // The log is written asynchronously: the last lines must not be lost on exit.

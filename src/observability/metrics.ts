@@ -53,6 +53,8 @@ export interface MetricSources {
   certificates?(): readonly { readonly certificate: string; readonly names: string; readonly notAfterMs: number }[];
   /** Failed JWKS fetches by JWKS URL, since the start (auth/jwt.ts); absent: the family stays empty. */
   jwksFailures?(): ReadonlyMap<string, number>;
+  /** Whether the durable store answered its last statement; null or absent: no store configured, the family stays empty. */
+  storeUp?(): boolean | null;
   /** Configuration reloads (reloads.ts); absent: the reload families stay empty. */
   reloads?(): {
     readonly lastAtMs: number;
@@ -304,6 +306,17 @@ function registerStateFamilies(registry: Registry, sources: MetricSources, t: Re
     collect() {
       this.reset();
       for (const c of sources.brokers()) for (const b of c.brokers) this.set({ broker: redactUserInfo(b.url) }, b.healthy ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'queen_edge_store_up',
+    help: 'Whether the durable store (store.url) answered its last statement (1) or not (0); absent without a store. While 0, admin writes answer 503 store_unavailable.',
+    registers: [registry],
+    aggregator: 'min',
+    collect() {
+      this.reset();
+      const up = sources.storeUp?.() ?? null;
+      if (up !== null) this.set(up ? 1 : 0);
     },
   });
   new Gauge({
