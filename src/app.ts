@@ -340,7 +340,10 @@ function buildAdminDeps(p: Parts, live: LiveState, metricsText: () => Promise<st
     usage: (id, from, to) => meter.usage(id, from, to),
     brokers: (page) => clusters.snapshot(page),
     maintenance: createBrokerMaintenance({ minter: p.minter, timeoutMs: config.upstream.requestTimeoutMs }),
-    readiness: { notReadyReason: () => notReadyReason(p, live) },
+    readiness: {
+      notReadyReason: () => notReadyReason(p, live),
+      degraded: () => (p.durable && !p.durable.store.available ? [STORE_DEGRADED] : []),
+    },
     usageExport: { flush: () => meter.flush(), read: (id, from, to) => p.usageStore.read(id, from, to) },
     stats: createLiveStats(metricsText, { redisConfigured: p.redis !== null, failMode: config.redis.failMode }, clock),
     planIds: () => Object.keys(live.current.plans),
@@ -350,6 +353,9 @@ function buildAdminDeps(p: Parts, live: LiveState, metricsText: () => Promise<st
     clock,
   };
 }
+
+/** What /readyz says while the store is away. */
+const STORE_DEGRADED = 'store unavailable: serving from memory, admin writes refused (503 store_unavailable)';
 
 /**
  * Why this instance is not ready, or null. Redis down makes an instance unready only in failMode

@@ -69,6 +69,13 @@ export class Store {
     return this.#tracked(async () => {
       const client = await reached(this.#pool.connect());
       let broken: Error | undefined;
+      // The pool listens for errors of idle connections only: one lost while checked out must not
+      // become an uncaught 'error' event (the statement in progress fails on its own).
+      const lost = (err: Error): void => {
+        broken = new StoreUnavailableError(err);
+        this.#mark(false);
+      };
+      client.on('error', lost);
       try {
         await reached(client.query('BEGIN'));
         const result = await work({ query: async (text, params = []) => (await reached(client.query(text, params as unknown[]))).rows });
@@ -80,6 +87,7 @@ export class Store {
         throw err;
       } finally {
         // A connection that failed mid-transaction is discarded rather than handed to the next caller.
+        client.off('error', lost);
         client.release(broken instanceof StoreUnavailableError ? broken : undefined);
       }
     });
