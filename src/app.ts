@@ -252,6 +252,7 @@ export class StoreStartError extends Error {
       `store.url is set but the durable store could not be opened (${(cause as Error)?.message ?? String(cause)}): an edge with a store reads its records from it at start; start PostgreSQL or correct store.url (docs/store.md)`,
       { cause },
     );
+    this.name = 'StoreStartError';
   }
 }
 

@@ -76,6 +76,97 @@ export function redisWrite(redis: RedisClient, k: DirectoryKeys, w: RecordWrite)
   return m;
 }
 
+/** Keys per MGET of a full load. */
+const MGET_BATCH = 1000;
+
+/** Every record in Redis, and the directory version they were read at. */
+export async function loadFromRedis(redis: RedisClient, k: DirectoryKeys): Promise<{ readonly version: number; readonly records: RedisRecords }> {
+  const first = await redis
+    .pipeline()
+    .get(k.version)
+    .smembers(k.tenants)
+    .smembers(k.plans)
+    .smembers(k.deleted)
+    .hgetall(k.status)
+    .hgetall(k.storage)
+    .hgetall(k.authSince)
+    .exec();
+  const [version, tenantIds, planIds, deleted, status, storage, authSince] = (first ?? []).map(([err, value]) => {
+    if (err) throw err;
+    return value;
+  }) as [string | null, string[], string[], string[], Record<string, string>, Record<string, string>, Record<string, string>];
+  // Every directory key shares the {dir} hash tag, so MGET serves Redis Cluster too; in batches,
+  // so no one reply holds Redis or this event loop long.
+  const keys = [...tenantIds.map((id) => k.tenant(id)), ...planIds.map((id) => k.plan(id))];
+  const values: (string | null)[] = [];
+  for (let i = 0; i < keys.length; i += MGET_BATCH) values.push(...(await redis.mget(keys.slice(i, i + MGET_BATCH))));
+  const zip = (ids: string[], offset: number): Map<string, string> => {
+    const m = new Map<string, string>();
+    ids.forEach((id, i) => {
+      const v = values[offset + i];
+      if (typeof v === 'string') m.set(id, v);
+    });
+    return m;
+  };
+  return {
+    version: Number(version ?? 0),
+    records: { tenants: zip(tenantIds, 0), plans: zip(planIds, tenantIds.length), deleted: new Set(deleted), status, storage, authSince },
+  };
+}
+
+/** What a copy into the store found for each record: written, already there alike, or there and different (the store's kept). */
+export interface CopyReport {
+  readonly copied: number;
+  readonly same: number;
+  readonly kept: number;
+}
+
+/**
+ * Copies Redis's directory records (tenants, plans, tombstones, overrides, auth ages) into the
+ * store, in one transaction, each copied record with its change. Idempotent: a record the store
+ * already holds is left as it is (counted `same` or `kept`), so a second run copies nothing.
+ */
+export async function copyRecordsToStore(redis: RedisClient, k: DirectoryKeys, store: Store, actor = 'migrate'): Promise<CopyReport> {
+  const { records: r } = await loadFromRedis(redis, k);
+  const ids = new Set([...r.tenants.keys(), ...r.deleted, ...Object.keys(r.status), ...Object.keys(r.storage), ...Object.keys(r.authSince ?? {})]);
+  return store.transaction(async (tx) => {
+    const counts = { copied: 0, same: 0, kept: 0 };
+    const copy = async (subject: string, insert: () => Promise<unknown[]>, same: () => Promise<unknown[]>): Promise<void> => {
+      if ((await insert()).length > 0) {
+        counts.copied++;
+        await appendChange(tx, store.schema, { actor, subject, action: 'migrate' });
+      } else if ((await same()).length > 0) counts.same++;
+      else counts.kept++;
+    };
+    for (const id of [...ids].sort()) {
+      const p = [id, r.tenants.get(id) ?? null, r.deleted.has(id), r.status[id] ?? null, r.storage[id] ?? null, r.authSince?.[id] ?? null];
+      await copy(
+        `tenant:${id}`,
+        () =>
+          tx.query(
+            `INSERT INTO tenant_records (id, record, deleted, status, storage_bytes, auth_since) VALUES ($1, $2::jsonb, $3, $4, $5, $6)
+             ON CONFLICT (id) DO NOTHING RETURNING id`,
+            p,
+          ),
+        () =>
+          tx.query(
+            `SELECT id FROM tenant_records WHERE id = $1 AND record IS NOT DISTINCT FROM $2::jsonb AND deleted = $3
+               AND status IS NOT DISTINCT FROM $4 AND storage_bytes IS NOT DISTINCT FROM $5::bigint AND auth_since IS NOT DISTINCT FROM $6::bigint`,
+            p,
+          ),
+      );
+    }
+    for (const [id, record] of [...r.plans].sort(([a], [b]) => a.localeCompare(b))) {
+      await copy(
+        `plan:${id}`,
+        () => tx.query('INSERT INTO plan_records (id, record) VALUES ($1, $2::jsonb) ON CONFLICT (id) DO NOTHING RETURNING id', [id, record]),
+        () => tx.query('SELECT id FROM plan_records WHERE id = $1 AND record = $2::jsonb', [id, record]),
+      );
+    }
+    return counts;
+  });
+}
+
 /** A tenant_records row as read (bigints as text, the record as JSON text). */
 interface TenantRow {
   readonly id: string;

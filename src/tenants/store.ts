@@ -39,7 +39,7 @@ import { brokerChange, brokersSwapped, type BrokerChange } from './broker-moves.
 import { changesOf, eachTenant, runSteps, stepInSlices, tenantIds } from '../config/tenant-ids.js';
 import type { Store } from '../store/connection.js';
 import type { Change, ChangeFeed } from '../store/changes.js';
-import { applyWrite, loadFromStore, readFromStore, redisWrite, subjectOf, writeToStore, type RecordWrite } from './records.js';
+import { applyWrite, loadFromRedis, loadFromStore, readFromStore, redisWrite, subjectOf, writeToStore, type RecordWrite } from './records.js';
 
 /**
  * The outcome of a write: validation problems are values, listed by path. `conflict`: the
@@ -708,39 +708,10 @@ class Directory implements TenantStore {
       this.#messages = run.catch(() => {});
       return run;
     }
-    const redis = this.#redis!;
-    const k = this.#keys;
-    const first = await redis
-      .pipeline()
-      .get(k.version)
-      .smembers(k.tenants)
-      .smembers(k.plans)
-      .smembers(k.deleted)
-      .hgetall(k.status)
-      .hgetall(k.storage)
-      .hgetall(k.authSince)
-      .exec();
-    const [version, tenantIds, planIds, deleted, status, storage, authSince] = (first ?? []).map(([err, value]) => {
-      if (err) throw err;
-      return value;
-    }) as [string | null, string[], string[], string[], Record<string, string>, Record<string, string>, Record<string, string>];
-    // Every directory key shares the {dir} hash tag, so MGET serves Redis Cluster too; in batches,
-    // so no one reply holds Redis or this event loop long.
-    const keys = [...tenantIds.map((id) => k.tenant(id)), ...planIds.map((id) => k.plan(id))];
-    const values: (string | null)[] = [];
-    for (let i = 0; i < keys.length; i += MGET_BATCH) values.push(...(await redis.mget(keys.slice(i, i + MGET_BATCH))));
-    const zip = (ids: string[], offset: number): Map<string, string> => {
-      const m = new Map<string, string>();
-      ids.forEach((id, i) => {
-        const v = values[offset + i];
-        if (typeof v === 'string') m.set(id, v);
-      });
-      return m;
-    };
-    this.#version = Number(version ?? 0);
-    const tenants = zip(tenantIds, 0);
-    await this.#addresses.learn(brokerUrlsOf(tenants.values()));
-    await this.#applyRecords({ tenants, plans: zip(planIds, tenantIds.length), deleted: new Set(deleted), status, storage, authSince });
+    const { version, records } = await loadFromRedis(this.#redis!, this.#keys);
+    this.#version = version;
+    await this.#addresses.learn(brokerUrlsOf(records.tenants.values()));
+    await this.#applyRecords(records);
   }
 
   /**
@@ -847,9 +818,6 @@ class Directory implements TenantStore {
 
 /** Periods between two full reads of the directory (the others only check its version). */
 const FULL_EVERY = 6;
-
-/** Keys per MGET of a full load. */
-const MGET_BATCH = 1000;
 
 /** Builds the store: Redis-backed (started: subscribed, loaded, refreshing) or the file alone. */
 export async function createTenantStore(cfg: TenantStoreSettings, deps: TenantStoreDeps): Promise<TenantStore> {
