@@ -1,5 +1,5 @@
 /**
- * The tenant directory with Redis overrides. The config file's plans and tenants are the base;
+ * The tenant directory with the admin API's records over the file (in the store, or Redis). The config file's plans and tenants are the base;
  * Redis records (layout in src/redis/keys.ts) override them, tombstones hide them, and a status hash
  * suspends or resumes either; snapshot.ts's TenantIndex turns those inputs into one validated
  * directory, and judges admin writes the same way. Lookups are sync and O(1). A change to one
@@ -8,6 +8,11 @@
  * that missed messages) builds a new index in slices that yield to the event loop and swaps it in
  * (docs/tenancy.md, "Many tenants"). onChange subscribers (broker health, tenant verifiers) hear
  * of every change with the tenants it touched.
+ *
+ * With a durable store (store.url) the records live there instead (src/tenants/records.ts): each
+ * write is one transaction with its change-log entry, peers are poked over Redis, and every
+ * instance, the writer too, places changes as its one change feed reads them from the log; Redis
+ * then holds no record (docs/store.md). Without one, as follows.
  *
  * A change reaches every instance within a second through pub/sub on `<prefix>changes` (separate
  * subscriber connection): each message names the tenant (or plan) and the directory version its

@@ -10,7 +10,7 @@ import { EXPORT_COLUMNS } from '../../src/metering/export.js';
 import { renderReference } from '../../src/routes/reference.js';
 import { ROUTES } from '../../src/routes/table.js';
 
-const OPERATOR_CODES = ['not_found', 'admin_disabled', 'read_only', 'conflict', 'unavailable'];
+const OPERATOR_CODES = ['not_found', 'admin_disabled', 'read_only', 'conflict', 'unavailable', 'store_unavailable'];
 
 describe('operator refusals', () => {
   it('have the admin API statuses', () => {
@@ -20,6 +20,7 @@ describe('operator refusals', () => {
       read_only: 409,
       conflict: 409,
       unavailable: 503,
+      store_unavailable: 503,
     });
     expect(Object.keys(OPERATOR_ERRORS).sort()).toEqual([...OPERATOR_CODES].sort());
   });
