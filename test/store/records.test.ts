@@ -75,6 +75,9 @@ describe('tenant records in the store', () => {
 
   it('Redis killed and started empty: beta is still served, gamma still refused, on the running edges and on a new one', async () => {
     await redis.kill();
+    // While Redis is away the records come from memory (limits from failMode local).
+    expect((await push(a, 'gamma')).json).toMatchObject({ code: 'cluster_suspended' });
+    expect((await admin(b, 'GET', '/admin/v1/tenants/beta')).status).toBe(200);
     await redis.restart();
     for (const h of [a, b]) {
       expect((await admin(h, 'GET', '/admin/v1/tenants/beta')).status).toBe(200);
