@@ -377,8 +377,9 @@ async function startParts(p: Parts): Promise<void> {
   p.clusters.start(tenants.all());
   syncVerifiers(p);
   if (p.durable) {
-    await p.durable.pokes.start(p.config.redis.cluster);
+    // The feed first: a poke read from an unset position would hand over the whole log again.
     p.durable.feed.start(p.durable.fromSeq);
+    await p.durable.pokes.start(p.config.redis.cluster);
   }
   // Brokers and tenant keys follow the directory: new brokers are probed, removed ones stop being
   // probed and lose their pools, and the verifiers and JWKS sets of removed or re-keyed tenants
