@@ -24,8 +24,8 @@ const EXIT_USAGE = 2;
 
 const USAGE = `usage: queen-edge [--config PATH] [--port N] [--admin-port N]   run the gateway
        queen-edge validate [--config PATH]   check a configuration, exit 0 or 2
-       queen-edge migrate [--config PATH]    copy the records kept in Redis into the
-                                             durable store (store.url); safe to rerun
+       queen-edge migrate [--config PATH]    copy Redis's records into the store
+                                             (store.url); safe to run again
        queen-edge --help | --version
 
   -c, --config PATH   YAML configuration
