@@ -32,11 +32,13 @@ import { compileRoutes, type RouteMatcher } from './routes/match.js';
 import type { RouteSpec } from './routes/table.js';
 import { createPipeline, pipelineSettings } from './pipeline.js';
 import { connectRedis, credentialsRefused, useCredentials, whenReady, type RedisClient } from './redis/connection.js';
-import { createTenantStore, type FileDiff, type TenantStore } from './tenants/store.js';
-import { createApiKeyStore, fileKeyRecords, type ApiKeyStore } from './keys/store.js';
-import { openStoreKeys } from './keys/store-keys.js';
+import { createTenantStore, type FileDiff, type StoreBacking, type TenantStore } from './tenants/store.js';
 import { openStore, type Store } from './store/connection.js';
 import { ChangeFeed, latestChange } from './store/changes.js';
+import { ChangePokes } from './store/pokes.js';
+import { directoryKeys } from './redis/keys.js';
+import { createApiKeyStore, fileKeyRecords, type ApiKeyStore } from './keys/store.js';
+import { openStoreKeys } from './keys/store-keys.js';
 import { ApiKeyVerifier } from './keys/verifier.js';
 import { TenantKeyLifetimes } from './keys/lifetime.js';
 import { createClusters, type Clusters } from './upstream/clusters.js';
@@ -92,9 +94,9 @@ interface Parts {
   readonly routeTable: readonly RouteSpec[];
   /** One Redis connection for the limiter and the tenant store; null = in-memory, one instance. */
   readonly redis: RedisClient | null;
-  readonly tenants: TenantStore;
-  /** The durable store (store.url) and the feed of its change log, started from `fromSeq` once every reader loaded. */
+  /** The durable store (store.url) and the process's one change feed over it; null without a store. */
   readonly durable: Durable | null;
+  readonly tenants: TenantStore;
   readonly verifiers: TenantVerifiers;
   readonly apiKeys: ApiKeyStore;
   readonly keyVerifier: ApiKeyVerifier;
@@ -115,9 +117,13 @@ interface Parts {
   readonly tracing: Tracing | null;
 }
 
-interface Durable {
-  readonly store: Store;
-  readonly feed: ChangeFeed;
+/**
+ * The durable store's parts: the pool, the one change feed every record kind subscribes to (tenants
+ * and plans here; keys: `key:`), the pokes that make peers read it now, and where the feed starts.
+ */
+interface Durable extends StoreBacking {
+  readonly pokes: ChangePokes;
+  /** The log's position before any initial read: changes after it are handed over again (reads are idempotent). */
   readonly fromSeq: number;
 }
 
@@ -192,7 +198,7 @@ async function buildParts(config: RawConfig, opts: AppOptions, certificates: Lis
   const base = await buildDirectory(config, opts);
   const { log, clock, redis } = base;
   const verifiers = createTenantVerifiers(config.auth, { log, clock });
-  const durable = await openDurable(config, log);
+  const { durable } = base;
   const apiKeys = durable ? await openStoreKeys(durable.store, durable.feed, redis, config.redis, log) : createApiKeyStore(redis, config.redis, log);
   const keyVerifier = new ApiKeyVerifier(apiKeys, { clock, log });
   keyVerifier.setFileKeys(fileKeyRecords(config.apiKeys));
@@ -216,7 +222,25 @@ async function buildParts(config: RawConfig, opts: AppOptions, certificates: Lis
   const tracingOn = tracingSettings(config.tracing);
   // Loaded only when on: an edge without tracing carries none of the SDK.
   const tracing = tracingOn === null ? null : new (await import('./observability/tracing.js')).Tracing(tracingOn, log);
-  const parts = { ...base, durable, verifiers, apiKeys, keyVerifier, keyLifetimes, minter, limiter, clusters, pools, proxy, usageStore, meter, epoch, reseeder, reloads, tracing };
+  const parts = {
+    ...base,
+    durable,
+    verifiers,
+    apiKeys,
+    keyVerifier,
+    keyLifetimes,
+    minter,
+    limiter,
+    clusters,
+    pools,
+    proxy,
+    usageStore,
+    meter,
+    epoch,
+    reseeder,
+    reloads,
+    tracing,
+  };
   return { ...parts, metrics: buildMetrics(parts, certificates) };
 }
 
@@ -224,7 +248,7 @@ async function buildParts(config: RawConfig, opts: AppOptions, certificates: Lis
 async function buildDirectory(
   config: RawConfig,
   opts: AppOptions,
-): Promise<Pick<Parts, 'config' | 'log' | 'clock' | 'brokerAddresses' | 'routeTable' | 'redis' | 'tenants'>> {
+): Promise<Pick<Parts, 'config' | 'log' | 'clock' | 'brokerAddresses' | 'routeTable' | 'redis' | 'durable' | 'tenants'>> {
   const log = opts.log ?? processLogger(config.log);
   const clock = opts.clock ?? Date.now;
   const brokerAddresses = new BrokerAddresses();
@@ -234,13 +258,45 @@ async function buildDirectory(
   const redis = connectRedis(config.redis);
   if (redis) await whenReady(redis, 2000);
   else log.info('no redis configured: limits, tenants and usage are in memory (one instance only)');
+  const durable = await openDurable(config, redis, log);
   const tenants = await createTenantStore(config, {
     log,
     ...(redis ? { redis } : {}),
+    ...(durable ? { store: durable } : {}),
     memoryOverrides: opts.memoryOverrides === true,
     addresses: brokerAddresses,
   });
-  return { config, log, clock, brokerAddresses, routeTable, redis, tenants };
+  return { config, log, clock, brokerAddresses, routeTable, redis, durable, tenants };
+}
+
+/**
+ * Opens the store when store.url is set, and its change feed. An edge with a store reads its
+ * records from it at start, so a store that cannot be reached fails the start (docs/store.md).
+ */
+async function openDurable(config: RawConfig, redis: RedisClient | null, log: Logger): Promise<Durable | null> {
+  let store: Store | null;
+  let fromSeq = 0;
+  try {
+    store = await openStore(config.store.url ? { url: config.store.url, schema: config.store.schema, timeoutMs: config.store.timeoutMs } : null, log);
+    if (store) fromSeq = await latestChange(store);
+  } catch (err) {
+    throw new StoreStartError(err);
+  }
+  if (!store) return null;
+  const feed = new ChangeFeed(store, log);
+  const pokes = new ChangePokes(redis, directoryKeys(config.redis.keyPrefix).changes, feed, log);
+  return { store, feed, pokes, fromSeq, announce: (seq, subject) => pokes.announce(seq, subject) };
+}
+
+/** The start failed: store.url is set but the store could not be read (the CLI prints the message alone). */
+export class StoreStartError extends Error {
+  constructor(cause: unknown) {
+    super(
+      `store.url is set but the durable store could not be opened (${(cause as Error)?.message ?? String(cause)}): an edge with a store reads its records from it at start; start PostgreSQL or correct store.url (docs/store.md)`,
+      { cause },
+    );
+    this.name = 'StoreStartError';
+  }
 }
 
 /** Redis's epoch, followed by the month counters' re-seed when there is a ledger to re-seed from. */
@@ -267,21 +323,6 @@ function buildEpoch(
   });
   epoch.onChange(reseeder.follow);
   return { epoch, reseeder };
-}
-
-/** The durable store and its change feed, or null without store.url; a store that does not answer fails the start. */
-async function openDurable(config: RawConfig, log: Logger): Promise<Durable | null> {
-  const { url, schema, timeoutMs } = config.store;
-  if (url === null) return null;
-  let store: Store | null = null;
-  try {
-    store = (await openStore({ url, schema, timeoutMs }, log))!;
-    // Read before anything loads from the store: a change made meanwhile is applied again, never missed.
-    return { store, feed: new ChangeFeed(store, log), fromSeq: await latestChange(store) };
-  } catch (err) {
-    await store?.close().catch(() => {});
-    throw new Error(`store.url: the durable store cannot be used (${(err as Error)?.message ?? String(err)}); running instances keep serving`);
-  }
 }
 
 /** The exact limiter, or the leased one over it (limits.mode: leased, with Redis). */
@@ -314,6 +355,7 @@ function buildMetrics(p: Omit<Parts, 'metrics'>, certificates: Listeners['certif
       redisEpoch: () => ({ emptied: p.epoch?.emptied ?? 0, reseededTenants: p.reseeder?.reseededTenants ?? 0 }),
       jwksFailures: () => verifiers.jwksFailures(),
       keyRevocationsCheckedAt: () => apiKeys.checkedAt,
+      storeUp: () => p.durable?.store.available ?? null,
       certificates,
     },
     undefined,
@@ -372,7 +414,10 @@ function buildAdminDeps(p: Parts, live: LiveState, metricsText: () => Promise<st
     usage: (id, from, to) => meter.usage(id, from, to),
     brokers: (page) => clusters.snapshot(page),
     maintenance: createBrokerMaintenance({ minter: p.minter, timeoutMs: config.upstream.requestTimeoutMs }),
-    readiness: { notReadyReason: () => notReadyReason(p, live) },
+    readiness: {
+      notReadyReason: () => notReadyReason(p, live),
+      degraded: () => (p.durable && !p.durable.store.available ? [STORE_DEGRADED] : []),
+    },
     usageExport: { flush: () => meter.flush(), read: (id, from, to) => p.usageStore.read(id, from, to) },
     stats: createLiveStats(metricsText, { redisConfigured: p.redis !== null, failMode: config.redis.failMode }, clock),
     planIds: () => Object.keys(live.current.plans),
@@ -382,6 +427,9 @@ function buildAdminDeps(p: Parts, live: LiveState, metricsText: () => Promise<st
     clock,
   };
 }
+
+/** What /readyz says while the store is away. */
+const STORE_DEGRADED = 'store unavailable: serving from memory, admin writes refused (503 store_unavailable)';
 
 /**
  * Why this instance is not ready, or null. Redis down makes an instance unready only in failMode
@@ -401,6 +449,11 @@ async function startParts(p: Parts): Promise<void> {
   await Promise.all([p.verifiers.start(), p.limiter.start(), p.epoch?.start()]);
   p.clusters.start(tenants.all());
   syncVerifiers(p);
+  if (p.durable) {
+    // The feed first: a poke read from an unset position would hand over the whole log again.
+    p.durable.feed.start(p.durable.fromSeq);
+    await p.durable.pokes.start(p.config.redis.cluster);
+  }
   // Brokers and tenant keys follow the directory: new brokers are probed, removed ones stop being
   // probed and lose their pools, and the verifiers and JWKS sets of removed or re-keyed tenants
   // are dropped. A change names what it touched: the broker URLs that came or went (new tenants
@@ -412,7 +465,6 @@ async function startParts(p: Parts): Promise<void> {
     p.keyLifetimes.removed([...change.tenants].filter((id) => tenants.byId(id) === undefined));
   });
   p.meter.start();
-  p.durable?.feed.start(p.durable.fromSeq);
 }
 
 /** The verifiers follow the tenants with keys of their own, each ranked by `origin`. */
@@ -524,7 +576,9 @@ async function closeParts(p: Parts): Promise<void> {
   p.verifiers.close();
   p.keyLifetimes.close();
   await p.clusters.close();
-  await Promise.all([p.limiter.close(), p.pools.close(), p.tenants.close(), p.apiKeys.close(), p.durable?.feed.stop(), p.tracing?.close()]);
+  p.durable?.pokes.close();
+  await p.durable?.feed.stop();
+  await Promise.all([p.limiter.close(), p.pools.close(), p.tenants.close(), p.apiKeys.close(), p.tracing?.close()]);
   await p.durable?.store.close();
   const redis = p.redis;
   if (redis) await redis.quit().catch(() => redis.disconnect());

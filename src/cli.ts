@@ -2,7 +2,8 @@
 /**
  * Command line entry: `queen-edge [--config PATH] [--port N] [--admin-port N]` runs the gateway, in
  * one process or as a cluster (src/supervisor.ts); `queen-edge validate` checks a configuration
- * without serving; `queen-edge tenants|keys|usage ...` calls the admin API (src/admin/cli-commands.ts);
+ * without serving; `queen-edge migrate` copies Redis's records into the durable store
+ * (src/admin/migrate.ts); `queen-edge tenants|keys|usage ...` calls the admin API (src/admin/cli-commands.ts);
  * `--help` prints the usage, `--version` the version. The only place that exits the process.
  */
 import cluster from 'node:cluster';
@@ -23,6 +24,8 @@ const EXIT_USAGE = 2;
 
 const USAGE = `usage: queen-edge [--config PATH] [--port N] [--admin-port N]   run the gateway
        queen-edge validate [--config PATH]   check a configuration, exit 0 or 2
+       queen-edge migrate [--config PATH]    copy Redis's records into the store
+                                             (store.url); safe to run again
        queen-edge --help | --version
 
   -c, --config PATH   YAML configuration
@@ -62,6 +65,8 @@ interface GatewayArgs {
   version: boolean;
   /** `validate`: check the configuration and exit. */
   validate: boolean;
+  /** `migrate`: copy Redis's records into the store and exit. */
+  migrate: boolean;
   configPath: string;
   port: number | null;
   adminPort: number | null;
@@ -71,13 +76,15 @@ interface GatewayArgs {
 function gatewayArgs(argv: string[], env: NodeJS.ProcessEnv): GatewayArgs {
   const { values, positionals } = parseArgs({ args: argv, options: OPTIONS, strict: true, allowPositionals: true });
   const validate = positionals[0] === 'validate';
-  const extra = positionals[validate ? 1 : 0];
+  const migrate = positionals[0] === 'migrate';
+  const extra = positionals[validate || migrate ? 1 : 0];
   if (extra !== undefined) throw new Error(`unexpected argument "${extra}"`);
-  if (validate && (values.port !== undefined || values['admin-port'] !== undefined)) throw new Error('validate takes only --config');
+  if ((validate || migrate) && (values.port !== undefined || values['admin-port'] !== undefined)) throw new Error(`${positionals[0]} takes only --config`);
   return {
     help: values.help === true,
     version: values.version === true,
     validate,
+    migrate,
     configPath: resolve(values.config || env.QUEEN_EDGE_CONFIG || 'config/default.yaml'),
     port: portOption('port', values.port),
     adminPort: portOption('admin-port', values['admin-port']),
@@ -114,6 +121,29 @@ async function validate(path: string): Promise<number> {
   }
 }
 
+/** `queen-edge migrate`: one line per copy step; exit 0, 2 for a configuration without Redis or store, 1 when either cannot be reached. */
+async function migrate(path: string): Promise<number> {
+  let config: RawConfig;
+  try {
+    config = await loadConfigFile(path);
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    process.stderr.write(problemReport(path, err));
+    return EXIT_USAGE;
+  }
+  const { migrateToStore, MigrateSetupError } = await import('./admin/migrate.js');
+  const { processLogger } = await import('./observability/log.js');
+  try {
+    for (const r of await migrateToStore(config, processLogger(config.log))) {
+      process.stdout.write(`${r.step}: ${r.copied} copied, ${r.same} already in the store, ${r.kept} kept as the store has them\n`);
+    }
+    return 0;
+  } catch (err) {
+    process.stderr.write(redactUserInfo(`queen-edge migrate: ${(err as Error).message}\n`));
+    return err instanceof MigrateSetupError ? EXIT_USAGE : 1;
+  }
+}
+
 function problemReport(path: string, err: ConfigError): string {
   const n = err.problems.length;
   return redactUserInfo(`queen-edge: ${path}: ${n} problem${n === 1 ? '' : 's'}\n${describeProblems(err.problems)}`);
@@ -125,6 +155,11 @@ function bindFailure(err: unknown): string | null {
   if (cause?.syscall !== 'listen') return null;
   const hint = cause.code === 'EADDRINUSE' ? ' (another queen-edge running? choose other ports with --port and --admin-port)' : '';
   return `queen-edge: ${(err as Error).message}${hint}\n`;
+}
+
+/** The durable store could not be opened at start: its one-line message, not a stack. */
+function startFailure(err: unknown): string | null {
+  return (err as Error | null)?.name === 'StoreStartError' ? `queen-edge: ${(err as Error).message}\n` : null;
 }
 
 async function version(): Promise<string> {
@@ -160,6 +195,7 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   if (args.validate) return validate(args.configPath);
+  if (args.migrate) return migrate(args.configPath);
   const { port, adminPort } = args;
   const withPorts = (c: RawConfig): RawConfig => ({
     ...c,
@@ -201,7 +237,7 @@ async function main(argv: string[]): Promise<number> {
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (err: unknown) => {
-    process.stderr.write(redactUserInfo(bindFailure(err) ?? `queen-edge: ${(err as Error)?.stack ?? String(err)}\n`));
+    process.stderr.write(redactUserInfo(bindFailure(err) ?? startFailure(err) ?? `queen-edge: ${(err as Error)?.stack ?? String(err)}\n`));
     process.exit(1);
   },
 );

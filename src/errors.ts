@@ -40,7 +40,8 @@ export const OPERATOR_ERRORS = {
   read_only: { status: 409, message: 'no Redis configured: tenants and plans come from the config file only' },
   conflict: { status: 409, message: 'conflict' },
   unavailable: { status: 503, message: 'tenant or usage store unavailable (Redis)' },
-  store_unavailable: { status: 503, message: 'the durable store is unavailable: the write was not made, try again' },
+  /** The durable store (store.url) did not answer: the write was not made; serving goes on from memory. */
+  store_unavailable: { status: 503, message: 'durable store unavailable: admin writes are refused until it is back (docs/store.md)' },
 } as const satisfies Record<string, { status: number; message: string }> & { readonly [K in ErrorCode]?: never };
 
 export type OperatorErrorCode = keyof typeof OPERATOR_ERRORS;

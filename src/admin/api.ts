@@ -37,6 +37,7 @@ import { listQuery, SortedTenantIds, tenantPage } from './tenant-list.js';
 import { duplicatedSingleton } from '../listen/raw-headers.js';
 import { EdgeError, edgeError, isEdgeError, renderError, type AnyErrorCode } from '../errors.js';
 import { redactUserInfo } from '../net/redact-url.js';
+import { StoreUnavailableError } from '../store/connection.js';
 
 /** What the admin handler reads and writes. */
 export interface AdminDeps {
@@ -227,7 +228,7 @@ async function serve(s: AdminState, req: IncomingMessage, res: ServerResponse): 
     out = await (found.store as Action)(call);
   } catch (err) {
     s.d.log.warn({ err, path }, 'admin API: store unavailable');
-    out = edgeError('unavailable');
+    out = edgeError(err instanceof StoreUnavailableError ? 'store_unavailable' : 'unavailable');
   }
   return writeReply(s.d, res, path, out);
 }
@@ -310,7 +311,7 @@ async function putTenant(c: Call): Promise<Reply | Refusal> {
   const id = c.params.id!;
   const body = await jsonBody(c.req);
   if (body instanceof EdgeError) return body;
-  const refused = writable(c.d, id) ?? writeRefusal(await c.d.tenants.putTenant(id, body), 'tenant');
+  const refused = writable(c.d, id) ?? writeRefusal(await c.d.tenants.putTenant(id, body, c.who), 'tenant');
   if (refused) return refused;
   logChange(c, 'tenant.put', id, { ...(body as object), auth: authView(c.d.tenants.recordOf(id)?.auth) });
   return { status: 200, body: await tenantDetail(c.d, c.d.tenants.byId(id)!) };
@@ -320,7 +321,7 @@ async function deleteTenant(c: Call): Promise<Reply | Refusal> {
   const id = c.params.id!;
   const refused = writable(c.d, id);
   if (refused) return refused;
-  if (!(await c.d.tenants.deleteTenant(id))) return edgeError('not_found', `no tenant "${id}"`);
+  if (!(await c.d.tenants.deleteTenant(id, c.who))) return edgeError('not_found', `no tenant "${id}"`);
   const keys = await revokeTenantKeys(c.d.keys, id);
   logChange(c, 'tenant.delete', id, keys.length > 0 ? { keysRevoked: keys } : undefined);
   return { status: 204 };
@@ -331,12 +332,17 @@ async function deleteTenant(c: Call): Promise<Reply | Refusal> {
  * answers the tenant as it is now. `deletedToo`: a file tenant the API deleted is no tenant in
  * force, yet one this change brings back (a reset).
  */
-function tenantChange(action: string, what: string, write: (tenants: TenantStore, id: string) => Promise<WriteResult>, deletedToo = false): Action {
+function tenantChange(
+  action: string,
+  what: string,
+  write: (tenants: TenantStore, id: string, actor: string) => Promise<WriteResult>,
+  deletedToo = false,
+): Action {
   return async (c) => {
     const id = c.params.id!;
     const t = existing(c.d, id);
     if (t instanceof EdgeError && !(deletedToo && c.d.tenants.overridden().includes(id))) return t;
-    const refused = writable(c.d, id) ?? writeRefusal(await write(c.d.tenants, id), what);
+    const refused = writable(c.d, id) ?? writeRefusal(await write(c.d.tenants, id, c.who), what);
     if (refused) return refused;
     logChange(c, action, id);
     return { status: 200, body: await tenantDetail(c.d, c.d.tenants.byId(id)!) };
@@ -356,7 +362,7 @@ async function putStorage(c: Call): Promise<Reply | Refusal> {
       problems: ['usedBytes: must be a non-negative integer'],
     });
   }
-  const refused = writable(c.d, id) ?? writeRefusal(await c.d.tenants.setStorageUsed(id, usedBytes), 'storage');
+  const refused = writable(c.d, id) ?? writeRefusal(await c.d.tenants.setStorageUsed(id, usedBytes, c.who), 'storage');
   if (refused) return refused;
   logChange(c, 'tenant.storage', id, { usedBytes });
   return { status: 200, body: tenantSummary(c.d.tenants.byId(id)!, c.d.tenants) };
@@ -371,7 +377,7 @@ async function putPlan(c: Call): Promise<Reply | Refusal> {
   const id = c.params.id!;
   const body = await jsonBody(c.req);
   if (body instanceof EdgeError) return body;
-  const refused = writable(c.d, id) ?? writeRefusal(await c.d.tenants.putPlan(id, body), 'plan');
+  const refused = writable(c.d, id) ?? writeRefusal(await c.d.tenants.putPlan(id, body, c.who), 'plan');
   if (refused) return refused;
   logChange(c, 'plan.put', id, body);
   return { status: 200, body: planView(c.d.tenants.planById(id)!) };
@@ -558,10 +564,10 @@ const ADMIN_ROUTES: readonly (readonly ['GET' | 'PUT' | 'POST' | 'DELETE', strin
   ['GET', '/admin/v1/tenants/:id', getTenant],
   ['PUT', '/admin/v1/tenants/:id', putTenant],
   ['DELETE', '/admin/v1/tenants/:id', deleteTenant],
-  ['POST', '/admin/v1/tenants/:id/suspend', tenantChange('tenant.suspend', 'status', (s, id) => s.setStatus(id, 'suspended'))],
-  ['POST', '/admin/v1/tenants/:id/resume', tenantChange('tenant.resume', 'status', (s, id) => s.setStatus(id, 'active'))],
+  ['POST', '/admin/v1/tenants/:id/suspend', tenantChange('tenant.suspend', 'status', (s, id, who) => s.setStatus(id, 'suspended', who))],
+  ['POST', '/admin/v1/tenants/:id/resume', tenantChange('tenant.resume', 'status', (s, id, who) => s.setStatus(id, 'active', who))],
   // Drops the admin API's overrides of a tenant of the file: its record and status are the file's again.
-  ['DELETE', '/admin/v1/tenants/:id/overrides', tenantChange('tenant.reset', 'reset', (s, id) => s.resetToFile(id), true)],
+  ['DELETE', '/admin/v1/tenants/:id/overrides', tenantChange('tenant.reset', 'reset', (s, id, who) => s.resetToFile(id, who), true)],
   ['POST', '/admin/v1/tenants/:id/keys', postKey],
   ['GET', '/admin/v1/tenants/:id/keys', getKeys],
   ['DELETE', '/admin/v1/tenants/:id/keys/:keyId', deleteKey],

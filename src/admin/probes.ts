@@ -7,6 +7,12 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 export interface Readiness {
   /** null when ready, else the reason. */
   notReadyReason(): string | null;
+  /**
+   * What works less well while the instance still serves (the durable store away): listed under
+   * `degraded` without failing the probe, since taking every instance out of the load balancer
+   * would turn degraded into down.
+   */
+  degraded?(): readonly string[];
 }
 
 function json(res: ServerResponse, status: number, body: unknown): void {
@@ -24,7 +30,9 @@ export function answerProbe(req: IncomingMessage, res: ServerResponse, readiness
   }
   if (path === '/readyz') {
     const reason = readiness.notReadyReason();
-    json(res, reason === null ? 200 : 503, reason === null ? { status: 'ready' } : { status: 'not_ready', reason });
+    const degraded = readiness.degraded?.() ?? [];
+    const body = reason === null ? { status: 'ready' } : { status: 'not_ready', reason };
+    json(res, reason === null ? 200 : 503, degraded.length > 0 ? { ...body, degraded } : body);
     return true;
   }
   return false;

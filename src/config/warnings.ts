@@ -15,5 +15,10 @@ export function startWarnings(config: RawConfig): string[] {
       `auth.defaultTenant (${config.auth.defaultTenant}) is set with several tenants: every token of the global issuer without a tenant claim acts for it (docs/tenancy.md)`,
     );
   }
+  if ((config.redis.url || config.redis.cluster.length > 0) && !config.store.url) {
+    out.push(
+      'Redis is configured without store.url: admin writes (tenants, plans, suspensions, storage), API keys and metered usage live only in Redis, so a Redis that restarts empty, fails over to a replica that was behind, or evicts keys loses them; set store.url to a PostgreSQL database and run `queen-edge migrate` (docs/store.md)',
+    );
+  }
   return out;
 }

@@ -66,6 +66,8 @@ export interface MetricSources {
   jwksFailures?(): ReadonlyMap<string, number>;
   /** When this instance last knew it had heard of every API key revocation (Date.now() ms); absent: no gauge value. */
   keyRevocationsCheckedAt?(): number;
+  /** Whether the durable store answered its last statement; null or absent: no store configured, the family stays empty. */
+  storeUp?(): boolean | null;
   /** Configuration reloads (reloads.ts); absent: the reload families stay empty. */
   reloads?(): {
     readonly lastAtMs: number;
@@ -317,6 +319,17 @@ function registerStateFamilies(registry: Registry, sources: MetricSources, t: Re
     collect() {
       this.reset();
       for (const c of sources.brokers()) for (const b of c.brokers) this.set({ broker: redactUserInfo(b.url) }, b.healthy ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'queen_edge_store_up',
+    help: 'Whether the durable store (store.url) answered its last statement (1) or not (0); absent without a store. While 0, admin writes answer 503 store_unavailable.',
+    registers: [registry],
+    aggregator: 'min',
+    collect() {
+      this.reset();
+      const up = sources.storeUp?.() ?? null;
+      if (up !== null) this.set(up ? 1 : 0);
     },
   });
   new Gauge({

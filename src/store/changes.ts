@@ -94,8 +94,13 @@ export class ChangeFeed {
     this.#timer.unref();
   }
 
-  /** Reads new changes now; resolves once they were handed over. Pokes during a read run one more read after it. */
+  /**
+   * Reads new changes now; resolves once they were handed over. Pokes during a read run one more
+   * read after it. Before start() it reads nothing: from no known position it would hand over the
+   * whole log.
+   */
   poke(): Promise<void> {
+    if (this.#timer === null) return Promise.resolve();
     if (this.#running) {
       this.#again = true;
       return this.#running;

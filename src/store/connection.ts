@@ -61,18 +61,25 @@ export class Store {
 
   /** One statement; rows as objects. */
   async query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, params: Params = []): Promise<R[]> {
-    return this.#tracked(async () => (await this.#pool.query<R>(text, params as unknown[])).rows);
+    return this.#tracked(async () => (await reached(this.#pool.query<R>(text, params as unknown[]))).rows);
   }
 
   /** Runs `work` in one transaction on one connection: committed when it resolves, rolled back when it throws. */
   async transaction<T>(work: (tx: Transaction) => Promise<T>): Promise<T> {
     return this.#tracked(async () => {
-      const client = await this.#pool.connect();
+      const client = await reached(this.#pool.connect());
       let broken: Error | undefined;
+      // The pool listens for errors of idle connections only: one lost while checked out must not
+      // become an uncaught 'error' event (the statement in progress fails on its own).
+      const lost = (err: Error): void => {
+        broken = new StoreUnavailableError(err);
+        this.#mark(false);
+      };
+      client.on('error', lost);
       try {
-        await client.query('BEGIN');
-        const result = await work({ query: async (text, params = []) => (await client.query(text, params as unknown[])).rows });
-        await client.query('COMMIT');
+        await reached(client.query('BEGIN'));
+        const result = await work({ query: async (text, params = []) => (await reached(client.query(text, params as unknown[]))).rows });
+        await reached(client.query('COMMIT'));
         return result;
       } catch (err) {
         broken = err as Error;
@@ -80,7 +87,8 @@ export class Store {
         throw err;
       } finally {
         // A connection that failed mid-transaction is discarded rather than handed to the next caller.
-        client.release(broken && !(broken instanceof pg.DatabaseError) ? broken : undefined);
+        client.off('error', lost);
+        client.release(broken instanceof StoreUnavailableError ? broken : undefined);
       }
     });
   }
@@ -122,8 +130,8 @@ export class Store {
       this.#mark(true);
       return result;
     } catch (err) {
-      // A statement the server refused (a constraint, bad SQL) says the store is there.
-      this.#mark(err instanceof pg.DatabaseError);
+      // A statement the server refused (a constraint, bad SQL), or the caller's own error, says the store is there.
+      this.#mark(!(err instanceof StoreUnavailableError));
       throw err;
     }
   }
@@ -140,6 +148,25 @@ export class Store {
 /** Statements inside Store.transaction. */
 export interface Transaction {
   query(text: string, params?: Params): Promise<pg.QueryResultRow[]>;
+}
+
+/**
+ * The store could not be reached (refused, timed out, dropped mid-statement): the write did not
+ * happen, or its outcome is unknown. The admin API answers it with 503 `store_unavailable`.
+ */
+export class StoreUnavailableError extends Error {
+  constructor(cause: unknown) {
+    super(`store unavailable: ${(cause as Error)?.message ?? String(cause)}`, { cause });
+  }
+}
+
+/** A call to the server; any failure but the server's own answer (a DatabaseError) means it was not reached. */
+async function reached<T>(call: Promise<T>): Promise<T> {
+  try {
+    return await call;
+  } catch (err) {
+    throw err instanceof pg.DatabaseError ? err : new StoreUnavailableError(err);
+  }
 }
 
 /** The store refused to start: its schema is newer than this edge. */

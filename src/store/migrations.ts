@@ -26,6 +26,27 @@ export const MIGRATIONS: readonly Migration[] = [
     )`,
   },
   {
+    version: 2,
+    name: 'tenant and plan records',
+    // What the admin API wrote over the configuration file (src/tenants/records.ts): one row per
+    // tenant id holds its record, its tombstone (hides the file's entry), status and storage
+    // overrides, and when its own auth settings were written; a row with none of them is deleted.
+    sql: `CREATE TABLE tenant_records (
+      id text PRIMARY KEY,
+      record jsonb,
+      deleted boolean NOT NULL DEFAULT false,
+      status text CHECK (status IN ('active', 'suspended')),
+      storage_bytes bigint CHECK (storage_bytes >= 0),
+      auth_since bigint,
+      updated_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE plan_records (
+      id text PRIMARY KEY,
+      record jsonb NOT NULL,
+      updated_at timestamptz NOT NULL DEFAULT now()
+    )`,
+  },
+  {
     version: 3,
     name: 'api keys',
     // Tenant API keys by their SHA-256, never the key (src/keys/store-keys.ts); times in ms since

@@ -1,5 +1,5 @@
 /**
- * The tenant directory with Redis overrides. The config file's plans and tenants are the base;
+ * The tenant directory with the admin API's records over the file (in the store, or Redis). The config file's plans and tenants are the base;
  * Redis records (layout in src/redis/keys.ts) override them, tombstones hide them, and a status hash
  * suspends or resumes either; snapshot.ts's TenantIndex turns those inputs into one validated
  * directory, and judges admin writes the same way. Lookups are sync and O(1). A change to one
@@ -8,6 +8,11 @@
  * that missed messages) builds a new index in slices that yield to the event loop and swaps it in
  * (docs/tenancy.md, "Many tenants"). onChange subscribers (broker health, tenant verifiers) hear
  * of every change with the tenants it touched.
+ *
+ * With a durable store (store.url) the records live there instead (src/tenants/records.ts): each
+ * write is one transaction with its change-log entry, peers are poked over Redis, and every
+ * instance, the writer too, places changes as its one change feed reads them from the log; Redis
+ * then holds no record (docs/store.md). Without one, as follows.
  *
  * A change reaches every instance within a second through pub/sub on `<prefix>changes` (separate
  * subscriber connection): each message names the tenant (or plan) and the directory version its
@@ -37,6 +42,9 @@ import {
 import { BrokerAddresses, brokerUrlsOf } from './broker-addresses.js';
 import { brokerChange, brokersSwapped, type BrokerChange } from './broker-moves.js';
 import { changesOf, eachTenant, runSteps, stepInSlices, tenantIds } from '../config/tenant-ids.js';
+import type { Store } from '../store/connection.js';
+import type { Change, ChangeFeed } from '../store/changes.js';
+import { applyWrite, loadFromRedis, loadFromStore, readFromStore, redisWrite, subjectOf, writeToStore, type RecordWrite } from './records.js';
 
 /**
  * The outcome of a write: validation problems are values, listed by path. `conflict`: the
@@ -56,24 +64,28 @@ export interface TenantStore extends TenantDirectory {
   recordOf(id: string): RawTenant | undefined;
   /** When a record's own `auth` was written as it is now (ms); undefined for file tenants and records written before this was kept. */
   authSince(id: string): number | undefined;
-  /** Creates or replaces a tenant record (tenantSchema); clears a status override and a tombstone. */
-  putTenant(id: string, raw: unknown): Promise<WriteResult>;
-  /** Removes a tenant (Redis record and, via a tombstone, the file's); false when it did not exist. */
-  deleteTenant(id: string): Promise<boolean>;
+  /**
+   * Writers: `actor` names who wrote (the change log's, with a store). With a store they throw a
+   * StoreUnavailableError when it cannot be reached (the admin API answers 503 store_unavailable).
+   * Creates or replaces a tenant record (tenantSchema); clears a status override and a tombstone.
+   */
+  putTenant(id: string, raw: unknown, actor?: string): Promise<WriteResult>;
+  /** Removes a tenant (its record and, via a tombstone, the file's); false when it did not exist. */
+  deleteTenant(id: string, actor?: string): Promise<boolean>;
   /** Creates or replaces a plan record (planSchema). */
-  putPlan(id: string, raw: unknown): Promise<WriteResult>;
+  putPlan(id: string, raw: unknown, actor?: string): Promise<WriteResult>;
   /** Suspends or resumes a tenant, whatever its record says. */
-  setStatus(id: string, status: 'active' | 'suspended'): Promise<WriteResult>;
+  setStatus(id: string, status: 'active' | 'suspended', actor?: string): Promise<WriteResult>;
   /** Records the storage bytes a tenant uses (from the control plane). */
-  setStorageUsed(id: string, bytes: number): Promise<WriteResult>;
+  setStorageUsed(id: string, bytes: number, actor?: string): Promise<WriteResult>;
   /**
    * Where a tenant's record and status come from: `file` (the configuration) or `admin` (written
    * through the admin API, over the file's entry or as a tenant of its own). Undefined: no tenant.
    */
   sourceOf(id: string): { readonly record: 'file' | 'admin'; readonly status: 'record' | 'admin'; readonly inFile: boolean } | undefined;
   /** Drops the admin API's overrides of a tenant of the file (record and status): the file's entry applies again. */
-  resetToFile(id: string): Promise<WriteResult>;
-  /** Reloads from Redis now; resolves when a snapshot taken after the call is in place. */
+  resetToFile(id: string, actor?: string): Promise<WriteResult>;
+  /** Reloads from the store (or Redis) now; resolves when a snapshot taken after the call is in place. */
   refresh(): Promise<void>;
   /**
    * Replaces the config file's plans and tenants (a configuration reload). Nothing changes when
@@ -102,8 +114,8 @@ export interface TenantStore extends TenantDirectory {
   withOwnAuth(): Iterable<Tenant>;
   /** Counts the snapshots that changed something; tests and callers wait on it after a write. */
   readonly generation: number;
-  /** 'redis' when backed by Redis, 'memory' for writes kept in this process only, 'static' for the file alone. */
-  readonly backing: 'redis' | 'memory' | 'static';
+  /** 'store' when backed by the durable store, 'redis' by Redis, 'memory' for writes kept in this process only, 'static' for the file alone. */
+  readonly backing: 'store' | 'redis' | 'memory' | 'static';
   close(): Promise<void>;
 }
 
@@ -144,6 +156,16 @@ export interface TenantStoreDeps {
   readonly memoryOverrides?: boolean;
   /** The broker names resolved for the shared-broker rule (the app's, which learnt the file's); default a table of its own. */
   readonly addresses?: BrokerAddresses;
+  /** The durable store: records live there, not in Redis (which then only carries the change pokes). */
+  readonly store?: StoreBacking;
+}
+
+/** The durable store as the directory uses it: the pool, the process's one change feed, and the poke to peers. */
+export interface StoreBacking {
+  readonly store: Store;
+  readonly feed: ChangeFeed;
+  /** Tells peers a change committed (a Redis message); never throws: they also read the log every period. */
+  announce(seq: number, subject: string): Promise<void>;
 }
 
 /** Delay before a failed reload is tried again. */
@@ -181,13 +203,14 @@ function* tenantChanges(base: FileDirectory['tenants'], next: FileDirectory['ten
 }
 
 class Directory implements TenantStore {
-  readonly backing: 'redis' | 'memory' | 'static';
+  readonly backing: 'store' | 'redis' | 'memory' | 'static';
   /** How long an owned client may take to connect before the first load gives up. */
   readonly #readyMs: number;
   /** Redis Cluster seed nodes, for the subscriber when no node is known yet. */
   readonly #seeds: readonly string[];
   readonly #log: Logger;
   readonly #redis: RedisClient | null;
+  readonly #durable: StoreBacking | null;
   readonly #owned: boolean;
   readonly #keys: DirectoryKeys;
   #file: FileDirectory;
@@ -215,13 +238,22 @@ class Directory implements TenantStore {
   /** Broker names resolved: records' names are learnt before they are judged (docs/tenancy.md). */
   readonly #addresses: BrokerAddresses;
 
-  constructor(cfg: TenantStoreSettings, log: Logger, redis: RedisClient | null, owned: boolean, memoryOverrides: boolean, addresses: BrokerAddresses) {
+  constructor(
+    cfg: TenantStoreSettings,
+    log: Logger,
+    redis: RedisClient | null,
+    owned: boolean,
+    memoryOverrides: boolean,
+    addresses: BrokerAddresses,
+    durable: StoreBacking | null,
+  ) {
     this.#readyMs = Math.max(1000, cfg.redis.timeoutMs * 20);
     this.#seeds = cfg.redis.cluster;
     this.#log = log;
     this.#redis = redis;
+    this.#durable = durable;
     this.#owned = owned;
-    this.backing = redis ? 'redis' : memoryOverrides ? 'memory' : 'static';
+    this.backing = durable ? 'store' : redis ? 'redis' : memoryOverrides ? 'memory' : 'static';
     this.#keys = directoryKeys(cfg.redis.keyPrefix);
     this.#file = { plans: cfg.plans, tenants: cfg.tenants, auth: cfg.auth };
     this.#addresses = addresses;
@@ -267,21 +299,11 @@ class Directory implements TenantStore {
     return this.#snap.redis;
   }
 
-  async resetToFile(id: string): Promise<WriteResult> {
+  async resetToFile(id: string, actor = 'admin'): Promise<WriteResult> {
     const refusal = this.#cannotWrite(id);
     if (refusal) return refusal;
     if (this.#file.tenants[id] === undefined) return { ok: false, problems: [`tenant "${id}" is not in the configuration file: nothing to reset to`] };
-    const k = this.#keys;
-    await this.#commit(
-      (redis) => redis.multi().del(k.tenant(id)).srem(k.tenants, id).srem(k.deleted, id).hdel(k.status, id).hdel(k.authSince, id),
-      (r) => {
-        r.tenants.delete(id);
-        r.deleted.delete(id);
-        delete r.status[id];
-        if (r.authSince) delete r.authSince[id];
-      },
-      `tenant:${id}`,
-    );
+    await this.#commit({ kind: 'tenant', id, action: 'reset', patch: { record: null, deleted: false, status: null, authSince: null } }, actor);
     return { ok: true };
   }
 
@@ -412,6 +434,12 @@ class Directory implements TenantStore {
   }
 
   async start(refreshMs: number): Promise<void> {
+    if (this.#durable) {
+      // Read at start without the quiet retry: a store that cannot be read fails the start.
+      await this.refresh();
+      for (const prefix of ['tenant:', 'plan:']) this.#durable.feed.subscribe(prefix, (changes) => this.#onChanges(changes));
+      return;
+    }
     const redis = this.#redis;
     if (!redis) return;
     // A caller's client was waited for by the caller; waiting again only slows a boot with Redis down.
@@ -463,7 +491,7 @@ class Directory implements TenantStore {
     return this.#inflight;
   }
 
-  async putTenant(id: string, raw: unknown): Promise<WriteResult> {
+  async putTenant(id: string, raw: unknown, actor = 'admin'): Promise<WriteResult> {
     const refusal = this.#cannotWrite(id);
     if (refusal) return refusal;
     const parsed = tenantSchema.safeParse(raw);
@@ -474,94 +502,64 @@ class Directory implements TenantStore {
     const verdict = this.#snap.judge(id, parsed.data);
     if (verdict) return verdict.conflict ? { ok: false, problems: verdict.problems, conflict: true } : { ok: false, problems: verdict.problems };
     const text = JSON.stringify(parsed.data);
-    const k = this.#keys;
-    // A record's `auth` keeps its age while unchanged: the older of two holders keeps a shared key (src/auth/key-claims.ts).
+    // A record's `auth` keeps its age while unchanged: the older of two holders keeps a shared key
+    // (src/auth/key-claims.ts). Compared as values: the store hands records back with its own key order.
     const before = this.#records.tenants.get(id);
-    const sameAuth = before !== undefined && JSON.stringify((JSON.parse(before) as RawTenant).auth ?? null) === JSON.stringify(parsed.data.auth);
-    const since = String(Date.now());
-    await this.#commit(
-      (redis) => {
-        const m = redis.multi().set(k.tenant(id), text).sadd(k.tenants, id).srem(k.deleted, id).hdel(k.status, id);
-        return sameAuth ? m : m.hset(k.authSince, id, since);
-      },
-      (r) => {
-        r.tenants.set(id, text);
-        r.deleted.delete(id);
-        delete r.status[id];
-        if (!sameAuth && r.authSince) r.authSince[id] = since;
-      },
-      `tenant:${id}`,
-    );
+    const sameAuth = before !== undefined && sameValue((JSON.parse(before) as RawTenant).auth ?? null, parsed.data.auth ?? null);
+    const patch = { record: text, deleted: false, status: null, ...(sameAuth ? {} : { authSince: String(Date.now()) }) };
+    await this.#commit({ kind: 'tenant', id, action: 'put', patch }, actor);
     return { ok: true };
   }
 
-  async deleteTenant(id: string): Promise<boolean> {
+  async deleteTenant(id: string, actor = 'admin'): Promise<boolean> {
     if (this.#cannotWrite(id)) return false;
     const existed = this.#snap.byId.has(id);
-    const k = this.#keys;
-    await this.#commit(
-      (redis) => redis.multi().del(k.tenant(id)).srem(k.tenants, id).sadd(k.deleted, id).hdel(k.status, id).hdel(k.storage, id).hdel(k.authSince, id),
-      (r) => {
-        r.tenants.delete(id);
-        r.deleted.add(id);
-        delete r.status[id];
-        delete r.storage[id];
-        if (r.authSince) delete r.authSince[id];
-      },
-      `tenant:${id}`,
-    );
+    const patch = { record: null, deleted: true, status: null, storage: null, authSince: null };
+    await this.#commit({ kind: 'tenant', id, action: 'delete', patch }, actor);
     return existed;
   }
 
-  async putPlan(id: string, raw: unknown): Promise<WriteResult> {
+  async putPlan(id: string, raw: unknown, actor = 'admin'): Promise<WriteResult> {
     const refusal = this.#cannotWrite(id);
     if (refusal) return refusal;
     const parsed = planSchema.safeParse(raw);
     if (!parsed.success) return { ok: false, problems: problemsOf(parsed.error) };
-    const text = JSON.stringify(parsed.data satisfies RawPlan);
-    await this.#commit(
-      (redis) => redis.multi().set(this.#keys.plan(id), text).sadd(this.#keys.plans, id),
-      (r) => r.plans.set(id, text),
-      `plan:${id}`,
-    );
+    await this.#commit({ kind: 'plan', id, action: 'put', record: JSON.stringify(parsed.data satisfies RawPlan) }, actor);
     return { ok: true };
   }
 
-  async setStatus(id: string, status: 'active' | 'suspended'): Promise<WriteResult> {
+  async setStatus(id: string, status: 'active' | 'suspended', actor = 'admin'): Promise<WriteResult> {
     const refusal = this.#cannotWrite(id);
     if (refusal) return refusal;
     if (!this.#snap.byId.has(id)) return { ok: false, problems: [`unknown tenant "${id}"`] };
-    await this.#commit(
-      (redis) => redis.multi().hset(this.#keys.status, id, status),
-      (r) => {
-        r.status[id] = status;
-      },
-      `tenant:${id}`,
-    );
+    await this.#commit({ kind: 'tenant', id, action: status === 'active' ? 'resume' : 'suspend', patch: { status } }, actor);
     return { ok: true };
   }
 
-  async setStorageUsed(id: string, bytes: number): Promise<WriteResult> {
+  async setStorageUsed(id: string, bytes: number, actor = 'admin'): Promise<WriteResult> {
     const refusal = this.#cannotWrite(id);
     if (refusal) return refusal;
     if (!Number.isSafeInteger(bytes) || bytes < 0) return { ok: false, problems: ['bytes: must be a non-negative integer'] };
-    await this.#commit(
-      (redis) => redis.multi().hset(this.#keys.storage, id, String(bytes)),
-      (r) => {
-        r.storage[id] = String(bytes);
-      },
-      `tenant:${id}`,
-    );
+    await this.#commit({ kind: 'tenant', id, action: 'storage', patch: { storage: String(bytes) } }, actor);
     return { ok: true };
   }
 
   /**
-   * Applies a write: to Redis (counting the directory version and telling every instance which
-   * tenant or plan changed), then here, to the records in force, so the writer reads its own write.
+   * Applies a write. With the store: there, with its change, in one transaction; peers are poked,
+   * and this instance's feed places it (the one way changes arrive, in the log's order), so the
+   * writer reads its own write. With Redis: there (counting the directory version and telling
+   * every instance which tenant or plan changed), then here. In memory: here.
    */
-  async #commit(write: (redis: RedisClient) => ReturnType<RedisClient['multi']>, edit: (records: RedisRecords) => void, what: string): Promise<void> {
+  async #commit(w: RecordWrite, actor: string): Promise<void> {
+    const what = subjectOf(w);
+    if (this.#durable) {
+      const seq = await writeToStore(this.#durable.store, w, actor);
+      await this.#durable.announce(seq, what);
+      await this.#durable.feed.poke();
+      return;
+    }
     if (this.#redis) {
-      const replies = await write(this.#redis).incr(this.#keys.version).exec();
+      const replies = await redisWrite(this.#redis, this.#keys, w).incr(this.#keys.version).exec();
       const last = replies?.[replies.length - 1];
       if (!last || last[0]) throw last?.[0] ?? new Error('tenant store: write not applied');
       const version = Number(last[1]);
@@ -571,9 +569,39 @@ class Directory implements TenantStore {
       await this.#redis.publish(this.#keys.changes, `${version} ${what}`);
       if (!inOrder) return this.refresh();
     }
-    edit(this.#records);
+    applyWrite(this.#records, w);
     this.#edits++;
     await this.#apply(what);
+  }
+
+  /**
+   * Changes read from the store's log (this instance's and its peers'): the rows they name are
+   * read again and placed, one batch at a time in the log's order, after any full read in
+   * progress. A failed read is made good by a full read soon after.
+   */
+  #onChanges(changes: readonly Change[]): Promise<void> {
+    const run = this.#messages.then(async () => {
+      const tenants = new Set<string>();
+      const plans = new Set<string>();
+      for (const c of changes) {
+        if (c.subject.startsWith('tenant:')) tenants.add(c.subject.slice('tenant:'.length));
+        else if (c.subject.startsWith('plan:')) plans.add(c.subject.slice('plan:'.length));
+      }
+      let writes: RecordWrite[];
+      try {
+        writes = await readFromStore(this.#durable!.store, [...tenants], [...plans]);
+      } catch {
+        this.#retrySoon();
+        return;
+      }
+      await this.#addresses.learn(brokerUrlsOf(writes.flatMap((w) => (w.kind === 'tenant' && typeof w.patch.record === 'string' ? [w.patch.record] : []))));
+      for (const w of writes) applyWrite(this.#records, w);
+      this.#edits++;
+      if (plans.size > 0) return this.#rebuild(this.#records);
+      for (const id of tenants) await this.#apply(`tenant:${id}`);
+    });
+    this.#messages = run.catch(() => this.#retrySoon());
+    return run;
   }
 
   /** Places the tenant `what` names again (`tenant:ID`), or builds everything again (`plan:ID`). */
@@ -681,39 +709,20 @@ class Directory implements TenantStore {
 
   /** Reads every record and builds the directory again from them (the start, a missed message). */
   async #load(): Promise<void> {
-    const redis = this.#redis!;
-    const k = this.#keys;
-    const first = await redis
-      .pipeline()
-      .get(k.version)
-      .smembers(k.tenants)
-      .smembers(k.plans)
-      .smembers(k.deleted)
-      .hgetall(k.status)
-      .hgetall(k.storage)
-      .hgetall(k.authSince)
-      .exec();
-    const [version, tenantIds, planIds, deleted, status, storage, authSince] = (first ?? []).map(([err, value]) => {
-      if (err) throw err;
-      return value;
-    }) as [string | null, string[], string[], string[], Record<string, string>, Record<string, string>, Record<string, string>];
-    // Every directory key shares the {dir} hash tag, so MGET serves Redis Cluster too; in batches,
-    // so no one reply holds Redis or this event loop long.
-    const keys = [...tenantIds.map((id) => k.tenant(id)), ...planIds.map((id) => k.plan(id))];
-    const values: (string | null)[] = [];
-    for (let i = 0; i < keys.length; i += MGET_BATCH) values.push(...(await redis.mget(keys.slice(i, i + MGET_BATCH))));
-    const zip = (ids: string[], offset: number): Map<string, string> => {
-      const m = new Map<string, string>();
-      ids.forEach((id, i) => {
-        const v = values[offset + i];
-        if (typeof v === 'string') m.set(id, v);
+    if (this.#durable) {
+      // In the queue with the feed's batches: a batch read after this snapshot is placed after it.
+      const run = this.#messages.then(async () => {
+        const { records } = await loadFromStore(this.#durable!.store);
+        await this.#addresses.learn(brokerUrlsOf(records.tenants.values()));
+        await this.#applyRecords(records);
       });
-      return m;
-    };
-    this.#version = Number(version ?? 0);
-    const tenants = zip(tenantIds, 0);
-    await this.#addresses.learn(brokerUrlsOf(tenants.values()));
-    await this.#applyRecords({ tenants, plans: zip(planIds, tenantIds.length), deleted: new Set(deleted), status, storage, authSince });
+      this.#messages = run.catch(() => {});
+      return run;
+    }
+    const { version, records } = await loadFromRedis(this.#redis!, this.#keys);
+    this.#version = version;
+    await this.#addresses.learn(brokerUrlsOf(records.tenants.values()));
+    await this.#applyRecords(records);
   }
 
   /**
@@ -821,13 +830,12 @@ class Directory implements TenantStore {
 /** Periods between two full reads of the directory (the others only check its version). */
 const FULL_EVERY = 6;
 
-/** Keys per MGET of a full load. */
-const MGET_BATCH = 1000;
-
 /** Builds the store: Redis-backed (started: subscribed, loaded, refreshing) or the file alone. */
 export async function createTenantStore(cfg: TenantStoreSettings, deps: TenantStoreDeps): Promise<TenantStore> {
-  const redis = deps.redis ?? connectRedis(cfg.redis);
-  const store = new Directory(cfg, deps.log, redis, !deps.redis && redis !== null, deps.memoryOverrides === true, deps.addresses ?? new BrokerAddresses());
+  // With the store, records never touch Redis: the directory needs no connection of its own.
+  const redis = deps.store ? null : (deps.redis ?? connectRedis(cfg.redis));
+  const owned = !deps.redis && redis !== null;
+  const store = new Directory(cfg, deps.log, redis, owned, deps.memoryOverrides === true, deps.addresses ?? new BrokerAddresses(), deps.store ?? null);
   await store.start(deps.refreshMs ?? 5000);
   return store;
 }

@@ -20,6 +20,7 @@ describe('queen-edge command line', { timeout: 60_000 }, () => {
     const help = edge.lines.map((l) => l.msg).join('\n');
     expect(help).toMatch(/^usage: queen-edge \[--config PATH\]/);
     expect(help).toContain('queen-edge validate [--config PATH]');
+    expect(help).toContain('queen-edge migrate [--config PATH]');
     // A terminal's width.
     expect(help.split('\n').filter((l) => l.length > 80)).toEqual([]);
   });

@@ -62,9 +62,19 @@ describe('docker-compose.yml', { timeout: 20_000 }, () => {
     expect(err?.stderr).toMatch(/JWT_SECRET/);
   });
 
-  it('has the edge and Redis in every profile, the development broker in `dev`, Queen and PostgreSQL in `queen`', () => {
+  it('gives the edge its durable store: PostgreSQL in every profile, on a volume, started before the edge', () => {
+    const store = new URL(services.edge!.environment!.QUEEN_EDGE_STORE_URL!);
+    expect(store.protocol).toBe('postgres:');
+    expect(store.hostname).toBe('postgres');
+    const pg = services.postgres as Service & { volumes?: ({ source?: string; target: string } | string)[] };
+    expect(pg.volumes?.map((v) => (typeof v === 'string' ? v : `${v.source}:${v.target}`)).join(' ')).toMatch(/\bpostgres-data:\/var\/lib\/postgresql\/data\b/);
+    const dependsOn = (services.edge as Service & { depends_on?: Record<string, { condition: string }> }).depends_on;
+    expect(dependsOn?.postgres?.condition).toBe('service_healthy');
+  });
+
+  it('has the edge, Redis and PostgreSQL in every profile, the development broker in `dev`, Queen in `queen`', () => {
     const profiles = Object.fromEntries(Object.entries(services).map(([name, s]) => [name, s.profiles ?? []]));
-    expect(profiles).toEqual({ edge: [], redis: [], 'dev-broker': ['dev'], queen: ['queen'], postgres: ['queen'] });
+    expect(profiles).toEqual({ edge: [], redis: [], 'dev-broker': ['dev'], queen: ['queen'], postgres: [] });
   });
 
   it('both brokers answer as `broker`, the name the edge is given, and build targets are Dockerfile stages', () => {
@@ -100,9 +110,14 @@ describe('docker-compose.yml', { timeout: 20_000 }, () => {
     let edge: EdgeHarness;
     beforeAll(async () => {
       broker = await startRelayedDevBroker(0, '127.0.0.1');
-      // The edge's environment as compose resolves it; the names `broker` and `redis` only resolve
-      // inside the compose network, so the relay's address stands in for the one and memory for the other.
-      const env = { ...services.edge!.environment!, QUEEN_EDGE_BROKER_URL: `http://127.0.0.1:${broker.port}`, QUEEN_EDGE_REDIS_URL: '' };
+      // The edge's environment as compose resolves it; the names `broker`, `redis` and `postgres` only
+      // resolve inside the compose network, so the relay's address stands in for the first and memory for the others.
+      const env = {
+        ...services.edge!.environment!,
+        QUEEN_EDGE_BROKER_URL: `http://127.0.0.1:${broker.port}`,
+        QUEEN_EDGE_REDIS_URL: '',
+        QUEEN_EDGE_STORE_URL: '',
+      };
       const raw = parse(readFileSync(join(ROOT, 'config/docker.yaml'), 'utf8')) as {
         server: Record<string, { host: string; port: number | null }>;
         log: { level: string };

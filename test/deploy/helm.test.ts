@@ -165,6 +165,17 @@ describe('helm/queen-edge', () => {
     expect(full.server.https).toMatchObject({ cert: '/etc/queen-edge/tls/tls.crt', key: '/etc/queen-edge/tls/tls.key' });
     expect(full.redis.url).toBe('redis://redis:6379/0');
     expect(full.auth.secret).toBe('secret');
+    expect(bare.store.url).toBeNull();
+    expect(parseConfig(values.config, { QUEEN_EDGE_STORE_URL: 'postgres://edge:pw@pg:5432/queen' }).store).toMatchObject({
+      url: 'postgres://edge:pw@pg:5432/queen',
+      schema: 'queen_edge',
+    });
+    // The store's URL holds a password: the Deployment takes it from the Secret, as the Redis URL.
+    const d = templates.find((t) => t.name === 'deployment.yaml')!.text;
+    expect(d).toMatch(
+      /- name: QUEEN_EDGE_STORE_URL\n\s+valueFrom:\n\s+secretKeyRef: \{ name: \{\{ include "queen-edge.secretName" \. \}\}, key: \{\{ \.Values\.secrets\.keys\.storeUrl \}\}, optional: true \}/,
+    );
+    expect(templates.find((t) => t.name === 'secret.yaml')!.text).toContain('{{ .Values.secrets.keys.storeUrl }}: {{ .Values.store.url | b64enc | quote }}');
   });
 
   it('the admin Service reaches pods that are not Ready; an existing Secret is part of the pod checksum', () => {

@@ -103,6 +103,18 @@ describe('queen-edge validate', { timeout: 60_000 }, () => {
     expect(edge.stderr()).toContain('queen-edge: warning: no server.https.cert configured: serving a generated self-signed certificate');
   });
 
+  it('Redis without store.url: warns that admin writes, keys and usage live only in Redis; not once the store is set', async () => {
+    const redisOnly = testConfig(['http://127.0.0.1:1'], { redis: { url: 'redis://127.0.0.1:1' } });
+    const warned = await edges.start(redisOnly, ['validate', '--config', '{config}']);
+    expect((await warned.exited).code).toBe(0);
+    expect(warned.stderr()).toContain(
+      'queen-edge: warning: Redis is configured without store.url: admin writes (tenants, plans, suspensions, storage), API keys and metered usage live only in Redis',
+    );
+    const stored = await edges.start({ ...redisOnly, store: { ...redisOnly.store, url: 'postgres://127.0.0.1:1/x' } }, ['validate', '--config', '{config}']);
+    expect((await stored.exited).code).toBe(0);
+    expect(stored.stderr()).not.toContain('without store.url');
+  });
+
   it('the start reports the same problems, one line each, never a stack trace, and exits 2', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'qe-validate-'));
     try {
