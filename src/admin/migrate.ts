@@ -10,6 +10,8 @@ import { connectRedis, whenReady, type RedisClient } from '../redis/connection.j
 import { directoryKeys } from '../redis/keys.js';
 import { openStore, type Store } from '../store/connection.js';
 import { copyRecordsToStore, type CopyReport } from '../tenants/records.js';
+import { copyKeysToStore } from '../keys/store-keys.js';
+import { copyUsageToStore } from '../metering/copy.js';
 
 export type { CopyReport };
 
@@ -32,6 +34,22 @@ export interface CopyStep {
 /** The steps `migrate` runs, in order. */
 export const COPY_STEPS: readonly CopyStep[] = [
   { name: 'tenant and plan records', copy: (c) => copyRecordsToStore(c.redis, directoryKeys(c.keyPrefix), c.store) },
+  {
+    name: 'API keys',
+    copy: async (c) => {
+      const r = await copyKeysToStore(c.redis, c.keyPrefix, c.store);
+      return { copied: r.copied, same: 0, kept: r.present };
+    },
+  },
+  {
+    // Usage is copied whole once (hour rows); a second run finds the copy made and adds nothing.
+    name: 'usage hours',
+    copy: async (c) => {
+      const r = await copyUsageToStore(c.redis, c.keyPrefix, c.store);
+      if (r.alreadyCopied) c.log.info('usage was copied by an earlier migrate: nothing added');
+      return { copied: r.hourRows, same: 0, kept: 0 };
+    },
+  },
 ];
 
 /** The configuration lacks what migrating needs: the message says which setting. */
