@@ -144,7 +144,8 @@ export class LedgerUsageStore implements UsageStore {
     const written = await this.#store.transaction(async (tx) => {
       if (!(await claimSequence(tx, instanceId, seq))) return null;
       // A process's first flush sweeps the rows of instances long gone.
-      if (seq === 1) await tx.query(`DELETE FROM usage_flush WHERE at < now() - interval '${FLUSH_ROW_DAYS} days'`);
+      // `migrate`'s marker rows stay: one swept would let a second run copy Redis's usage again.
+      if (seq === 1) await tx.query(`DELETE FROM usage_flush WHERE at < now() - interval '${FLUSH_ROW_DAYS} days' AND instance NOT LIKE 'migrate:%'`);
       return addToLedger(tx, batch);
     });
     if (written) this.lastWrite = written;

@@ -88,7 +88,10 @@ export interface ReseedDeps {
   readonly retryMs?: number;
 }
 
-/** Runs a re-seed for each new epoch this instance wrote, retried until it succeeds or a newer epoch replaces it. */
+/** How long an edge that did not write the new epoch waits before its own re-seed: a few flush periods. */
+const PEER_DELAY_MS = 3000;
+
+/** Runs a re-seed for each new epoch this instance sees, retried until it succeeds or a newer epoch replaces it. */
 export class MonthCounterReseeder {
   readonly #deps: ReseedDeps;
   /** Tenants whose counters were re-seeded, since the start. */
@@ -100,15 +103,20 @@ export class MonthCounterReseeder {
     this.#deps = deps;
   }
 
-  /** The epoch listener: re-seeds when this instance wrote the new epoch. */
+  /**
+   * The epoch listener: every edge that sees a new epoch re-seeds, the one that wrote it at once,
+   * the others a little later, after flushing their own counts. Raising is idempotent, so the
+   * re-seed does not hang on one edge surviving it, and each later one reads a ledger holding more
+   * of the edges' counts.
+   */
   readonly follow = (change: EpochChange): void => {
-    if (!change.won) return;
     this.#epoch = change.current;
-    void this.#run(change.current, change.previous === null);
+    void this.#run(change.current, change.previous === null, change.won ? 0 : PEER_DELAY_MS);
   };
 
-  async #run(epoch: string, atStart: boolean): Promise<void> {
+  async #run(epoch: string, atStart: boolean, delayMs: number): Promise<void> {
     const { flush, log, clock } = this.#deps;
+    if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs).unref());
     while (!this.#closed && this.#epoch === epoch) {
       const started = clock();
       try {

@@ -160,12 +160,22 @@ export class StoreUnavailableError extends Error {
   }
 }
 
-/** A call to the server; any failure but the server's own answer (a DatabaseError) means it was not reached. */
+/**
+ * SQLSTATEs the server sends when it is there but cannot serve: connection failures (08), shutting
+ * down or starting up (57P01-57P03), too many clients (53300), authentication refused (28), no
+ * such database (3D000). They are an unavailable store, not a refused statement.
+ */
+function serverUnavailable(err: pg.DatabaseError): boolean {
+  const code = err.code ?? '';
+  return code.startsWith('08') || code.startsWith('28') || code === '57P01' || code === '57P02' || code === '57P03' || code === '53300' || code === '3D000';
+}
+
+/** A call to the server; any failure but a statement the server refused means it was not reached. */
 async function reached<T>(call: Promise<T>): Promise<T> {
   try {
     return await call;
   } catch (err) {
-    throw err instanceof pg.DatabaseError ? err : new StoreUnavailableError(err);
+    throw err instanceof pg.DatabaseError && !serverUnavailable(err) ? err : new StoreUnavailableError(err);
   }
 }
 

@@ -94,5 +94,12 @@ describe('copyUsageToStore', () => {
       egressBytes: 100,
       refusals: { quota_exceeded: 1 },
     });
+
+    // A week on, an edge's first flush sweeps the rows of processes long gone, but not the copy's
+    // marker: a second migrate still adds nothing.
+    await store.query("UPDATE usage_flush SET at = now() - interval '8 days'");
+    await ledger.apply('a-new-process', 1, new Map([['beta', new Map([[DAY2, counts(1)]])]]));
+    expect(await copyUsageToStore(client, prefix, store)).toEqual({ alreadyCopied: true, dayHashes: 0, hourRows: 0 });
+    expect((await ledger.read('acme', ...range)).get(DAY1)).toMatchObject({ requests: 3 });
   });
 });

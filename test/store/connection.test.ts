@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { Store, StoreSchemaError } from '../../src/store/connection.js';
+import { Store, StoreSchemaError, StoreUnavailableError } from '../../src/store/connection.js';
 import { appendChange, ChangeFeed, changesSince, latestChange } from '../../src/store/changes.js';
 import { createLogger } from '../../src/observability/log.js';
 import { dropStore, PrivatePostgres, uniqueStore } from '../helpers/pg.js';
@@ -119,6 +119,18 @@ describe('change log', () => {
     } finally {
       await feed.stop();
       await Promise.all([writer.close(), reader.close()]);
+    }
+  });
+});
+
+describe('a server that is there but cannot serve', () => {
+  it('counts as unavailable: a database that does not exist (3D000) is no refused statement', async () => {
+    const store = new Store({ ...uniqueStore(), url: 'postgres://postgres@127.0.0.1:5432/qe_no_such_database' }, log);
+    try {
+      await expect(store.query('SELECT 1')).rejects.toBeInstanceOf(StoreUnavailableError);
+      expect(store.available).toBe(false);
+    } finally {
+      await store.close();
     }
   });
 });
