@@ -350,7 +350,9 @@ export async function certificateProblems(https: HttpsConfig, baseDir = process.
     }
   };
   const pair = async (label: string, certFile: string, keyFile: string): Promise<void> => {
-    const [cert, key] = await Promise.all([read(`${label}.cert`, certFile), read(`${label}.key`, keyFile)]);
+    // One after the other: the problems come in the same order on every run (cert, then key).
+    const cert = await read(`${label}.cert`, certFile);
+    const key = await read(`${label}.key`, keyFile);
     if (cert !== null) {
       try {
         checkCaBundle(cert);
