@@ -64,7 +64,7 @@ const compiled = new WeakMap<RouteSpec, readonly Stage[]>();
 export function stagesOf(r: RouteSpec): readonly Stage[] {
   let list = compiled.get(r);
   if (list === undefined) {
-    list = r.access === 'public' ? PUBLIC_STAGES : TENANT_STAGES.filter((s) => (s !== storage || r.writes) && (s !== emptyBatch || r.body === 'ack'));
+    list = r.access === 'public' ? PUBLIC_STAGES : TENANT_STAGES.filter((s) => (s !== storage || r.writes) && (s !== emptyBatch || r.name === 'ack.batch'));
     compiled.set(r, list);
   }
   return list;

@@ -76,6 +76,13 @@ describe('answers the edge makes for broker 0.15.1', () => {
     expect(forwarded(broker).length).toBe(before + 1);
   });
 
+  it('a single ack with an empty acknowledgments list is not answered as a batch: the broker judges it', async () => {
+    const before = forwarded(broker).length;
+    const r = await call(edge, 'POST', '/api/v1/ack', { token: acme, body: { acknowledgments: [] } });
+    expect(r.text).not.toBe('[]');
+    expect(forwarded(broker).length).toBe(before + 1);
+  });
+
   it('a transaction of no operations is refused 400 invalid_request by the edge, as the broker refuses it, and not forwarded', async () => {
     const before = forwarded(broker).length;
     const r = await call(edge, 'POST', '/api/v1/transaction', { token: acme, body: { operations: [] } });
