@@ -250,9 +250,13 @@ export class RequestTrace {
     this.phase('broker.slot_wait', start, { 'server.address': this.#tracing.brokerAddress(broker)['server.address'], 'queen.slot.granted': ok });
   }
 
-  /** The request is over: a sampled one (or a refusal, when asked for) gets its server span ended. */
+  /**
+   * The request is over: a sampled one (or a refusal, when asked for) gets its server span ended.
+   * A tenant at ratio 0 is never traced, refusals included: refusals are cheap to cause, and its
+   * clients must not fill the queue every tenant's spans share.
+   */
   end(s: TraceSummary): void {
-    if (!this.decide(s.ratio) && !(s.code !== null && this.#tracing.settings.alwaysSampleRefusals)) return;
+    if (!this.decide(s.ratio) && !(s.code !== null && s.ratio !== 0 && this.#tracing.settings.alwaysSampleRefusals)) return;
     if (this.#server === null) this.#open();
     const server = this.#server!;
     server.updateName(s.route === null ? s.method : `${s.method} ${s.route}`);

@@ -302,7 +302,13 @@ class Directory implements TenantStore {
   async resetToFile(id: string, actor = 'admin'): Promise<WriteResult> {
     const refusal = this.#cannotWrite(id);
     if (refusal) return refusal;
-    if (this.#file.tenants[id] === undefined) return { ok: false, problems: [`tenant "${id}" is not in the configuration file: nothing to reset to`] };
+    const entry = this.#file.tenants[id];
+    if (entry === undefined) return { ok: false, problems: [`tenant "${id}" is not in the configuration file: nothing to reset to`] };
+    // The file's entry comes back only if it fits the directory in force: a tenant created since
+    // with one of its hosts would otherwise be pushed out by it (file tenants take hosts first).
+    await this.#building;
+    const verdict = this.#snap.judge(id, entry);
+    if (verdict) return { ok: false, problems: verdict.problems, conflict: true };
     await this.#commit({ kind: 'tenant', id, action: 'reset', patch: { record: null, deleted: false, status: null, authSince: null } }, actor);
     return { ok: true };
   }

@@ -73,6 +73,20 @@ describe('tenant sources and reset to the file', () => {
     expect((await admin(h, 'DELETE', '/admin/v1/tenants/nobody/overrides')).status).toBe(404);
   });
 
+  it('reset does not bring a deleted file tenant back over a tenant created since with its host: 409, the new tenant stays', async () => {
+    expect((await admin(h, 'DELETE', '/admin/v1/tenants/acme')).status).toBe(204);
+    const other = { plan: 'test', brokers: [broker.url], hosts: ['acme.localhost'], tenancyAwareBrokers: true };
+    expect((await admin(h, 'PUT', '/admin/v1/tenants/other', { body: other })).status).toBe(200);
+    const r = await admin(h, 'DELETE', '/admin/v1/tenants/acme/overrides');
+    expect([r.status, r.json.code]).toEqual([409, 'conflict']);
+    expect((await admin(h, 'GET', '/admin/v1/tenants/other')).status).toBe(200);
+    expect((await admin(h, 'GET', '/admin/v1/tenants/acme')).status).toBe(404);
+    // Once the host is free again, the reset applies.
+    expect((await admin(h, 'DELETE', '/admin/v1/tenants/other')).status).toBe(204);
+    expect((await admin(h, 'DELETE', '/admin/v1/tenants/acme/overrides')).status).toBe(200);
+    expect(await pushStatus(h)).toBe(201);
+  });
+
   it('a tenant created through the API has nothing to reset to: 400, it stays', async () => {
     expect(
       (await admin(h, 'PUT', '/admin/v1/tenants/solo', { body: { plan: 'test', brokers: ['http://127.0.0.1:1'], hosts: ['solo.localhost'] } })).status,

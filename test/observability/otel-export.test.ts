@@ -48,6 +48,8 @@ beforeAll(async () => {
       tenants: {
         acme: { traceRatio: 1 },
         quiet: { plan: 'quiet', hosts: ['quiet.localhost'], brokers: [quietBroker.url] },
+        // Refused before any broker is asked: an address nothing listens on.
+        plain: { plan: 'test', hosts: ['plain.localhost'], brokers: ['http://127.0.0.1:9'] },
         idp: { plan: 'test', hosts: ['idp.localhost'], brokers: [idpBroker.url], traceRatio: 1, auth: { jwksUrl: jwks.url } },
       },
     }),
@@ -227,13 +229,22 @@ describe('a long poll', () => {
 });
 
 describe('refusals and tenants', () => {
-  it('a refusal is traced though its tenant samples nothing, with its code', async () => {
-    const r = await call(h, 'POST', '/api/v1/push', { host: 'quiet.localhost', body: { items: [] }, headers: { 'x-request-id': 'refused-1' } });
+  it('a refusal is traced though the edge samples nothing, with its code', async () => {
+    const r = await call(h, 'POST', '/api/v1/push', { host: 'plain.localhost', body: { items: [] }, headers: { 'x-request-id': 'refused-1' } });
     expect(r.status).toBe(401);
     const server = await waitForValue(() => serverSpan((s) => s.attributes['queen.request_id'] === 'refused-1'), 5000, 'the refusal span');
     expect(server.attributes).toMatchObject({ 'http.response.status_code': 401, 'queen.code': 'unauthorized', 'error.type': 'unauthorized' });
     // A 4xx is the client's error, not the server's (HTTP semantic conventions).
     expect(server.statusCode).not.toBe(STATUS_ERROR);
+  });
+
+  it('a refusal of a tenant whose plan samples nothing is not traced: its clients cannot fill the shared queue', async () => {
+    expect((await call(h, 'POST', '/api/v1/push', { host: 'quiet.localhost', body: { items: [] }, headers: { 'x-request-id': 'quiet-refused' } })).status).toBe(
+      401,
+    );
+    await call(h, 'POST', '/api/v1/push', { host: 'plain.localhost', body: { items: [] }, headers: { 'x-request-id': 'after-quiet-refused' } });
+    await waitForValue(() => serverSpan((s) => s.attributes['queen.request_id'] === 'after-quiet-refused'), 5000, 'the later refusal span');
+    expect(receiver.spans.filter((s) => s.attributes['queen.request_id'] === 'quiet-refused')).toEqual([]);
   });
 
   it('a tenant whose plan samples nothing has no spans, even when its client sends a sampled parent', async () => {
