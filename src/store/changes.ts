@@ -27,7 +27,7 @@ export interface Change extends ChangeEntry {
  * every change below it.
  */
 export async function appendChange(tx: Transaction, schema: string, entry: ChangeEntry): Promise<number> {
-  await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`queen-edge-changes:${schema}`]);
+  await lockChanges(tx, schema);
   const rows = await tx.query('INSERT INTO change_log (actor, subject, action, detail) VALUES ($1, $2, $3, $4) RETURNING seq', [
     entry.actor,
     entry.subject,
@@ -35,6 +35,15 @@ export async function appendChange(tx: Transaction, schema: string, entry: Chang
     entry.detail === undefined ? null : JSON.stringify(entry.detail),
   ]);
   return Number(rows[0]!.seq);
+}
+
+/**
+ * Takes the writers' lock for the rest of the transaction (taking it again is free). A transaction
+ * that writes rows before its change takes it first, so no two writers wait on each other's rows
+ * and lock in opposite orders.
+ */
+export async function lockChanges(tx: Transaction, schema: string): Promise<void> {
+  await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`queen-edge-changes:${schema}`]);
 }
 
 /** The newest change's sequence number; 0 for an empty log. */

@@ -8,7 +8,7 @@
 import type { RedisClient } from '../redis/connection.js';
 import type { DirectoryKeys } from '../redis/keys.js';
 import type { Store, Transaction } from '../store/connection.js';
-import { appendChange } from '../store/changes.js';
+import { appendChange, lockChanges } from '../store/changes.js';
 import type { RedisRecords } from './snapshot.js';
 
 /** What one write changes of a tenant: an absent field stays, null clears it. */
@@ -130,6 +130,8 @@ export async function copyRecordsToStore(redis: RedisClient, k: DirectoryKeys, s
   const { records: r } = await loadFromRedis(redis, k);
   const ids = new Set([...r.tenants.keys(), ...r.deleted, ...Object.keys(r.status), ...Object.keys(r.storage), ...Object.keys(r.authSince ?? {})]);
   return store.transaction(async (tx) => {
+    // The writers' lock before any row, as the admin writes take it: opposite orders would deadlock.
+    await lockChanges(tx, store.schema);
     const counts = { copied: 0, same: 0, kept: 0 };
     const copy = async (subject: string, insert: () => Promise<unknown[]>, same: () => Promise<unknown[]>): Promise<void> => {
       if ((await insert()).length > 0) {
