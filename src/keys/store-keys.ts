@@ -120,6 +120,9 @@ class StoreKeyStore implements ApiKeyStore {
 
   /** Reads every record (start, or after a change could not be applied). */
   async load(): Promise<void> {
+    // Keys learnt while the pages are read (the feed, this instance's own creates) land in the map
+    // in force; the new map keeps them, or the read's older pages would drop a valid key.
+    const known = new Set(this.#records.keys());
     const next = await this.#read(async () => {
       const found = new Map<string, ApiKeyRecord>();
       let after = '';
@@ -131,6 +134,7 @@ class StoreKeyStore implements ApiKeyStore {
       }
     });
     const before = this.#records;
+    for (const [id, r] of before) if (!known.has(id) && !next.has(id)) next.set(id, r);
     this.#records = next;
     for (const id of before.keys()) if (!next.has(id)) this.#tell(id);
   }

@@ -5,10 +5,11 @@
 import type { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RawConfig } from '../../src/config/schema.js';
-import { copyKeysToStore } from '../../src/keys/store-keys.js';
+import { copyKeysToStore, openStoreKeys } from '../../src/keys/store-keys.js';
+import type { ApiKeyStore } from '../../src/keys/store.js';
 import { createLogger } from '../../src/observability/log.js';
 import { Store, type StoreTarget } from '../../src/store/connection.js';
-import { appendChange, changesSince } from '../../src/store/changes.js';
+import { appendChange, ChangeFeed, changesSince } from '../../src/store/changes.js';
 import { startBrokerDouble, type BrokerDouble } from '../helpers/broker-double.js';
 import { call, startEdge, testConfig, type EdgeHarness } from '../helpers/edge.js';
 import { dropStore, PrivatePostgres, uniqueStore } from '../helpers/pg.js';
@@ -198,5 +199,55 @@ describe('copyKeysToStore', () => {
     for (const { key } of keys) expect(await push(after, key)).toBe(201);
     const listed = (await admin(after, 'GET', '/admin/v1/tenants/acme/keys')).json.keys.map((k: { id: string }) => k.id).sort();
     expect(listed).toEqual(keys.map((k) => k.id).sort());
+  });
+});
+
+describe('a full read of the keys while keys are created', () => {
+  const target = uniqueStore();
+  afterAll(() => dropStore(target));
+
+  it('keeps a key created while its pages were out: the read must not drop it', async () => {
+    let release: () => void = () => {};
+    let held: Promise<void> | null = null;
+    let holding = false;
+    /** Holds a whole read's page query until released. */
+    class HeldStore extends Store {
+      override async query<R extends import('pg').QueryResultRow>(text: string, params: readonly unknown[] = []): Promise<R[]> {
+        if (holding && text.includes('WHERE id > $1')) {
+          holding = false;
+          held = new Promise<void>((r) => {
+            release = r;
+          });
+          await held;
+        }
+        return super.query<R>(text, params);
+      }
+    }
+    const store = new HeldStore(target, log);
+    await store.migrate();
+    const feed = new ChangeFeed(store, log);
+    const keys = (await openStoreKeys(store, feed, null, { keyPrefix: 'qe:', cluster: [] }, log)) as ApiKeyStore & { load(): Promise<void> };
+    try {
+      holding = true;
+      const reading = keys.load();
+      await waitFor(() => held !== null, 5000, 'the read held');
+      const record = {
+        id: 'k1createdwhilereading',
+        tenant: 'acme',
+        name: 'k',
+        roles: ['read-write'],
+        createdAt: Date.now(),
+        expiresAt: null,
+        hash: 'a'.repeat(64),
+      };
+      expect(await keys.add(record, 100)).toBe(true);
+      release();
+      await reading;
+      expect(await keys.get(record.id)).toMatchObject({ id: record.id, tenant: 'acme' });
+    } finally {
+      await feed.stop();
+      await keys.close();
+      await store.close();
+    }
   });
 });
