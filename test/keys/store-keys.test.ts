@@ -210,9 +210,10 @@ describe('a full read of the keys while keys are created', () => {
     let release: () => void = () => {};
     let held: Promise<void> | null = null;
     let holding = false;
-    /** Holds a whole read's page query until released. */
+    /** Holds a whole read's page, read before the create, until released. */
     class HeldStore extends Store {
       override async query<R extends import('pg').QueryResultRow>(text: string, params: readonly unknown[] = []): Promise<R[]> {
+        const rows = await super.query<R>(text, params);
         if (holding && text.includes('WHERE id > $1')) {
           holding = false;
           held = new Promise<void>((r) => {
@@ -220,7 +221,7 @@ describe('a full read of the keys while keys are created', () => {
           });
           await held;
         }
-        return super.query<R>(text, params);
+        return rows;
       }
     }
     const store = new HeldStore(target, log);
