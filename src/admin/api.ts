@@ -321,8 +321,15 @@ async function deleteTenant(c: Call): Promise<Reply | Refusal> {
   const id = c.params.id!;
   const refused = writable(c.d, id);
   if (refused) return refused;
-  if (!(await c.d.tenants.deleteTenant(id, c.who))) return edgeError('not_found', `no tenant "${id}"`);
+  const existed = await c.d.tenants.deleteTenant(id, c.who);
+  // Revoked even when the tenant is gone already: a DELETE repeated after its keys could not be
+  // revoked finishes the job, so the id's next tenant never inherits them.
   const keys = await revokeTenantKeys(c.d.keys, id);
+  if (keys instanceof EdgeError) {
+    c.d.log.warn({ tenant: id, code: keys.code }, 'tenant deleted but its API keys not revoked yet: repeat the DELETE');
+    return edgeError(keys.code, `tenant "${id}" is deleted, but its API keys could not be revoked yet: repeat the DELETE`);
+  }
+  if (!existed && keys.length === 0) return edgeError('not_found', `no tenant "${id}"`);
   logChange(c, 'tenant.delete', id, keys.length > 0 ? { keysRevoked: keys } : undefined);
   return { status: 204 };
 }

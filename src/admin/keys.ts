@@ -95,11 +95,11 @@ export async function listKeys(d: KeyAdminDeps, tenantId: string): Promise<KeyRe
 
 /**
  * A deleted tenant's keys are revoked with it: a tenant created later under its id starts with
- * none. Their ids; none yet when the store could not take it (the directory's removal retries, keys/lifetime.ts).
+ * none. Their ids, or the refusal when the store could not take it: the caller says so, since
+ * the instances' own retries (keys/lifetime.ts) live only as long as they do.
  */
-export async function revokeTenantKeys(d: KeyAdminDeps, tenantId: string): Promise<string[]> {
-  const ids = await written(d.store.revokeAll(tenantId));
-  return ids instanceof EdgeError ? [] : ids;
+export async function revokeTenantKeys(d: KeyAdminDeps, tenantId: string): Promise<string[] | EdgeError<AnyErrorCode>> {
+  return written(d.store.revokeAll(tenantId));
 }
 
 /** `DELETE /admin/v1/tenants/:id/keys/:keyId`: 204; every instance refuses the key within a second. */
