@@ -324,7 +324,7 @@ async function deleteTenant(c: Call): Promise<Reply | Refusal> {
   const existed = await c.d.tenants.deleteTenant(id, c.who);
   // Revoked even when the tenant is gone already: a DELETE repeated after its keys could not be
   // revoked finishes the job, so the id's next tenant never inherits them.
-  const keys = await revokeTenantKeys(c.d.keys, id);
+  const keys = await revokeTenantKeys(c.d.keys, id, c.who);
   if (keys instanceof EdgeError) {
     c.d.log.warn({ tenant: id, code: keys.code }, 'tenant deleted but its API keys not revoked yet: repeat the DELETE');
     return edgeError(keys.code, `tenant "${id}" is deleted, but its API keys could not be revoked yet: repeat the DELETE`);
@@ -549,7 +549,7 @@ async function reloadsView(c: Call): Promise<Reply> {
 
 async function postKey(c: Call): Promise<Reply | Refusal> {
   const body = await jsonBody(c.req);
-  const out = body instanceof EdgeError ? body : await createKey(c.d.keys, c.params.id!, body);
+  const out = body instanceof EdgeError ? body : await createKey(c.d.keys, c.params.id!, body, c.who);
   // The key id names it in the log; the key itself is in the answer only.
   if (!(out instanceof EdgeError)) logChange(c, 'key.create', c.params.id!, { id: (out.body as { id: string }).id, roles: (body as { roles: unknown }).roles });
   return out;
@@ -560,7 +560,7 @@ async function getKeys(c: Call): Promise<Reply | Refusal> {
 }
 
 async function deleteKey(c: Call): Promise<Reply | Refusal> {
-  const out = await revokeKey(c.d.keys, c.params.id!, c.params.keyId!);
+  const out = await revokeKey(c.d.keys, c.params.id!, c.params.keyId!, c.who);
   if (!(out instanceof EdgeError)) logChange(c, 'key.revoke', c.params.id!, { id: c.params.keyId });
   return out;
 }

@@ -63,7 +63,7 @@ function tenantOf(d: KeyAdminDeps, id: string): Tenant | EdgeError<AnyErrorCode>
 }
 
 /** `POST /admin/v1/tenants/:id/keys`: 201 with the key, shown this once. */
-export async function createKey(d: KeyAdminDeps, tenantId: string, body: unknown): Promise<KeyReply | EdgeError<AnyErrorCode>> {
+export async function createKey(d: KeyAdminDeps, tenantId: string, body: unknown, actor: string): Promise<KeyReply | EdgeError<AnyErrorCode>> {
   const t = tenantOf(d, tenantId);
   if (t instanceof EdgeError) return t;
   const parsed = createRequest.safeParse(body);
@@ -76,7 +76,7 @@ export async function createKey(d: KeyAdminDeps, tenantId: string, body: unknown
   if (expiresAt !== null && expiresAt <= now) return edgeError('invalid_request', 'expiresAt: must be in the future');
   const { id, key, hash } = mintKey();
   const record: ApiKeyRecord = { id, tenant: t.id, name: parsed.data.name, roles: parsed.data.roles, createdAt: now, expiresAt, hash };
-  const added = await written(d.store.add(record, MAX_KEYS_PER_TENANT));
+  const added = await written(d.store.add(record, MAX_KEYS_PER_TENANT, actor));
   if (added instanceof EdgeError) return added;
   if (!added) {
     return edgeError('conflict', `tenant "${t.id}" already has ${MAX_KEYS_PER_TENANT} keys: revoke one first`);
@@ -98,12 +98,12 @@ export async function listKeys(d: KeyAdminDeps, tenantId: string): Promise<KeyRe
  * none. Their ids, or the refusal when the store could not take it: the caller says so, since
  * the instances' own retries (keys/lifetime.ts) live only as long as they do.
  */
-export async function revokeTenantKeys(d: KeyAdminDeps, tenantId: string): Promise<string[] | EdgeError<AnyErrorCode>> {
-  return written(d.store.revokeAll(tenantId));
+export async function revokeTenantKeys(d: KeyAdminDeps, tenantId: string, actor: string): Promise<string[] | EdgeError<AnyErrorCode>> {
+  return written(d.store.revokeAll(tenantId, undefined, actor));
 }
 
 /** `DELETE /admin/v1/tenants/:id/keys/:keyId`: 204; every instance refuses the key within a second. */
-export async function revokeKey(d: KeyAdminDeps, tenantId: string, keyId: string): Promise<KeyReply | EdgeError<AnyErrorCode>> {
+export async function revokeKey(d: KeyAdminDeps, tenantId: string, keyId: string, actor: string): Promise<KeyReply | EdgeError<AnyErrorCode>> {
   // Never echoed: what was given may be a whole key pasted in place of its id.
   if (!isKeyId(keyId))
     return edgeError(
@@ -113,7 +113,7 @@ export async function revokeKey(d: KeyAdminDeps, tenantId: string, keyId: string
   if (d.verifier.fileKeys(tenantId).some((r) => r.id === keyId)) {
     return edgeError('conflict', `key "${keyId}" is declared in the configuration file: remove it there and reload`);
   }
-  const revoked = await written(d.store.revoke(tenantId, keyId));
+  const revoked = await written(d.store.revoke(tenantId, keyId, actor));
   if (revoked instanceof EdgeError) return revoked;
   return revoked ? { status: 204 } : edgeError('not_found', `no key "${keyId}" for tenant "${tenantId}"`);
 }

@@ -65,7 +65,8 @@ export class TenantKeyLifetimes {
   async #drain(): Promise<void> {
     for (const [tenant, at] of this.#pending) {
       try {
-        const ids = await this.#store.revokeAll(tenant, at);
+        // Logged as the edge's own doing: no operator asked for these revocations.
+        const ids = await this.#store.revokeAll(tenant, at, 'edge:tenant-removed');
         if (this.#pending.get(tenant) === at) this.#pending.delete(tenant);
         // Another instance may have revoked them first, and what it revoked reaches this one's
         // cache (or copy of the store) by its message or the next check: held until surely here.

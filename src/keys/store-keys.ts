@@ -61,7 +61,7 @@ function recordOf(r: Row): ApiKeyRecord {
 }
 
 /** Inserts a record and appends its change, in the caller's transaction; false when the id is taken. */
-async function insertKey(tx: Transaction, schema: string, r: ApiKeyRecord, action: string): Promise<boolean> {
+async function insertKey(tx: Transaction, schema: string, r: ApiKeyRecord, action: string, actor: string): Promise<boolean> {
   const rows = await tx.query(`INSERT INTO api_keys (${COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING RETURNING id`, [
     r.id,
     r.tenant,
@@ -72,7 +72,7 @@ async function insertKey(tx: Transaction, schema: string, r: ApiKeyRecord, actio
     r.hash,
   ]);
   if (rows.length === 0) return false;
-  await appendChange(tx, schema, { actor: 'admin', subject: `${SUBJECT}${r.id}`, action, detail: { tenant: r.tenant } });
+  await appendChange(tx, schema, { actor, subject: `${SUBJECT}${r.id}`, action, detail: { tenant: r.tenant } });
   return true;
 }
 
@@ -215,14 +215,14 @@ class StoreKeyStore implements ApiKeyStore {
     }
   }
 
-  async add(record: ApiKeyRecord, max: number): Promise<boolean> {
+  async add(record: ApiKeyRecord, max: number, actor = 'admin'): Promise<boolean> {
     const schema = this.#store.schema;
     const added = await this.#write(async (tx) => {
       // A lock per tenant first: its creates are counted one after the other, on every instance.
       await tx.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`queen-edge-keys:${schema}:${record.tenant}`]);
       const rows = await tx.query('SELECT count(*)::int AS n FROM api_keys WHERE tenant = $1', [record.tenant]);
       if (Number(rows[0]!.n) >= max) return false;
-      return insertKey(tx, schema, record, 'create');
+      return insertKey(tx, schema, record, 'create', actor);
     });
     if (!added) return false;
     this.#records.set(record.id, { ...record, roles: sharedRoles(record.roles) });
@@ -247,20 +247,20 @@ class StoreKeyStore implements ApiKeyStore {
     return at.map((t) => (t ? Number(t) : null));
   }
 
-  async revoke(tenant: string, id: string): Promise<boolean> {
-    return (await this.#revoke(tenant, 'AND id = $2', [id])).length > 0;
+  async revoke(tenant: string, id: string, actor = 'admin'): Promise<boolean> {
+    return (await this.#revoke(tenant, 'AND id = $2', [id], actor)).length > 0;
   }
 
-  async revokeAll(tenant: string, upTo = Number.POSITIVE_INFINITY): Promise<string[]> {
-    return this.#revoke(tenant, 'AND created_at <= $2', [Number.isFinite(upTo) ? upTo : Number.MAX_SAFE_INTEGER]);
+  async revokeAll(tenant: string, upTo = Number.POSITIVE_INFINITY, actor = 'admin'): Promise<string[]> {
+    return this.#revoke(tenant, 'AND created_at <= $2', [Number.isFinite(upTo) ? upTo : Number.MAX_SAFE_INTEGER], actor);
   }
 
   /** Deletes a tenant's keys matching `where` and appends a change for each, in one transaction; their ids. */
-  async #revoke(tenant: string, where: string, params: readonly unknown[]): Promise<string[]> {
+  async #revoke(tenant: string, where: string, params: readonly unknown[], actor: string): Promise<string[]> {
     const schema = this.#store.schema;
     const ids = await this.#write(async (tx) => {
       const rows = await tx.query(`DELETE FROM api_keys WHERE tenant = $1 ${where} RETURNING id`, [tenant, ...params]);
-      for (const r of rows) await appendChange(tx, schema, { actor: 'admin', subject: `${SUBJECT}${r.id}`, action: 'revoke', detail: { tenant } });
+      for (const r of rows) await appendChange(tx, schema, { actor, subject: `${SUBJECT}${r.id}`, action: 'revoke', detail: { tenant } });
       return rows.map((r) => String(r.id));
     });
     for (const id of ids) {
@@ -334,7 +334,7 @@ export async function copyKeysToStore(redis: RedisClient, keyPrefix: string, sto
     const records = texts.map((t) => parseRecord(t)).filter((r): r is ApiKeyRecord => r !== null);
     await store.transaction(async (tx) => {
       for (const r of records) {
-        if (await insertKey(tx, store.schema, r, 'migrate')) copied++;
+        if (await insertKey(tx, store.schema, r, 'migrate', 'migrate')) copied++;
         else present++;
       }
     });

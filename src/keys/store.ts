@@ -33,17 +33,20 @@ export interface ListedKey extends ApiKeyRecord {
 export interface ApiKeyStore {
   /** 'store': the durable store (store-keys.ts); 'redis': shared by every instance; 'memory': this process only. */
   readonly backing: 'store' | 'redis' | 'memory';
-  /** Stores a new key unless its tenant already has `max` (false then). */
-  add(record: ApiKeyRecord, max: number): Promise<boolean>;
+  /**
+   * Stores a new key unless its tenant already has `max` (false then). `actor` (who asked: an admin
+   * token's id) is what a store with a change log records; the others ignore it.
+   */
+  add(record: ApiKeyRecord, max: number, actor?: string): Promise<boolean>;
   get(id: string): Promise<ApiKeyRecord | null>;
   list(tenant: string): Promise<ListedKey[]>;
   /** Removes a key of `tenant` and tells every instance; false when the tenant has no such key. */
-  revoke(tenant: string, id: string): Promise<boolean>;
+  revoke(tenant: string, id: string, actor?: string): Promise<boolean>;
   /**
    * Revokes every key of a tenant created at or before `upTo` (ms; default every key): it was
    * removed, and a tenant made later under its id must not inherit them. Their ids.
    */
-  revokeAll(tenant: string, upTo?: number): Promise<string[]>;
+  revokeAll(tenant: string, upTo?: number, actor?: string): Promise<string[]>;
   /** Records a use (callers write at most once a minute per key). */
   touch(id: string, at: number): Promise<void>;
   /**
