@@ -27,17 +27,37 @@ export function withTracingEnv(t: TracingConfig, env: NodeJS.ProcessEnv, problem
   return {
     ...t,
     enabled: t.enabled && env.OTEL_SDK_DISABLED?.trim().toLowerCase() !== 'true',
-    endpoint: t.endpoint ?? tracesEndpoint(env),
+    endpoint: t.endpoint ?? tracesEndpoint(env, problems),
     serviceName: t.serviceName ?? (env.OTEL_SERVICE_NAME?.trim() || null),
     parentBased: t.parentBased ?? known?.parentBased ?? null,
     ratio: t.ratio ?? envRatio,
   };
 }
 
-/** The signal's own variable as it is; the general one is a base URL the signal's path is appended to. */
-function tracesEndpoint(env: NodeJS.ProcessEnv): string | null {
+/**
+ * The signal's own variable as it is; the general one is a base URL the signal's path is appended
+ * to. Checked as the file's `tracing.endpoint` is: an http(s) URL, or a problem naming the variable.
+ */
+function tracesEndpoint(env: NodeJS.ProcessEnv, problems: string[]): string | null {
   const own = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim();
-  if (own) return own;
   const base = env.OTEL_EXPORTER_OTLP_ENDPOINT?.trim();
-  return base ? `${base.replace(/\/+$/, '')}/v1/traces` : null;
+  const [name, url] = own
+    ? ['OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', own]
+    : base
+      ? ['OTEL_EXPORTER_OTLP_ENDPOINT', `${base.replace(/\/+$/, '')}/v1/traces`]
+      : [null, null];
+  if (name === null || url === null) return null;
+  if (!isHttpUrl(url)) {
+    problems.push(`${name}: not an http(s) URL`);
+    return null;
+  }
+  return url;
+}
+
+function isHttpUrl(text: string): boolean {
+  try {
+    return /^https?:$/.test(new URL(text).protocol);
+  } catch {
+    return false;
+  }
 }

@@ -29,6 +29,17 @@ describe('withTracingEnv', () => {
     expect(problems).toEqual([]);
   });
 
+  it('refuses a collector address from the environment that is no http(s) URL, naming the variable', () => {
+    for (const [name, value] of [
+      ['OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', 'not a url'],
+      ['OTEL_EXPORTER_OTLP_ENDPOINT', 'collector:4318'],
+    ] as const) {
+      const problems: string[] = [];
+      expect(withTracingEnv({ ...FILE, enabled: true }, { [name]: value }, problems).endpoint).toBeNull();
+      expect(problems).toEqual([`${name}: not an http(s) URL`]);
+    }
+  });
+
   it('never turns tracing on by itself; OTEL_SDK_DISABLED turns it off', () => {
     expect(withTracingEnv(FILE, { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://c:4318' }, []).enabled).toBe(false);
     expect(withTracingEnv({ ...FILE, enabled: true }, { OTEL_SDK_DISABLED: 'true' }, []).enabled).toBe(false);
