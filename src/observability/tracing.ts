@@ -11,8 +11,8 @@
  * to a bounded queue and are exported in batches over OTLP/HTTP (protobuf); beyond the bound they
  * are dropped and counted, and the request path never waits for the collector.
  */
-import { ROOT_CONTEXT, SpanKind, SpanStatusCode, TraceFlags, trace, type Attributes, type Context, type Span, type Tracer } from '@opentelemetry/api';
-import { ExportResultCode, type ExportResult } from '@opentelemetry/core';
+import { ROOT_CONTEXT, SpanKind, SpanStatusCode, TraceFlags, trace, type Attributes, type Context, type HrTime, type Span, type Tracer } from '@opentelemetry/api';
+import { ExportResultCode, hrTime, type ExportResult } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { AlwaysOnSampler, BatchSpanProcessor, TracerProvider, type ReadableSpan, type SpanExporter, type SpanProcessor } from '@opentelemetry/sdk-trace';
@@ -148,8 +148,8 @@ interface Phase {
 }
 
 /**
- * One request's spans. Times are performance.now() readings, as the exchange keeps them (the SDK
- * takes a number below the time origin as one). The client's trace context is its own request's
+ * One request's spans. Times are performance.now() readings, as the exchange keeps them, handed
+ * to the SDK through #at. The client's trace context is its own request's
  * only: its trace id and flag are joined, its tracestate is never copied into the edge's spans,
  * and nothing it sends becomes an attribute.
  */
@@ -166,6 +166,8 @@ export class RequestTrace {
   #client: Span | null = null;
   #clientStart = 0;
   #clientParked = false;
+  /** Wall clock minus the monotonic clock, taken once when the trace opens. */
+  #offset = 0;
 
   constructor(tracing: Tracing, parent: string | null, startedAt: number) {
     this.#tracing = tracing;
@@ -211,7 +213,7 @@ export class RequestTrace {
       method,
       {
         kind: SpanKind.CLIENT,
-        startTime: this.#clientStart,
+        startTime: this.#at(this.#clientStart),
         attributes: { 'http.request.method': method, ...this.#tracing.brokerAddress(broker), 'queen.long_poll': parked },
       },
       this.#context,
@@ -237,7 +239,7 @@ export class RequestTrace {
     if (this.#clientParked && headersAt !== 0) {
       this.#child('long_poll.parked', this.#clientStart, headersAt, undefined, trace.setSpan(this.#context, client));
     }
-    client.end();
+    client.end(this.#at(performance.now()));
   }
 
   /** A JWKS fetch the token's verification waited for since `since` (auth/jwt.ts, JwksWatch). */
@@ -276,8 +278,9 @@ export class RequestTrace {
     // A server span is in error for a 5xx only (HTTP semantic conventions): a 4xx is the client's.
     if (s.status >= 500 || s.status === 0) server.setStatus({ code: SpanStatusCode.ERROR });
     // A client span still open (the client left mid-answer) ends with its request.
-    this.#client?.end();
-    server.end();
+    const now = this.#at(performance.now());
+    this.#client?.end(now);
+    server.end(now);
   }
 
   /** The server span from the request's start, under the client's context when it sent one, and the phases timed so far. */
@@ -287,7 +290,8 @@ export class RequestTrace {
       parent === null
         ? ROOT_CONTEXT
         : trace.setSpanContext(ROOT_CONTEXT, { traceId: parent.slice(3, 35), spanId: parent.slice(36, 52), traceFlags: TraceFlags.SAMPLED, isRemote: true });
-    const server = this.#tracing.tracer.startSpan('request', { kind: SpanKind.SERVER, startTime: this.#startedAt }, context);
+    this.#offset = Date.now() - (performance.now() + performance.timeOrigin);
+    const server = this.#tracing.tracer.startSpan('request', { kind: SpanKind.SERVER, startTime: this.#at(this.#startedAt) }, context);
     this.#server = server;
     this.#context = trace.setSpan(ROOT_CONTEXT, server);
     const phases = this.#phases;
@@ -296,7 +300,16 @@ export class RequestTrace {
   }
 
   #child(name: string, start: number, end: number, attributes: Attributes | undefined, context = this.#context): void {
-    this.#tracing.tracer.startSpan(name, { kind: SpanKind.INTERNAL, startTime: start, ...(attributes ? { attributes } : {}) }, context).end(end);
+    this.#tracing.tracer.startSpan(name, { kind: SpanKind.INTERNAL, startTime: this.#at(start), ...(attributes ? { attributes } : {}) }, context).end(this.#at(end));
+  }
+
+  /**
+   * A performance.now() reading as the span time the SDK keeps as given. Given a number, the SDK
+   * corrects each span by its own wall-clock reading (millisecond-grained), so a child could start
+   * before its parent; one correction per request keeps the tree's order.
+   */
+  #at(t: number): HrTime {
+    return hrTime(t + this.#offset);
   }
 }
 
