@@ -11,7 +11,18 @@
  * to a bounded queue and are exported in batches over OTLP/HTTP (protobuf); beyond the bound they
  * are dropped and counted, and the request path never waits for the collector.
  */
-import { ROOT_CONTEXT, SpanKind, SpanStatusCode, TraceFlags, trace, type Attributes, type Context, type HrTime, type Span, type Tracer } from '@opentelemetry/api';
+import {
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  TraceFlags,
+  trace,
+  type Attributes,
+  type Context,
+  type HrTime,
+  type Span,
+  type Tracer,
+} from '@opentelemetry/api';
 import { ExportResultCode, hrTime, type ExportResult } from '@opentelemetry/core';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { resourceFromAttributes } from '@opentelemetry/resources';
@@ -300,7 +311,9 @@ export class RequestTrace {
   }
 
   #child(name: string, start: number, end: number, attributes: Attributes | undefined, context = this.#context): void {
-    this.#tracing.tracer.startSpan(name, { kind: SpanKind.INTERNAL, startTime: this.#at(start), ...(attributes ? { attributes } : {}) }, context).end(this.#at(end));
+    this.#tracing.tracer
+      .startSpan(name, { kind: SpanKind.INTERNAL, startTime: this.#at(start), ...(attributes ? { attributes } : {}) }, context)
+      .end(this.#at(end));
   }
 
   /**

@@ -19,7 +19,19 @@ it('every child span lies within its request span, though each span read a diffe
     },
     shutdown: async () => {},
   };
-  const settings = tracingSettings({ enabled: true, endpoint: null, serviceName: null, parentBased: null, ratio: null, alwaysSampleRefusals: true, forwardBaggage: false, maxQueueSpans: 100, batchSpans: 10, exportDelayMs: 10, exportTimeoutMs: 1000 })!;
+  const settings = tracingSettings({
+    enabled: true,
+    endpoint: null,
+    serviceName: null,
+    parentBased: null,
+    ratio: null,
+    alwaysSampleRefusals: true,
+    forwardBaggage: false,
+    maxQueueSpans: 100,
+    batchSpans: 10,
+    exportDelayMs: 10,
+    exportTimeoutMs: 1000,
+  })!;
   const tracing = new Tracing(settings, capturingLogger('fatal').log, exporter);
   // A wall clock that steps back 3 ms at every reading: what the SDK's own per-span correction
   // turns into children that start before their parent (a millisecond-grained clock does it too).
