@@ -45,9 +45,11 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     const ctx = new Exchange(req, res, d.clock(), d.usage);
     if (d.tracing !== null) ctx.trace = d.tracing.begin(req.headers.traceparent, ctx.startedAt);
     // Whichever comes first: an h2 stream whose small refused body was never read only closes
-    // with its session, long after its answer finished.
-    res.once('finish', () => finish(req, ctx));
-    res.once('close', () => finish(req, ctx));
+    // with its session, long after its answer finished. One listener for both, and on() rather
+    // than once(): once() wraps each listener in two more objects, and finish() runs once anyway.
+    const over = (): void => finish(req, ctx);
+    res.on('finish', over);
+    res.on('close', over);
     const prelude = runStages(ctx, parts, PRELUDE);
     let ended = prelude instanceof Promise ? await prelude : prelude;
     if (ended === null) {

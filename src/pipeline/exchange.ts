@@ -65,11 +65,11 @@ export class Exchange extends MeteredExchange<Tenant> implements ProxyExchange {
   closeOnRefusal: boolean;
   /** A close on refusal reads on and discards for a while (lingering close): h1 only, and not for refusals of the bytes or time a body takes. */
   linger: boolean;
-  /** Ends this request's head in flight and its pre-admission (headsInFlight, preAdmit): at admit, or at the end. */
-  endHead: () => void = NO_RELEASE;
   done = false;
   /** Releases still to run, last acquired first. */
   readonly #releases: (() => void)[] = [];
+  /** What the request's head holds (its pre-admission, its place in flight) until admit, or the end. */
+  #head: (() => void)[] | null = null;
 
   constructor(
     readonly req: EdgeRequest,
@@ -89,24 +89,33 @@ export class Exchange extends MeteredExchange<Tenant> implements ProxyExchange {
   }
 
   /**
-   * Registers `release` to run when the exchange ends, and returns a function that runs it sooner;
-   * either way it runs once. An exchange already ended (a client gone meanwhile) runs it at once.
+   * Registers `release` to run once, when the exchange ends; an exchange already ended (a client
+   * gone meanwhile) runs it at once. No wrapper per release: each runs exactly once from here.
    */
-  hold(release: () => void): () => void {
-    let held = true;
-    const once = (): void => {
-      if (!held) return;
-      held = false;
-      release();
-    };
-    if (this.done) once();
-    else this.#releases.push(once);
-    return once;
+  hold(release: () => void): void {
+    if (this.done) release();
+    else this.#releases.push(release);
+  }
+
+  /** Like hold(), for what the head holds: released by endHead() (at admit), or at the end. */
+  holdHead(release: () => void): void {
+    if (this.done) release();
+    else if (this.#head === null) this.#head = [release];
+    else this.#head.push(release);
+  }
+
+  /** Ends the head's holds (headsInFlight, preAdmit): at admit, or at the end; once. */
+  endHead(): void {
+    const head = this.#head;
+    if (head === null) return;
+    this.#head = null;
+    for (let i = head.length - 1; i >= 0; i--) head[i]!();
   }
 
   /** The request is over: every release still held runs (once). */
   end(): void {
     this.done = true;
+    this.endHead();
     for (let i = this.#releases.length - 1; i >= 0; i--) this.#releases[i]!();
     this.#releases.length = 0;
   }
@@ -144,9 +153,6 @@ export function endTrace(x: Exchange, t: RequestTrace): void {
 
 /** Before the route stage. */
 const NO_TARGET: NormalizedTarget = Object.freeze({ path: '/', query: '' });
-
-/** No release held (the default of endHead). */
-export const NO_RELEASE = (): void => {};
 
 /** True when a refusal may leave Node to discard the unread body and keep the connection. */
 function cheapToDrain(t: Transport, req: EdgeRequest): boolean {

@@ -36,7 +36,7 @@ import type { Tenant, TenantDirectory } from '../tenants/model.js';
 import { tenantGate, type Tenancy, type TenancySettings } from '../tenants/tenancy.js';
 import { contentEncodingRefusal, upstreamHeaders } from '../upstream/upstream-headers.js';
 import type { ProxyRequest, UpstreamProxy } from '../upstream/proxy.js';
-import { NO_RELEASE, type Exchange } from './exchange.js';
+import type { Exchange } from './exchange.js';
 import { laneOf } from './lane.js';
 
 /** The settings the request path reads, resolved from the configuration once (pipelineSettings). */
@@ -285,7 +285,7 @@ export function contentEncoding(x: Exchange): StageResult {
 export function preAdmit(x: Exchange, p: Parts): StageResult {
   const declared = x.transport.declaredLength(x.req);
   const pre = p.limiter.preAdmit({ tenant: x.tenant!, messages: 0, ingressBytes: declared ?? 0, parkedPoll: x.query!.wait });
-  if (pre?.release) x.endHead = x.hold(pre.release);
+  if (pre?.release) x.holdHead(pre.release);
   return pre?.refusal ? x.limited(pre as typeof pre & { refusal: EdgeError }) : CONTINUE;
 }
 
@@ -298,15 +298,7 @@ export function headsInFlight(x: Exchange, p: Parts): StageResult {
     x.limit = 'rate_limited';
     return edgeError('rate_limited', 'too many requests in flight for this tenant', { retryAfterSec: 1 });
   }
-  const pre = x.endHead;
-  const flight = x.hold(inFlight);
-  x.endHead =
-    pre === NO_RELEASE
-      ? flight
-      : () => {
-          flight();
-          pre();
-        };
+  x.holdHead(inFlight);
   return CONTINUE;
 }
 

@@ -258,7 +258,9 @@ describe('tenant stages', () => {
     const x = exchange();
     x.query = { values: new Map(), wait: true, timeoutMs: 1000, forward: 'wait=true' };
     let headEnded = false;
-    x.endHead = () => (headEnded = true);
+    x.holdHead(() => {
+      headEnded = true;
+    });
     expect(await S.admit(x, parts({ admit: async () => ({ refusal: null, headers: { ratelimit: 'r' }, release: () => slots.push('slot') }) }))).toBe(CONTINUE);
     expect([headEnded, x.limit, x.headers.ratelimit, slots]).toEqual([true, 'admitted', 'r', []]);
     x.end();
