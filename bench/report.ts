@@ -32,14 +32,14 @@ export function renderMarkdown(report: BenchReport, labels: Record<ScenarioId, s
     const nginx = find(report.runs, 'nginx', w);
     out.push(`#### ${w}`, '');
     out.push(
-      '| scenario | req/s | × direct | × nginx | p50 ms | p99 ms | p99.9 ms | p50 added | p99 added | proxy CPU µs/req | CPU × floor | CPU × nginx | CPU s / 10k req | Redis round trips / commands per req | bad answers |',
+      '| scenario | req/s | × direct | × nginx | p50 ms | p99 ms | p99.9 ms | p50 added | p99 added | proxy CPU µs/req | CPU × floor | CPU × nginx | CPU s / 10k req | alloc KiB/req | GC ms / 10k req | GC % of CPU | Redis round trips / commands per req | bad answers |',
     );
-    out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+    out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
     for (const r of report.runs.filter((x) => x.workload === w)) {
       const added = (a: number, b: number | undefined) => (b === undefined || r.scenario === 'direct' ? '-' : `${(a - b).toFixed(2)}`);
       const floor = floorFor(report.runs, r);
       out.push(
-        `| ${labels[r.scenario]} | ${f(r.reqPerSec, 0)} | ${ratio(r.reqPerSec, direct?.reqPerSec)} | ${ratio(r.reqPerSec, nginx?.reqPerSec)} | ${f(r.p50Ms, 2)} | ${f(r.p99Ms, 2)} | ${f(r.p999Ms, 2)} | ${added(r.p50Ms, direct?.p50Ms)} | ${added(r.p99Ms, direct?.p99Ms)} | ${f(r.cpuUsPerReq)}${spread(r)} | ${ratio(r.cpuUsPerReq, floor?.cpuUsPerReq)} | ${ratio(r.cpuUsPerReq, nginx?.cpuUsPerReq)} | ${f(r.cpuSecondsPer10k, 3)} | ${r.redisEvalshaPerReq === null ? '-' : `${f(r.redisEvalshaPerReq, 2)} / ${f(r.redisCommandsPerReq, 2)}`} | ${r.errors + r.timeouts + r.unexpected} |`,
+        `| ${labels[r.scenario]} | ${f(r.reqPerSec, 0)} | ${ratio(r.reqPerSec, direct?.reqPerSec)} | ${ratio(r.reqPerSec, nginx?.reqPerSec)} | ${f(r.p50Ms, 2)} | ${f(r.p99Ms, 2)} | ${f(r.p999Ms, 2)} | ${added(r.p50Ms, direct?.p50Ms)} | ${added(r.p99Ms, direct?.p99Ms)} | ${f(r.cpuUsPerReq)}${spread(r)} | ${ratio(r.cpuUsPerReq, floor?.cpuUsPerReq)} | ${ratio(r.cpuUsPerReq, nginx?.cpuUsPerReq)} | ${f(r.cpuSecondsPer10k, 3)} | ${f(r.allocBytesPerReq == null ? null : r.allocBytesPerReq / 1024)} | ${f(r.gcMsPer10k)} | ${f(r.gcShareOfCpu == null ? null : r.gcShareOfCpu * 100)} | ${r.redisEvalshaPerReq === null ? '-' : `${f(r.redisEvalshaPerReq, 2)} / ${f(r.redisCommandsPerReq, 2)}`} | ${r.errors + r.timeouts + r.unexpected} |`,
       );
     }
     out.push('');
