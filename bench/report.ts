@@ -5,9 +5,6 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import type { BenchReport, RunRecord, ScenarioId } from './run.js';
 
-const START = '<!-- bench:generated:start -->';
-const END = '<!-- bench:generated:end -->';
-
 const f = (v: number | null | undefined, digits = 1): string => (v === null || v === undefined || !Number.isFinite(v) ? '-' : v.toFixed(digits));
 const ratio = (a: number | null | undefined, b: number | null | undefined): string => (a && b ? `${(a / b).toFixed(2)}×` : '-');
 
@@ -167,8 +164,14 @@ function targets(report: BenchReport): string[] {
   return lines;
 }
 
-/** Replaces the generated block in `file` (creating the file, or appending the block, when needed). */
-export async function updateBenchmarksMd(file: string, block: string): Promise<void> {
+/** The markers of a generated block: `bench:generated` (npm run bench) unless another name is given. */
+export function markers(name = 'generated'): { start: string; end: string } {
+  return { start: `<!-- bench:${name}:start -->`, end: `<!-- bench:${name}:end -->` };
+}
+
+/** Replaces the generated block `name` in `file` (creating the file, or appending the block, when needed). */
+export async function updateBenchmarksMd(file: string, block: string, name = 'generated'): Promise<void> {
+  const { start: START, end: END } = markers(name);
   let text: string;
   try {
     text = await readFile(file, 'utf8');

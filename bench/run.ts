@@ -259,16 +259,16 @@ async function startReporting(argv: readonly string[], name: string, env: Record
   return { child, port };
 }
 
-const startDouble = () => startReporting([process.execPath, '--import', 'tsx', 'bench/double.ts'], 'broker double');
+export const startDouble = () => startReporting([process.execPath, '--import', 'tsx', 'bench/double.ts'], 'broker double');
 
 /** API keys in the directory for the key row: the request's lookup must cost the same as with a handful. */
-const BENCH_KEYS = 100_000;
+export const BENCH_KEYS = 100_000;
 
 /**
  * Writes `n` tenant API key records into the bench Redis (the layout of src/redis/keys.ts, the
  * prefix of bench/edge.ts), one of them a real key of the bench tenant; returns that key.
  */
-async function seedApiKeys(redis: Redis, n: number): Promise<string> {
+export async function seedApiKeys(redis: Redis, n: number): Promise<string> {
   const keys = apiKeyKeys(BENCH_REDIS_PREFIX);
   const used = mintKey();
   const record = (id: string, hash: string) =>
@@ -284,7 +284,7 @@ async function seedApiKeys(redis: Redis, n: number): Promise<string> {
   return used.key;
 }
 
-function token(claims: Record<string, unknown>): Promise<string> {
+export function token(claims: Record<string, unknown>): Promise<string> {
   return new SignJWT(claims)
     .setProtectedHeader({ alg: 'HS256' })
     .setSubject('bench')
