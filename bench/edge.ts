@@ -6,12 +6,13 @@
  */
 import type { ChildProcess } from 'node:child_process';
 import { spawnSync } from 'node:child_process';
-import { closeSync, existsSync, openSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { closeSync, existsSync, openSync, realpathSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { request } from 'node:http';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { ProbeReading } from './probe.js';
+import type { GcReading, ProbeReading } from './probe.js';
 import { sleep, spawnWithLimits, stopChild } from './procs.js';
 
 /** The repository root (bench/..). */
@@ -61,8 +62,17 @@ const UNREACHED_PLAN = {
   storageBytes: 1_099_511_627_776,
 };
 
-/** Where the benchmark's build of src/ goes: under node_modules, so packages resolve and git ignores it. */
-const BUILD_DIR = join(REPO_ROOT, 'node_modules', '.cache', 'queen-edge-bench');
+/**
+ * Where the benchmark's build of src/ goes: under node_modules, so packages resolve and git ignores
+ * it. A worktree may share another checkout's node_modules by a symlink: a directory of its own per
+ * checkout keeps one checkout's build from replacing another's. The real path, so a module's
+ * `import.meta.url` equals the path it was started by (the floor's entry-point check).
+ */
+const BUILD_DIR = join(
+  realpathSync(join(REPO_ROOT, 'node_modules')),
+  '.cache',
+  `queen-edge-bench-${createHash('sha256').update(REPO_ROOT).digest('hex').slice(0, 8)}`,
+);
 
 /** How the edge process is started: the command line before `--config`. */
 export type EdgeEntry = readonly string[];
@@ -72,7 +82,7 @@ export type EdgeEntry = readonly string[];
  * command line; `fromSource` skips the build and runs src/cli.ts with tsx.
  */
 export async function prepareEdgeEntry(fromSource: boolean): Promise<EdgeEntry> {
-  if (fromSource) return [process.execPath, '--import', 'tsx', '--import', './bench/probe.ts', 'src/cli.ts'];
+  if (fromSource) return [process.execPath, '--import', 'tsx', ...(await probeImport(true)), 'src/cli.ts'];
   const out = join(BUILD_DIR, 'dist');
   const tsc = spawnSync(
     process.execPath,
@@ -92,21 +102,16 @@ export async function prepareEdgeEntry(fromSource: boolean): Promise<EdgeEntry> 
   );
   // Type errors still emit JavaScript; only a build that produced no entry point is fatal.
   if (!existsSync(join(out, 'cli.js'))) throw new Error(`tsc produced no dist/cli.js:\n${tsc.stdout}${tsc.stderr}`);
-  const ts = (await import('typescript')).default;
-  const probe = ts.transpileModule(await readFile(join(REPO_ROOT, 'bench', 'probe.ts'), 'utf8'), {
-    compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
-  });
-  await mkdir(BUILD_DIR, { recursive: true });
-  await writeFile(join(BUILD_DIR, 'probe.mjs'), probe.outputText);
-  return [process.execPath, '--import', join(BUILD_DIR, 'probe.mjs'), join(out, 'cli.js')];
+  return [process.execPath, ...(await probeImport(false)), join(out, 'cli.js')];
 }
 
-/**
- * The command line of a stand-alone bench module (the floor forwarder): transpiled like the probe,
- * so it pays no tsx transform per request either; with `fromSource`, run by tsx.
- */
-export async function prepareBenchModule(name: string, fromSource: boolean): Promise<EdgeEntry> {
-  if (fromSource) return [process.execPath, '--import', 'tsx', `bench/${name}.ts`];
+/** The `--import` arguments that preload bench/probe.ts: transpiled (no tsx), or from source. */
+export async function probeImport(fromSource: boolean): Promise<string[]> {
+  return ['--import', fromSource ? './bench/probe.ts' : await transpileBenchModule('probe')];
+}
+
+/** Transpiles bench/<name>.ts into the build directory; returns the .mjs file. */
+async function transpileBenchModule(name: string): Promise<string> {
   const ts = (await import('typescript')).default;
   const js = ts.transpileModule(await readFile(join(REPO_ROOT, 'bench', `${name}.ts`), 'utf8'), {
     compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
@@ -114,7 +119,18 @@ export async function prepareBenchModule(name: string, fromSource: boolean): Pro
   await mkdir(BUILD_DIR, { recursive: true });
   const file = join(BUILD_DIR, `${name}.mjs`);
   await writeFile(file, js.outputText);
-  return [process.execPath, file];
+  return file;
+}
+
+/**
+ * The command line of a stand-alone bench module (the floor forwarder): transpiled like the probe,
+ * so it pays no tsx transform per request either; with `fromSource`, run by tsx. With `probe`,
+ * bench/probe.ts is preloaded (the process must then be started with QE_BENCH_PROBE=1 and IPC).
+ */
+export async function prepareBenchModule(name: string, fromSource: boolean, probe = false): Promise<EdgeEntry> {
+  const preload = probe ? await probeImport(fromSource) : [];
+  if (fromSource) return [process.execPath, '--import', 'tsx', ...preload, `bench/${name}.ts`];
+  return [process.execPath, ...preload, await transpileBenchModule(name)];
 }
 
 /** What a generated edge config turns on. */
@@ -163,25 +179,64 @@ export function edgeConfig(c: EdgeConfigInput): Record<string, unknown> {
   };
 }
 
-/** A running edge process. */
-export interface EdgeProcess {
-  readonly pid: number;
-  readonly base: string;
-  readonly logFile: string;
-  /** Event-loop delay since the last reset, and memory, from the probe. */
+/** The parent's side of bench/probe.ts, over the IPC channel of a process it is preloaded into. */
+export interface Probe {
+  /** Event-loop delay since the last reset, and memory. */
   read(): Promise<ProbeReading>;
   resetLoopDelay(): void;
   /** Starts the V8 CPU profiler in the proxy (primary process). */
   startProfile(): Promise<void>;
   /** Stops it and writes the .cpuprofile to `file`. */
   stopProfile(file: string): Promise<void>;
+  /** Opens a window of GC counts and allocated bytes (bench/probe.ts GcReading). */
+  startGc(): Promise<void>;
+  stopGc(): Promise<GcReading>;
+  /** Starts V8's sampling heap profiler, objects collected by GC included. */
+  startSampling(intervalBytes: number): Promise<void>;
+  /** Stops it: the bytes its samples stand for (null when the profiler failed). */
+  stopSampling(): Promise<number | null>;
+}
+
+/** Talks to the probe in `child`: each request is answered by one message of a known type, in order. */
+export function probeClient(child: ChildProcess): Probe {
+  const waiting = new Map<string, Array<(m: Record<string, unknown>) => void>>();
+  child.on('message', (m: { type?: string }) => {
+    if (typeof m?.type === 'string') waiting.get(m.type)?.shift()?.(m as Record<string, unknown>);
+  });
+  const ask = <T>(msg: Record<string, unknown>, answer: string): Promise<T> =>
+    new Promise<T>((resolveAnswer) => {
+      const queue = waiting.get(answer) ?? [];
+      queue.push((m) => resolveAnswer(m as T));
+      waiting.set(answer, queue);
+      child.send(msg);
+    });
+  return {
+    read: () => ask<ProbeReading>({ type: 'read' }, 'reading'),
+    resetLoopDelay: () => child.send({ type: 'reset' }),
+    startProfile: () => ask<void>({ type: 'profile-start' }, 'profiling'),
+    stopProfile: (file) => ask<void>({ type: 'profile-stop', file }, 'profiled'),
+    startGc: () => ask<void>({ type: 'gc-start' }, 'gc-started'),
+    stopGc: () => ask<GcReading>({ type: 'gc-stop' }, 'gc'),
+    startSampling: (intervalBytes) => ask<void>({ type: 'sample-start', intervalBytes }, 'sampling'),
+    stopSampling: async () => (await ask<{ bytes: number | null }>({ type: 'sample-stop' }, 'sampled')).bytes,
+  };
+}
+
+/** A running edge process. */
+export interface EdgeProcess extends Probe {
+  readonly pid: number;
+  /** Itself, so an edge is a `{ pid, probe }` for the bench's measure. */
+  readonly probe: Probe;
+  /** https://127.0.0.1:<port>, or http:// when the config has only the plain listener. */
+  readonly base: string;
+  readonly logFile: string;
   /** SIGTERM (drain), SIGKILL after a grace period. */
   stop(): Promise<void>;
 }
 
 /** Starts the edge with `config` and waits until /readyz answers 200. */
 export async function startEdgeProcess(name: string, config: Record<string, unknown>, o: { dir: string; entry: EdgeEntry }): Promise<EdgeProcess> {
-  const server = config.server as { https: { port: number }; admin: { port: number } };
+  const server = config.server as { https: { port: number | null }; http?: { port: number | null }; admin: { port: number } };
   const configFile = join(o.dir, `${name}.yaml`);
   await writeFile(configFile, JSON.stringify(config, null, 2));
   const logFile = join(o.dir, `${name}.log`);
@@ -189,30 +244,14 @@ export async function startEdgeProcess(name: string, config: Record<string, unkn
   const argv = [...o.entry, '--config', configFile];
   const child: ChildProcess = spawnWithLimits(argv, { stdio: ['ignore', out, 'inherit', 'ipc'], cwd: REPO_ROOT, env: { ...process.env, QE_BENCH_PROBE: '1' } });
   closeSync(out);
-  const pending: Array<(r: ProbeReading) => void> = [];
-  const acks: Array<() => void> = [];
-  child.on('message', (m: ProbeReading | { type: 'profiling' | 'profiled' }) => {
-    if (m?.type === 'reading') pending.shift()?.(m);
-    else if (m?.type === 'profiling' || m?.type === 'profiled') acks.shift()?.();
-  });
-  const ask = (msg: Record<string, unknown>) =>
-    new Promise<void>((resolveAck) => {
-      acks.push(resolveAck);
-      child.send(msg);
-    });
+  const probe = probeClient(child);
   await waitReady(server.admin.port, child, 20_000);
   return {
+    ...probe,
+    probe,
     pid: child.pid!,
-    base: `https://127.0.0.1:${server.https.port}`,
+    base: server.https.port !== null ? `https://127.0.0.1:${server.https.port}` : `http://127.0.0.1:${server.http?.port}`,
     logFile,
-    read: () =>
-      new Promise((resolveReading) => {
-        pending.push(resolveReading);
-        child.send({ type: 'read' });
-      }),
-    resetLoopDelay: () => child.send({ type: 'reset' }),
-    startProfile: () => ask({ type: 'profile-start' }),
-    stopProfile: (file) => ask({ type: 'profile-stop', file }),
     stop: () => stopChild(child, 10_000),
   };
 }

@@ -5,9 +5,6 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import type { BenchReport, RunRecord, ScenarioId } from './run.js';
 
-const START = '<!-- bench:generated:start -->';
-const END = '<!-- bench:generated:end -->';
-
 const f = (v: number | null | undefined, digits = 1): string => (v === null || v === undefined || !Number.isFinite(v) ? '-' : v.toFixed(digits));
 const ratio = (a: number | null | undefined, b: number | null | undefined): string => (a && b ? `${(a / b).toFixed(2)}×` : '-');
 
@@ -32,14 +29,14 @@ export function renderMarkdown(report: BenchReport, labels: Record<ScenarioId, s
     const nginx = find(report.runs, 'nginx', w);
     out.push(`#### ${w}`, '');
     out.push(
-      '| scenario | req/s | × direct | × nginx | p50 ms | p99 ms | p99.9 ms | p50 added | p99 added | proxy CPU µs/req | CPU × floor | CPU × nginx | CPU s / 10k req | Redis round trips / commands per req | bad answers |',
+      '| scenario | req/s | × direct | × nginx | p50 ms | p99 ms | p99.9 ms | p50 added | p99 added | proxy CPU µs/req | CPU × floor | CPU × nginx | CPU s / 10k req | alloc KiB/req | GC ms / 10k req | GC % of CPU | Redis round trips / commands per req | bad answers |',
     );
-    out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+    out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
     for (const r of report.runs.filter((x) => x.workload === w)) {
       const added = (a: number, b: number | undefined) => (b === undefined || r.scenario === 'direct' ? '-' : `${(a - b).toFixed(2)}`);
       const floor = floorFor(report.runs, r);
       out.push(
-        `| ${labels[r.scenario]} | ${f(r.reqPerSec, 0)} | ${ratio(r.reqPerSec, direct?.reqPerSec)} | ${ratio(r.reqPerSec, nginx?.reqPerSec)} | ${f(r.p50Ms, 2)} | ${f(r.p99Ms, 2)} | ${f(r.p999Ms, 2)} | ${added(r.p50Ms, direct?.p50Ms)} | ${added(r.p99Ms, direct?.p99Ms)} | ${f(r.cpuUsPerReq)}${spread(r)} | ${ratio(r.cpuUsPerReq, floor?.cpuUsPerReq)} | ${ratio(r.cpuUsPerReq, nginx?.cpuUsPerReq)} | ${f(r.cpuSecondsPer10k, 3)} | ${r.redisEvalshaPerReq === null ? '-' : `${f(r.redisEvalshaPerReq, 2)} / ${f(r.redisCommandsPerReq, 2)}`} | ${r.errors + r.timeouts + r.unexpected} |`,
+        `| ${labels[r.scenario]} | ${f(r.reqPerSec, 0)} | ${ratio(r.reqPerSec, direct?.reqPerSec)} | ${ratio(r.reqPerSec, nginx?.reqPerSec)} | ${f(r.p50Ms, 2)} | ${f(r.p99Ms, 2)} | ${f(r.p999Ms, 2)} | ${added(r.p50Ms, direct?.p50Ms)} | ${added(r.p99Ms, direct?.p99Ms)} | ${f(r.cpuUsPerReq)}${spread(r)} | ${ratio(r.cpuUsPerReq, floor?.cpuUsPerReq)} | ${ratio(r.cpuUsPerReq, nginx?.cpuUsPerReq)} | ${f(r.cpuSecondsPer10k, 3)} | ${f(r.allocBytesPerReq == null ? null : r.allocBytesPerReq / 1024)} | ${f(r.gcMsPer10k)} | ${f(r.gcShareOfCpu == null ? null : r.gcShareOfCpu * 100)} | ${r.redisEvalshaPerReq === null ? '-' : `${f(r.redisEvalshaPerReq, 2)} / ${f(r.redisCommandsPerReq, 2)}`} | ${r.errors + r.timeouts + r.unexpected} |`,
       );
     }
     out.push('');
@@ -167,8 +164,14 @@ function targets(report: BenchReport): string[] {
   return lines;
 }
 
-/** Replaces the generated block in `file` (creating the file, or appending the block, when needed). */
-export async function updateBenchmarksMd(file: string, block: string): Promise<void> {
+/** The markers of a generated block: `bench:generated` (npm run bench) unless another name is given. */
+export function markers(name = 'generated'): { start: string; end: string } {
+  return { start: `<!-- bench:${name}:start -->`, end: `<!-- bench:${name}:end -->` };
+}
+
+/** Replaces the generated block `name` in `file` (creating the file, or appending the block, when needed). */
+export async function updateBenchmarksMd(file: string, block: string, name = 'generated'): Promise<void> {
+  const { start: START, end: END } = markers(name);
   let text: string;
   try {
     text = await readFile(file, 'utf8');

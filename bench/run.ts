@@ -34,12 +34,15 @@ import {
   THROTTLED_HOST,
   THROTTLED_TENANT,
   REPO_ROOT,
+  probeClient,
   startEdgeProcess,
   type EdgeConfigInput,
   type EdgeEntry,
   type EdgeProcess,
+  type Probe,
 } from './edge.js';
 import { startFastDouble } from './double.js';
+import type { GcReading } from './probe.js';
 import { startOtlpSink, type OtlpSink } from './otlp-sink.js';
 import { runLoad, type LoadResult, type Workload } from './load.js';
 import { H2LOAD_HINT, h2loadAvailable, runH2Load } from './h2load.js';
@@ -140,6 +143,14 @@ export interface RunRecord extends LoadResult {
   /** Per command, per request (commands run inside the limiter's script are counted by Redis too). */
   redisByCommand: Record<string, number> | null;
   load1: number;
+  /** V8 heap bytes the proxy allocated per request (bench/probe.ts); null where no probe runs (direct, nginx, workers). */
+  allocBytesPerReq?: number | null;
+  /** Main-thread GC pause time per 10,000 requests, ms. */
+  gcMsPer10k?: number | null;
+  /** GC pause time as a share of the proxy's CPU time over the window (0..1). */
+  gcShareOfCpu?: number | null;
+  /** The probe's GC counts and times by kind over the measured window. */
+  gc?: Omit<GcReading, 'type'> | null;
   /** CPU µs per request of every repetition of this row (one value without --repeat). */
   cpuUsPerReqRuns?: number[];
 }
@@ -239,8 +250,8 @@ export function parseArgs(argv: readonly string[], log: (line: string) => void =
 }
 
 /** Starts a bench process that reports `{ port }` over IPC once it listens. */
-async function startReporting(argv: readonly string[], name: string): Promise<{ child: ChildProcess; port: number }> {
-  const child = spawn(argv[0]!, argv.slice(1), { cwd: REPO_ROOT, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+async function startReporting(argv: readonly string[], name: string, env: Record<string, string> = {}): Promise<{ child: ChildProcess; port: number }> {
+  const child = spawn(argv[0]!, argv.slice(1), { cwd: REPO_ROOT, stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: { ...process.env, ...env } });
   const port = await new Promise<number>((resolve, reject) => {
     child.once('message', (m: { port: number }) => resolve(m.port));
     child.once('exit', (code) => reject(new Error(`${name} exited with ${code}`)));
@@ -248,16 +259,16 @@ async function startReporting(argv: readonly string[], name: string): Promise<{ 
   return { child, port };
 }
 
-const startDouble = () => startReporting([process.execPath, '--import', 'tsx', 'bench/double.ts'], 'broker double');
+export const startDouble = () => startReporting([process.execPath, '--import', 'tsx', 'bench/double.ts'], 'broker double');
 
 /** API keys in the directory for the key row: the request's lookup must cost the same as with a handful. */
-const BENCH_KEYS = 100_000;
+export const BENCH_KEYS = 100_000;
 
 /**
  * Writes `n` tenant API key records into the bench Redis (the layout of src/redis/keys.ts, the
  * prefix of bench/edge.ts), one of them a real key of the bench tenant; returns that key.
  */
-async function seedApiKeys(redis: Redis, n: number): Promise<string> {
+export async function seedApiKeys(redis: Redis, n: number): Promise<string> {
   const keys = apiKeyKeys(BENCH_REDIS_PREFIX);
   const used = mintKey();
   const record = (id: string, hash: string) =>
@@ -273,7 +284,7 @@ async function seedApiKeys(redis: Redis, n: number): Promise<string> {
   return used.key;
 }
 
-function token(claims: Record<string, unknown>): Promise<string> {
+export function token(claims: Record<string, unknown>): Promise<string> {
   return new SignJWT(claims)
     .setProtectedHeader({ alg: 'HS256' })
     .setSubject('bench')
@@ -362,17 +373,22 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
         : 'metering: the config schema has no metering section, so the bench configured none; whatever app.ts wires by default ran (src/metering/* in the profile when it does)',
     );
 
-    const measure = async (scenario: ScenarioId, base: string, headers: Record<string, string>, proxyPid: number | null, rows: readonly Workload[] = loads) => {
+    /** A measured proxy: its pid (CPU of its tree) and, when bench/probe.ts is preloaded into it, the probe. */
+    type Proxy = { readonly pid: number; readonly probe?: Probe };
+    const measure = async (scenario: ScenarioId, base: string, headers: Record<string, string>, proxy: Proxy | null, rows: readonly Workload[] = loads) => {
       const load = (w: Workload, seconds: number): Promise<LoadResult> =>
         H2_SCENARIOS.has(scenario)
           ? runH2Load(base, w, { clients: H2_CLIENTS, streams: opts.h2Streams, seconds, headers })
           : runLoad(base, w, { connections: opts.connections, seconds, headers });
+      const proxyPid = proxy?.pid ?? null;
       for (const w of rows) {
         await load(w, opts.warmupSeconds);
+        await proxy?.probe?.startGc();
         const before = await snapshot(proxyPid, double.child.pid!, stats);
         const load1 = loadAverage();
         const r = await load(w, opts.seconds);
         const after = await snapshot(proxyPid, double.child.pid!, stats);
+        const gc = proxy?.probe ? await proxy.probe.stopGc() : null;
         const cpu = proxyPid === null ? null : after.proxyCpu - before.proxyCpu;
         const per = (x: number | null) => (x === null || r.requests === 0 ? null : x / r.requests);
         const rec: RunRecord = {
@@ -387,12 +403,16 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
           redisEvalshaPerReq: stats && USES_REDIS.has(scenario) ? per(after.evalsha - before.evalsha) : null,
           redisByCommand: stats && USES_REDIS.has(scenario) && r.requests > 0 ? perCommand(before.byCommand, after.byCommand, r.requests) : null,
           load1,
+          ...gcColumns(gc, cpu, r.requests),
         };
         report.runs.push(rec);
         log(
           `  ${scenario.padEnd(10)} ${w.name.padEnd(9)} ${r.reqPerSec.toFixed(0).padStart(6)} req/s  p50 ${r.p50Ms.toFixed(2)} p99 ${r.p99Ms.toFixed(2)} p99.9 ${r.p999Ms.toFixed(2)} ms` +
             `  cpu ${rec.cpuUsPerReq === null ? '-' : rec.cpuUsPerReq.toFixed(1)} us/req` +
             (rec.redisCommandsPerReq === null ? '' : `  redis ${rec.redisCommandsPerReq.toFixed(2)} cmd/req`) +
+            (rec.allocBytesPerReq == null
+              ? ''
+              : `  alloc ${(rec.allocBytesPerReq / 1024).toFixed(1)} KiB/req  GC ${rec.gcMsPer10k?.toFixed(1)} ms/10k (${((rec.gcShareOfCpu ?? 0) * 100).toFixed(1)} % of CPU)`) +
             (r.errors + r.timeouts + r.unexpected > 0
               ? `  errors ${r.errors} timeouts ${r.timeouts} unexpected ${r.unexpected} ${JSON.stringify(r.statusCounts)}`
               : ''),
@@ -420,11 +440,12 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
       SCENARIOS.some((x) => x !== 'direct' && x !== 'nginx' && !x.endsWith('floor') && wanted(x)) || opts.profile
         ? await prepareEdgeEntry(opts.fromSource)
         : null;
-    const floorEntry = wanted('floor') || wanted('h2-floor') ? await prepareBenchModule('floor', opts.fromSource) : null;
-    const withFloor = async (proto: 'h1' | 'h2', body: (base: string, pid: number) => Promise<void>) => {
-      const floor = await startReporting([...floorEntry!, certs.cert, certs.key, brokerUrl, proto], 'floor forwarder');
+    const floorEntry = wanted('floor') || wanted('h2-floor') ? await prepareBenchModule('floor', opts.fromSource, true) : null;
+    const withFloor = async (proto: 'h1' | 'h2', body: (base: string, floor: Proxy) => Promise<void>) => {
+      // The probe in the floor too: its allocations and GC are the reference for the edge's.
+      const floor = await startReporting([...floorEntry!, certs.cert, certs.key, brokerUrl, proto], 'floor forwarder', { QE_BENCH_PROBE: '1' });
       try {
-        await body(`https://127.0.0.1:${floor.port}`, floor.child.pid!);
+        await body(`https://127.0.0.1:${floor.port}`, { pid: floor.child.pid!, probe: probeClient(floor.child) });
       } finally {
         await stopChild(floor.child);
       }
@@ -471,7 +492,7 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
           const port = await freePort();
           const nginx = await startNginx(bin, { dir: join(dir, 'nginx'), port, upstreamPort: double.port, ...certs });
           try {
-            await measure('nginx', `https://127.0.0.1:${port}`, bearer, nginx.pid!);
+            await measure('nginx', `https://127.0.0.1:${port}`, bearer, { pid: nginx.pid! });
           } finally {
             await stopChild(nginx);
           }
@@ -479,26 +500,26 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
       }
       if (wanted('floor')) {
         log(SCENARIO_LABELS.floor);
-        await withFloor('h1', (base, pid) => measure('floor', base, bearer, pid));
+        await withFloor('h1', (base, floor) => measure('floor', base, bearer, floor));
       }
       if (wanted('edge')) {
         log(SCENARIO_LABELS.edge);
-        await withEdge('edge-plain', {}, (edge) => measure('edge', edge.base, bearer, edge.pid));
+        await withEdge('edge-plain', {}, (edge) => measure('edge', edge.base, bearer, edge));
       }
       if (wanted('full')) {
         log(SCENARIO_LABELS.full);
-        await withEdge('edge-full', fullInput(), (edge) => measure('full', edge.base, bearer, edge.pid));
+        await withEdge('edge-full', fullInput(), (edge) => measure('full', edge.base, bearer, edge));
       }
       if (wanted('full-rs256')) {
         log(SCENARIO_LABELS['full-rs256']);
         await withEdge('edge-full-rs256', fullInput({ jwksUrl: jwks!.url }), (edge) =>
-          measure('full-rs256', edge.base, { authorization: `Bearer ${rsToken}` }, edge.pid),
+          measure('full-rs256', edge.base, { authorization: `Bearer ${rsToken}` }, edge),
         );
       }
       if (wanted('full-key')) {
         log(SCENARIO_LABELS['full-key']);
         const key = await seedApiKeys(stats!, BENCH_KEYS);
-        await withEdge('edge-full-key', fullInput(), (edge) => measure('full-key', edge.base, { authorization: `Bearer ${key}` }, edge.pid));
+        await withEdge('edge-full-key', fullInput(), (edge) => measure('full-key', edge.base, { authorization: `Bearer ${key}` }, edge));
       }
       for (const [id, ratio] of [
         ['full-trace-1', 0.01],
@@ -506,12 +527,12 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
       ] as const) {
         if (!wanted(id)) continue;
         log(SCENARIO_LABELS[id]);
-        await withEdge(`edge-${id}`, fullInput({ extra: { ...metering.extra, ...tracing(ratio) } }), (edge) => measure(id, edge.base, bearer, edge.pid));
+        await withEdge(`edge-${id}`, fullInput({ extra: { ...metering.extra, ...tracing(ratio) } }), (edge) => measure(id, edge.base, bearer, edge));
       }
       if (wanted('leased')) {
         log(SCENARIO_LABELS.leased);
         await withEdge('edge-leased', fullInput({ extra: { ...metering.extra, limits: { mode: 'leased' } } }), (edge) =>
-          measure('leased', edge.base, bearer, edge.pid),
+          measure('leased', edge.base, bearer, edge),
         );
       }
       if (wanted('workers')) {
@@ -525,34 +546,35 @@ export async function runBench(opts: BenchOptions): Promise<BenchReport> {
             return;
           }
           report.notes.push(`workers: ${processes} node processes (primary and workers); CPU is the sum over all of them`);
-          await measure('workers', edge.base, bearer, edge.pid);
+          // The probe sees the primary only, not the workers that serve: no alloc/GC figures for this row.
+          await measure('workers', edge.base, bearer, { pid: edge.pid });
         });
       }
       if (h2 && wanted('h2-floor')) {
         log(SCENARIO_LABELS['h2-floor']);
-        await withFloor('h2', (base, pid) => measure('h2-floor', base, bearer, pid));
+        await withFloor('h2', (base, floor) => measure('h2-floor', base, bearer, floor));
       }
       if (h2 && wanted('h2-edge')) {
         log(SCENARIO_LABELS['h2-edge']);
-        await withEdge('edge-plain-h2', {}, (edge) => measure('h2-edge', edge.base, bearer, edge.pid));
+        await withEdge('edge-plain-h2', {}, (edge) => measure('h2-edge', edge.base, bearer, edge));
       }
       if (h2 && wanted('h2-full')) {
         log(SCENARIO_LABELS['h2-full']);
-        await withEdge('edge-full-h2', fullInput(), (edge) => measure('h2-full', edge.base, bearer, edge.pid));
+        await withEdge('edge-full-h2', fullInput(), (edge) => measure('h2-full', edge.base, bearer, edge));
       }
       for (const x of SCENARIOS) if (report.skipped[x] === H2LOAD_HINT) log(`  skipped ${x}: ${H2LOAD_HINT}`);
       if (wanted('throttled')) {
         log(SCENARIO_LABELS.throttled);
         const throttledToken = await token({ roles: ['read-write'], tenant: THROTTLED_TENANT });
         await withEdge('edge-throttled', fullInput(), (edge) =>
-          measure('throttled', edge.base, { authorization: `Bearer ${throttledToken}`, host: THROTTLED_HOST }, edge.pid, throttledWorkloads()),
+          measure('throttled', edge.base, { authorization: `Bearer ${throttledToken}`, host: THROTTLED_HOST }, edge, throttledWorkloads()),
         );
       }
       if (h2 && wanted('h2-throttled')) {
         log(SCENARIO_LABELS['h2-throttled']);
         const throttledToken = await token({ roles: ['read-write'], tenant: THROTTLED_TENANT });
         await withEdge('edge-throttled-h2', fullInput(), (edge) =>
-          measure('h2-throttled', edge.base, { authorization: `Bearer ${throttledToken}`, ':authority': THROTTLED_HOST }, edge.pid, throttledWorkloads()),
+          measure('h2-throttled', edge.base, { authorization: `Bearer ${throttledToken}`, ':authority': THROTTLED_HOST }, edge, throttledWorkloads()),
         );
       }
     }
@@ -628,6 +650,23 @@ function medianRows(runs: readonly RunRecord[]): RunRecord[] {
     const median = sorted[Math.floor((sorted.length - 1) / 2)]!;
     return { ...median, cpuUsPerReqRuns: g.flatMap((r) => (r.cpuUsPerReq === null ? [] : [r.cpuUsPerReq])) };
   });
+}
+
+/** The alloc and GC columns of a row from the probe's window (nulls without a probe). */
+export function gcColumns(
+  gc: GcReading | null,
+  cpuSeconds: number | null,
+  requests: number,
+): Pick<RunRecord, 'allocBytesPerReq' | 'gcMsPer10k' | 'gcShareOfCpu' | 'gc'> {
+  if (gc === null || requests === 0) return { allocBytesPerReq: null, gcMsPer10k: null, gcShareOfCpu: null, gc: null };
+  const { type: _type, ...detail } = gc;
+  const gcMs = gc.minor.ms + gc.major.ms + gc.other.ms;
+  return {
+    allocBytesPerReq: gc.allocatedBytes / requests,
+    gcMsPer10k: (gcMs / requests) * 1e4,
+    gcShareOfCpu: cpuSeconds ? gcMs / 1000 / cpuSeconds : null,
+    gc: detail,
+  };
 }
 
 interface RedisTotals {

@@ -51,6 +51,13 @@ describe('bench harness', () => {
       expect(r.p50Ms).toBeGreaterThan(0);
       expect(r.p99Ms).toBeGreaterThanOrEqual(r.p50Ms);
       if (r.scenario !== 'direct') expect(r.cpuUsPerReq).toBeGreaterThan(0);
+      // The probe runs in the floor and the edge, not in the double.
+      if (r.scenario === 'direct') expect(r.allocBytesPerReq).toBeNull();
+      else {
+        expect(r.allocBytesPerReq).toBeGreaterThan(0);
+        expect(r.gcMsPer10k).toBeGreaterThanOrEqual(0);
+        expect(r.gc?.minor.count).toBeGreaterThanOrEqual(0);
+      }
     }
     // The throttled tenant is admitted about once a second; everything else is its 429.
     for (const r of report.runs.filter((x) => x.scenario === 'throttled')) {
@@ -62,6 +69,7 @@ describe('bench harness', () => {
     expect(md).toContain(`| ${SCENARIO_LABELS.edge} |`);
     expect(md).toContain(`| ${SCENARIO_LABELS.floor} |`);
     expect(md).toContain('CPU × floor');
+    expect(md).toContain('| alloc KiB/req | GC ms / 10k req | GC % of CPU |');
     expect(md).toMatch(/plain forwarding ≤ 1\.15× the floor's CPU per request: \d/);
     expect(md).toMatch(/a 429 for a throttled tenant with a 1 MiB body < 2× a 429 without a body \(HTTP\/1\.1/);
     expect(lines.some((l) => l.includes('edge') && l.includes('req/s'))).toBe(true);
