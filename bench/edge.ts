@@ -193,8 +193,8 @@ export interface Probe {
   stopGc(): Promise<GcReading>;
   /** Starts V8's sampling heap profiler, objects collected by GC included. */
   startSampling(intervalBytes: number): Promise<void>;
-  /** Stops it: the bytes its samples stand for (null when the profiler failed). */
-  stopSampling(): Promise<number | null>;
+  /** Stops it: the bytes its samples stand for (null when the profiler failed); with `file`, the profile is written there. */
+  stopSampling(file?: string): Promise<number | null>;
 }
 
 /** Talks to the probe in `child`: each request is answered by one message of a known type, in order. */
@@ -218,7 +218,7 @@ export function probeClient(child: ChildProcess): Probe {
     startGc: () => ask<void>({ type: 'gc-start' }, 'gc-started'),
     stopGc: () => ask<GcReading>({ type: 'gc-stop' }, 'gc'),
     startSampling: (intervalBytes) => ask<void>({ type: 'sample-start', intervalBytes }, 'sampling'),
-    stopSampling: async () => (await ask<{ bytes: number | null }>({ type: 'sample-stop' }, 'sampled')).bytes,
+    stopSampling: async (file) => (await ask<{ bytes: number | null }>({ type: 'sample-stop', file }, 'sampled')).bytes,
   };
 }
 

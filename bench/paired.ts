@@ -7,7 +7,7 @@
  * 5-15 % cheaper than A on this machine, or dearer on another day. Run both orders and take the
  * geometric mean of the two B/A medians (BENCHMARKS.md, "Measuring a change"). --alternate loads
  * one side at a time instead, the first side alternating each round: no asymmetry, but whatever
- * else runs weighs on the sides at different moments. --a-config / --b-config pair a setting.
+ * else runs weighs on the sides at different moments. --a-config / --b-config pair a setting, --a-node / --b-node a Node or V8 flag.
  * Each tenant is on a broker of its own (bench/edge.ts), so builds of different ages read one config.
  *
  *   npx tsc -p tsconfig.build.json --outDir node_modules/.cache/ab-new          # this checkout
@@ -43,11 +43,14 @@ const { values: v } = parseArgs({
     // JSON merged into one side's config (per top-level section), to pair a setting against its default.
     'a-config': { type: 'string', default: '{}' },
     'b-config': { type: 'string', default: '{}' },
+    // Node options of one side's process (space-separated), to pair a V8 or Node flag against none.
+    'a-node': { type: 'string', default: '' },
+    'b-node': { type: 'string', default: '' },
   },
 });
 if (!v.a || !v.b)
   throw new Error(
-    'usage: bench/paired.ts --a <dist dir> --b <dist dir> [--proto h1|h2] [--repeat N] [--seconds S] [--full] [--alternate] [--a-config JSON] [--b-config JSON]',
+    'usage: bench/paired.ts --a <dist dir> --b <dist dir> [--proto h1|h2] [--repeat N] [--seconds S] [--full] [--alternate] [--a-config JSON] [--b-config JSON] [--a-node FLAGS] [--b-node FLAGS]',
   );
 const repeat = Math.max(1, Number(v.repeat));
 const seconds = Math.max(1, Number(v.seconds));
@@ -65,7 +68,7 @@ const jwt = await new SignJWT({ roles: ['read-write'], tenant: BENCH_TENANT })
 const headers = { authorization: `Bearer ${jwt}` };
 
 const redises: PrivateRedis[] = [];
-async function start(name: string, dist: string, overrides: string): Promise<EdgeProcess> {
+async function start(name: string, dist: string, overrides: string, nodeOptions: string): Promise<EdgeProcess> {
   // --full: each side gets its own Redis (one shared server would make the sides wait on each other).
   const redis = v.full ? await PrivateRedis.start() : null;
   if (redis) redises.push(redis);
@@ -86,7 +89,8 @@ async function start(name: string, dist: string, overrides: string): Promise<Edg
   for (const [section, value] of Object.entries(JSON.parse(overrides) as Record<string, Record<string, unknown>>)) {
     config[section] = { ...(config[section] as Record<string, unknown>), ...value };
   }
-  return startEdgeProcess(name, config, { dir, entry: [process.execPath, join(resolve(dist), 'cli.js')] });
+  const flags = nodeOptions.split(' ').filter((f) => f !== '');
+  return startEdgeProcess(name, config, { dir, entry: [process.execPath, ...flags, join(resolve(dist), 'cli.js')] });
 }
 
 const load = (base: string, w: Workload) =>
@@ -101,8 +105,8 @@ async function measured(e: EdgeProcess, w: Workload): Promise<Measured> {
   const r = await load(e.base, w);
   return { us: ((treeCpuSeconds(e.pid) - cpu) / r.requests) * 1e6, reqPerSec: r.reqPerSec };
 }
-const a = await start('A', v.a, v['a-config']);
-const b = await start('B', v.b, v['b-config']);
+const a = await start('A', v.a, v['a-config'], v['a-node']);
+const b = await start('B', v.b, v['b-config'], v['b-node']);
 const perWorkload = new Map<string, { a: number[]; b: number[] }>();
 try {
   for (let r = 0; r < repeat; r++) {

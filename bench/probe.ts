@@ -153,6 +153,8 @@ if (process.env.QE_BENCH_PROBE === '1' && process.send && cluster.isPrimary) {
     if (m?.type === 'sample-stop' && sampler) {
       const s = sampler;
       s.post('HeapProfiler.stopSampling', (err, result) => {
+        // With a file: the profile itself, for where the bytes were allocated (bench/profile.ts reads CPU profiles only).
+        if (!err && m.file) writeFileSync(m.file, JSON.stringify(result.profile));
         s.disconnect();
         sampler = null;
         process.send!({ type: 'sampled', bytes: err ? null : sampledBytes(result.profile.head as SampleNode) });

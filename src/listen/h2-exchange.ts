@@ -80,11 +80,17 @@ export class H2Response {
 
   /**
    * Sends the response head (respond() adds Date). A closed or reset stream takes nothing (its
-   * 'close' is on the way), as with the compatibility response.
+   * 'close' is on the way), as with the compatibility response. `headers` becomes the answer's:
+   * the caller must not reuse the object.
    */
   writeHead(status: number, headers?: OutgoingHttpHeaders): this {
     if (this.destroyed) return this;
-    this.stream.respond({ ...this.#pending, ...headers, ':status': status });
+    if (this.#pending !== null || headers === undefined) this.stream.respond({ ...this.#pending, ...headers, ':status': status });
+    else {
+      // Every caller builds `headers` for this one answer, so it is used as it is, not copied.
+      headers[':status'] = status;
+      this.stream.respond(headers);
+    }
     return this;
   }
 

@@ -13,6 +13,7 @@ import type { SecureContext, SecureContextOptions } from 'node:tls';
 import type { RawConfig } from '../config/schema.js';
 import type { Logger } from '../observability/log.js';
 import { H2Request, H2Response } from './h2-exchange.js';
+import { Deadlines } from './deadlines.js';
 import { closeAnsweredStream, DRAIN_MAX_BYTES } from './transport.js';
 import { CertificateSet, type CertificateExpiry } from './tls.js';
 
@@ -359,6 +360,24 @@ function h2Streams(
 ): (stream: ServerHttp2Stream, headers: IncomingHttpHeaders, flags: number, rawHeaders: string[]) => void {
   const onError = (err: Error): void => log.debug({ err }, 'HTTP/2 stream error');
   const served = new WeakMap<Http2Session, number>();
+  // A stream whose body is still arriving after requestTimeoutMs gets 408 and is cancelled. One
+  // sweep for every stream, as Node checks h1 requests on its connectionsCheckingInterval.
+  const pending = new Map<ServerHttp2Stream, H2Response>();
+  const deadlines = new Deadlines<ServerHttp2Stream>(t.requestTimeoutMs, t.checkIntervalMs, (stream) => {
+    const res = pending.get(stream);
+    pending.delete(stream);
+    log.debug('HTTP/2 request body not received in time: stream cancelled');
+    if (res !== undefined && !res.headersSent) answer(res, 408, 'request body not received in time');
+    stream.close(http2.constants.NGHTTP2_CANCEL);
+  });
+  // Shared by every stream (they read the stream as `this`): no closure per stream for these.
+  function bodyDone(this: ServerHttp2Stream): void {
+    deadlines.delete(this);
+    pending.delete(this);
+  }
+  function finished(this: ServerHttp2Stream): void {
+    drainUnread(this);
+  }
   return (stream, headers, _flags, rawHeaders) => {
     stream.on('error', onError);
     const session = stream.session;
@@ -366,8 +385,9 @@ function h2Streams(
     const open = (served.get(session) ?? 0) + 1;
     if (open > MAX_CONCURRENT_STREAMS) return stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
     served.set(session, open);
-    stream.once('close', () => served.set(session, served.get(session)! - 1));
-    if (!stream.endAfterHeaders) stream.once('finish', () => drainUnread(stream));
+    // on(), not once(): each fires once, and once() wraps every listener in two more objects.
+    stream.on('close', () => served.set(session, served.get(session)! - 1));
+    if (!stream.endAfterHeaders) stream.on('finish', finished);
     const req = new H2Request(stream, headers, rawHeaders);
     const res = new H2Response(stream);
     if (headerListBytes(rawHeaders) > MAX_HEADER_BYTES) return answer(res, 431, 'request header fields too large');
@@ -377,15 +397,11 @@ function h2Streams(
     const expect = headers.expect;
     if (expect !== undefined && expect.toLowerCase() !== '100-continue') return answer(res, 417, 'expectation failed');
     if (!stream.endAfterHeaders) {
-      const deadline = setTimeout(() => {
-        log.debug('HTTP/2 request body not received in time: stream cancelled');
-        if (!res.headersSent) answer(res, 408, 'request body not received in time');
-        stream.close(http2.constants.NGHTTP2_CANCEL);
-      }, t.requestTimeoutMs);
-      const clear = (): void => clearTimeout(deadline);
+      pending.set(stream, res);
+      deadlines.add(stream);
       // 'end': the whole body was read; 'close': the stream is gone either way.
-      stream.once('end', clear);
-      stream.once('close', clear);
+      stream.on('end', bodyDone);
+      stream.on('close', bodyDone);
     }
     handler(req, res);
   };

@@ -5,7 +5,6 @@
  * registers its release with hold() where it acquires it; end() runs every release exactly once,
  * however the request ended.
  */
-import { randomUUID } from 'node:crypto';
 import type { Identity } from '../auth/jwt.js';
 import type { BodyFacts } from '../body/facts.js';
 import type { EdgeError } from '../errors.js';
@@ -19,6 +18,7 @@ import type { NormalizedTarget } from '../routes/match.js';
 import type { QueryFacts } from '../routes/query-params.js';
 import type { Tenant } from '../tenants/model.js';
 import type { ProxyExchange } from '../upstream/proxy.js';
+import { newRequestId } from './request-id.js';
 
 export class Exchange extends MeteredExchange<Tenant> implements ProxyExchange {
   readonly id: string;
@@ -78,7 +78,7 @@ export class Exchange extends MeteredExchange<Tenant> implements ProxyExchange {
     recorder: UsageRecorder,
   ) {
     super(recorder);
-    this.id = acceptableRequestId(req.headers['x-request-id']) ?? randomUUID();
+    this.id = acceptableRequestId(req.headers['x-request-id']) ?? newRequestId();
     this.headers = { 'x-request-id': this.id };
     this.peer = req.socket?.remoteAddress;
     const t = transportOf(req);
