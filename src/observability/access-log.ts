@@ -57,7 +57,9 @@ export function targetParts(url: string): { path: string; queryLength: number } 
 
 /** A writer of access lines for `log`; lines are written only while `log` is at info or below. */
 export function accessLogWriter(log: Logger): (r: AccessRecord) => void {
-  const stream = (log as unknown as Record<symbol, unknown>)[pino.symbols.streamSym] as { write(line: string): unknown; [k: symbol]: unknown } | undefined;
+  const stream = (log as unknown as Record<symbol, unknown>)[pino.symbols.streamSym] as
+    | { write(line: string): unknown; flushSync?: () => void; [k: symbol]: unknown }
+    | undefined;
   // People read pretty lines at a person's pace: pino writes the sentence, no fast path needed.
   if (stream?.[HUMAN_DESTINATION] === true) return (r) => log.info(sentence(r));
   // Streams that want pino's metadata (multistream) get the line from pino itself.
@@ -78,7 +80,9 @@ export function accessLogWriter(log: Logger): (r: AccessRecord) => void {
   let batch: string[] = [];
   let scheduled = false;
   const flush = (): void => {
+    if (!scheduled) return;
     scheduled = false;
+    unflushed.delete(flush);
     const lines = batch;
     batch = [];
     stream.write(lines.length === 1 ? lines[0]! : lines.join(''));
@@ -88,6 +92,7 @@ export function accessLogWriter(log: Logger): (r: AccessRecord) => void {
     if (!scheduled) {
       scheduled = true;
       setImmediate(flush);
+      holdUntilExit(flush, stream);
     }
     batch.push(
       `{${level}${time()}${bindings},"reqId":"${r.reqId}","client":${text(r.client)},"host":${text(r.host)},"method":${text(r.method)},"path":${text(r.path)},"queryLength":${r.queryLength},` +
@@ -95,6 +100,27 @@ export function accessLogWriter(log: Logger): (r: AccessRecord) => void {
         `"bytesIn":${r.bytesIn},"bytesOut":${r.bytesOut},"ms":${r.ms},"broker":${r.broker === null ? null : text(redactUserInfo(r.broker))},"proto":${text(r.proto)},"trace":${text(r.trace)},"msg":"request"}\n`,
     );
   };
+}
+
+/** Writers holding lines of the turn in progress: a process that exits first (a second signal, a fatal error) still writes them. */
+const unflushed = new Map<() => void, { flushSync?: () => void }>();
+let exitHooked = false;
+
+function holdUntilExit(flush: () => void, stream: { flushSync?: () => void }): void {
+  unflushed.set(flush, stream);
+  if (exitHooked) return;
+  exitHooked = true;
+  process.once('exit', () => {
+    for (const [pending, dest] of unflushed) {
+      pending();
+      try {
+        // pino's own exit flush of the destination ran already (it was registered first).
+        dest.flushSync?.();
+      } catch {
+        // A destination closed or mid-write at exit: what it took is all that can be written.
+      }
+    }
+  });
 }
 
 /** The request as one line a person reads: `client method host/path status ... tenant route`. */
