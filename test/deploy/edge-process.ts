@@ -98,12 +98,16 @@ export async function spawnEdge(config: unknown, args?: string[], env: NodeJS.Pr
   };
 }
 
-/** One request on a connection of its own, so the cluster primary's round-robin hands it to the next worker. */
+/**
+ * One request on a connection of its own, so the cluster primary's round-robin hands it to the next
+ * worker. Bounded (30 s to connect, for the head and between body chunks), so a test whose edge
+ * stopped answering fails naming the request instead of waiting out undici's five minutes.
+ */
 export async function freshRequest(
   url: string,
   opts: { method?: 'GET' | 'POST'; headers?: Record<string, string>; body?: string } = {},
 ): Promise<{ status: number; text: string }> {
-  const agent = new Agent({ connect: { rejectUnauthorized: false } });
+  const agent = new Agent({ connect: { rejectUnauthorized: false, timeout: 30_000 }, headersTimeout: 30_000, bodyTimeout: 30_000 });
   try {
     const res = await request(url, { method: opts.method ?? 'GET', dispatcher: agent, headers: opts.headers, body: opts.body });
     return { status: res.statusCode, text: await res.body.text() };

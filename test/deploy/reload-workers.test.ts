@@ -166,15 +166,21 @@ describe('SIGHUP with cluster workers and Redis', { timeout: 180_000 }, () => {
     expect([await servedFingerprint(port), await servedFingerprint(port)]).toEqual([fingerprint(second.cert), fingerprint(second.cert)]);
   });
 
-  // Skipped: in a fresh-clone .ci/run it hangs (2 of 2 runs, past 180 s) while it passes here in
-  // 5 s; the wait it hangs in is not found yet. Counts as not passing until it is.
-  it.skip('rotates the Redis password: every connection of every worker reconnects with the new one; credentials Redis refuses are refused', async () => {
+  it('rotates the Redis password: every connection of every worker reconnects with the new one; credentials Redis refuses are refused', async ({
+    onTestFailed,
+  }) => {
     const admin = await connectTest(SHARED_REDIS_URL, 2000);
     const prefix = uniquePrefix();
     prefixes.push(prefix);
     // A user of its own on the shared Redis: its passwords change, nobody else's.
     const user = `qe-rotate-${prefix.replace(/\W/g, '')}`;
     await admin.call('ACL', 'SETUSER', user, 'on', '>first-password-0123', '~*', '&*', '+@all');
+    // A failure (a timeout too) reports how far the test got and what the edge said last.
+    const t0 = Date.now();
+    const steps: string[] = [];
+    const note = (what: string) => steps.push(`${Date.now() - t0} ms: ${what}`);
+    let edgeLines: () => unknown[] = () => [];
+    onTestFailed(() => console.error(`steps: ${steps.join('; ')}\nlast edge lines: ${JSON.stringify(edgeLines())}`));
     const connections = async () =>
       String(await admin.call('CLIENT', 'LIST'))
         .split('\n')
@@ -190,7 +196,9 @@ describe('SIGHUP with cluster workers and Redis', { timeout: 180_000 }, () => {
       };
       await writeFile(file, stringify(withPassword('first-password-0123')));
       const edge = await edges.start({}, ['--config', file]);
+      edgeLines = () => edge.lines.slice(-20);
       await edge.waitForLog((l) => l.msg === 'all workers listening', 40_000);
+      note('listening');
       /** A write to the directory in Redis through the next worker. */
       const write = async () =>
         (
@@ -200,6 +208,7 @@ describe('SIGHUP with cluster workers and Redis', { timeout: 180_000 }, () => {
           })
         ).status;
       expect([await write(), await write()]).toEqual([200, 200]);
+      note('first writes');
 
       // Credentials Redis refuses: every worker refuses the reload and keeps its own.
       await writeFile(file, stringify(withPassword('not-the-password-0123')));
@@ -208,6 +217,7 @@ describe('SIGHUP with cluster workers and Redis', { timeout: 180_000 }, () => {
       for (const l of await bothWorkers(edge, from, (m) => m === 'configuration reload refused: keeping the running configuration')) {
         expect(l.problems).toEqual([expect.stringMatching(/^redis\.url: Redis refuses the new credentials: WRONGPASS/)]);
       }
+      note('bad credentials refused');
 
       // Redis accepts both passwords; the edge reloads the new one; then the old one is removed and every connection dropped.
       await admin.call('ACL', 'SETUSER', user, '>second-password-0123');
@@ -216,11 +226,15 @@ describe('SIGHUP with cluster workers and Redis', { timeout: 180_000 }, () => {
       edge.child.kill('SIGHUP');
       for (const l of await bothWorkers(edge, from, (m) => m.startsWith('configuration reloaded'))) expect(l.settings).toEqual(['redis.url']);
       const before = await connections();
+      note(`reloaded; ${before} connections`);
       await admin.call('ACL', 'SETUSER', user, '<first-password-0123');
       await admin.call('CLIENT', 'KILL', 'USER', user);
+      note('killed');
       // Every connection (limiter, usage store, subscriber, of both workers) is back, with the new password.
       await waitFor(async () => (await connections()) >= before, 15_000, `${before} connections of ${user} again`);
+      note(`reconnected: ${await connections()}`);
       await waitFor(async () => (await write()) === 200 && (await write()) === 200, 15_000, 'directory writes through both workers');
+      note('written');
     } finally {
       await admin.call('ACL', 'DELUSER', user);
       admin.disconnect();
