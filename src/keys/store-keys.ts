@@ -108,13 +108,14 @@ class StoreKeyStore implements ApiKeyStore {
     this.#keys = apiKeyKeys(settings.keyPrefix);
     feed.subscribe(SUBJECT, (changes) => this.#follow(changes));
     if (redis !== null) {
-      const sub = subscriberFor(redis, settings.cluster);
+      const sub = subscriberFor(redis, settings.cluster, [this.#keys.revoked], {
+        subscribed: () => {},
+        failed: (err) => log.warn({ err }, 'API keys: subscribe failed; the change log is read every 5 s'),
+      }).connection;
       this.#sub = sub;
-      sub.on('error', () => {});
       sub.on('message', (channel: string) => {
         if (channel === this.#keys.revoked) void feed.poke();
       });
-      sub.subscribe(this.#keys.revoked).catch((err: unknown) => log.warn({ err }, 'API keys: subscribe failed; the change log is read every 5 s'));
     }
   }
 

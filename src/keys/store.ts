@@ -168,18 +168,18 @@ class RedisKeyStore implements ApiKeyStore {
     this.#redis = redis;
     this.#log = log;
     this.#keys = apiKeyKeys(prefix);
-    this.#sub = subscriberFor(redis, seeds);
-    this.#sub.on('error', () => {});
+    let subscribedBefore = false;
+    this.#sub = subscriberFor(redis, seeds, [this.#keys.revoked], {
+      subscribed: () => {
+        // Revocations published while this connection was away were missed: cached keys are dropped.
+        if (subscribedBefore) this.#tell(null);
+        subscribedBefore = true;
+      },
+      failed: (err) => log.warn({ err }, 'API keys: subscribe failed; the revocation check still runs'),
+    }).connection;
     this.#sub.on('message', (channel: string, message: string) => {
       if (channel === this.#keys.revoked) this.#heard(message);
     });
-    let connectedBefore = false;
-    this.#sub.on('ready', () => {
-      // Revocations published while this connection was away were missed: cached keys are dropped.
-      if (connectedBefore) this.#tell(null);
-      connectedBefore = true;
-    });
-    this.#sub.subscribe(this.#keys.revoked).catch((err: unknown) => log.warn({ err }, 'API keys: subscribe failed; the revocation check still runs'));
     void this.#check();
     this.#timer = setInterval(() => void this.#check(), checkMs);
     this.#timer.unref();

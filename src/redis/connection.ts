@@ -81,7 +81,9 @@ const AUTH_REFUSED = /WRONGPASS|NOAUTH|NOPERM|invalid (username|password)/i;
 
 /** Why Redis refuses `url`'s credentials (WRONGPASS, NOAUTH, ...), or null when it accepts them or cannot be reached to say. */
 export async function credentialsRefused(url: string, timeoutMs: number): Promise<string | null> {
-  const probe = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: Math.max(1000, timeoutMs * 20) });
+  const bound = Math.max(1000, timeoutMs * 20);
+  // A Redis that accepts the connection and never answers must not hold the reload forever.
+  const probe = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: bound, commandTimeout: bound });
   // A refused AUTH arrives as an 'error' event; the connect() call then only says the connection closed.
   let said = '';
   probe.on('error', (err: Error) => {
@@ -126,22 +128,85 @@ export async function whenReady(client: RedisClient, maxMs: number): Promise<voi
   });
 }
 
+/** How long a subscriber's commands (the connect handshake, SUBSCRIBE) may take: not the admits' fail-fast bound. */
+const SUBSCRIBER_TIMEOUT_MS = 5000;
+
+/** A subscribed connection, and how its first attempt went (true: subscribed). */
+export interface Subscriber {
+  readonly connection: Redis;
+  readonly first: Promise<boolean>;
+}
+
 /**
- * A connection for SUBSCRIBE, reconnecting with the same backoff as every other connection. On a
- * Redis Cluster a plain PUBLISH reaches every node, so one node serves: it subscribes to one known
- * node at a time and moves on to the next when that one fails. (ioredis's own cluster subscriber
- * reconnects the moment its node is gone, with no delay: with every node down it spun a core and
- * grew by hundreds of MiB a minute.)
+ * A connection of its own subscribed to `channels`, again on every reconnect, reconnecting with the
+ * same backoff as every other connection. It subscribes itself on each connect, rather than
+ * ioredis's automatic resubscribe, which leaves its promise unhandled: a SUBSCRIBE that timed out
+ * or lost its connection in flight ended the process. A failed SUBSCRIBE is tried again, with a
+ * backoff; `subscribed` runs after every subscription that took (whatever was published before it
+ * was missed). `first` settles with the first attempt, or false at the first
+ * connection error, so a start with Redis down does not wait for it.
+ *
+ * On a Redis Cluster a plain PUBLISH reaches every node, so one node serves: it subscribes to one
+ * known node at a time and moves on to the next when that one fails. (ioredis's own cluster
+ * subscriber reconnects the moment its node is gone, with no delay: with every node down it spun
+ * a core and grew by hundreds of MiB a minute.)
  */
-export function subscriberFor(client: RedisClient, seeds: readonly string[]): Redis {
-  if (!(client instanceof Cluster)) return client.duplicate({ enableOfflineQueue: true, retryStrategy: reconnectDelay });
+export function subscriberFor(
+  client: RedisClient,
+  seeds: readonly string[],
+  channels: readonly string[],
+  on: { subscribed(): void; failed(err: unknown): void },
+): Subscriber {
+  const own = { enableOfflineQueue: false, autoResubscribe: false, commandTimeout: SUBSCRIBER_TIMEOUT_MS };
+  const sub = client instanceof Cluster ? clusterNodeSubscriber(client, seeds, own) : client.duplicate({ ...own, retryStrategy: reconnectDelay });
+  let settle: ((ok: boolean) => void) | null = null;
+  const first = new Promise<boolean>((resolve) => {
+    settle = (ok) => {
+      settle = null;
+      resolve(ok);
+    };
+  });
+  let retry: NodeJS.Timeout | null = null;
+  let backoffMs = 0;
+  const stopRetry = (): void => {
+    if (retry !== null) clearTimeout(retry);
+    retry = null;
+  };
+  const attempt = (): void => {
+    stopRetry();
+    sub.subscribe(...channels).then(
+      () => {
+        backoffMs = 0;
+        settle?.(true);
+        on.subscribed();
+      },
+      (err: unknown) => {
+        settle?.(false);
+        on.failed(err);
+        // Refused (an ACL without the channel) or timed out: tried again on this connection, less
+        // and less often; a reconnect meanwhile tries at once.
+        backoffMs = Math.min(Math.max(backoffMs * 2, 1000), 30_000);
+        if (sub.status === 'ready') {
+          retry = setTimeout(attempt, backoffMs);
+          retry.unref();
+        }
+      },
+    );
+  };
+  sub.on('error', () => settle?.(false));
+  sub.on('ready', attempt);
+  sub.on('close', stopRetry);
+  return { connection: sub, first };
+}
+
+function clusterNodeSubscriber(client: Cluster, seeds: readonly string[], own: Record<string, unknown>): Redis {
   const known = client.nodes('all').map((n) => ({ host: n.options.host, port: n.options.port }));
   const nodes = known.length > 0 ? known : seeds.map(seedNode);
   let next = 0;
   const sub: Redis = new Redis({
     ...nodes[0],
     ...client.options.redisOptions,
-    enableOfflineQueue: true,
+    ...own,
     retryStrategy: (times) => {
       // The connector reads host and port from these options at each attempt.
       next = (next + 1) % nodes.length;

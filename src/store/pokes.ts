@@ -25,17 +25,16 @@ export class ChangePokes {
   /** Subscribes (a connection of its own); every message, and every reconnect, pokes the feed. */
   async start(seeds: readonly string[]): Promise<void> {
     if (!this.#redis) return;
-    const sub = subscriberFor(this.#redis, seeds);
-    this.#subscriber = sub;
-    sub.on('error', () => {});
-    sub.on('message', (channel: string) => {
+    // Every subscription (the first, and again after a reconnect) pokes: messages published while away were missed.
+    const sub = subscriberFor(this.#redis, seeds, [this.#channel], {
+      subscribed: () => void this.#feed.poke(),
+      failed: (err) => this.#log.warn({ err }, 'change pokes: subscribe failed; peers follow the change log every period'),
+    });
+    this.#subscriber = sub.connection;
+    sub.connection.on('message', (channel: string) => {
       if (channel === this.#channel) void this.#feed.poke();
     });
-    // Messages published while away were missed: read the log now.
-    sub.on('ready', () => void this.#feed.poke());
-    await sub
-      .subscribe(this.#channel)
-      .catch((err: unknown) => this.#log.warn({ err }, 'change pokes: subscribe failed; peers follow the change log every period'));
+    await sub.first;
   }
 
   /** Tells peers a change committed; a failure only costs them the feed's period. */

@@ -450,16 +450,22 @@ class Directory implements TenantStore {
     if (!redis) return;
     // A caller's client was waited for by the caller; waiting again only slows a boot with Redis down.
     if (this.#owned) await whenReady(redis, this.#readyMs);
-    const sub = subscriberFor(redis, this.#seeds);
-    this.#subscriber = sub;
-    sub.on('error', () => {});
-    sub.on('message', (channel: string, message: string) => {
+    // Start reads everything after the first attempt; any later subscription (a reconnect, or a
+    // first attempt that failed) reloads, as changes published meanwhile were missed.
+    let starting = true;
+    const sub = subscriberFor(redis, this.#seeds, [this.#keys.changes], {
+      subscribed: () => {
+        if (!starting) void this.#refreshQuietly();
+      },
+      failed: (err) => this.#log.warn({ err }, 'tenant store: subscribe failed; relying on periodic refresh until it is tried again'),
+    });
+    this.#subscriber = sub.connection;
+    sub.connection.on('message', (channel: string, message: string) => {
       if (channel !== this.#keys.changes) return;
       this.#messages = this.#messages.then(() => this.#onMessage(message)).catch(() => this.#retrySoon());
     });
-    // After a reconnect, changes published while away were missed: reload.
-    sub.on('ready', () => void this.#refreshQuietly());
-    await sub.subscribe(this.#keys.changes).catch((err: unknown) => this.#log.warn({ err }, 'tenant store: subscribe failed; relying on periodic refresh'));
+    await sub.first;
+    starting = false;
     await this.#refreshQuietly();
     // Every period the version is checked (one GET); every FULL_EVERY periods everything is read
     // again, in slices, for writes that did not count the version (an older instance, redis-cli).

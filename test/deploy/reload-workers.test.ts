@@ -235,6 +235,8 @@ describe('SIGHUP with cluster workers and Redis', { timeout: 180_000 }, () => {
       note(`reconnected: ${await connections()}`);
       await waitFor(async () => (await write()) === 200 && (await write()) === 200, 15_000, 'directory writes through both workers');
       note('written');
+      // No worker died on the way (a crashed worker is replaced, and its handed-over request hangs).
+      expect(edge.lines.filter((l) => l.msg === 'worker died: replacing it')).toEqual([]);
     } finally {
       await admin.call('ACL', 'DELUSER', user);
       admin.disconnect();

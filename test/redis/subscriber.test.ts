@@ -1,0 +1,68 @@
+/**
+ * The edge's subscribed connections (directory changes, key revocations, change pokes) subscribe
+ * again after every reconnect themselves. ioredis's own resubscribe left its promise unhandled: a
+ * SUBSCRIBE refused or timed out after a reconnect ended the worker, and a request the cluster
+ * primary had handed to it was never answered. Here the resubscribe is refused (an ACL without
+ * the channel), then allowed again: the failure is reported, nothing is left unhandled, and the
+ * subscription comes back by itself.
+ */
+import type { Redis } from 'ioredis';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { connectRedis, subscriberFor, type RedisClient } from '../../src/redis/connection.js';
+import { connectTest, PrivateRedis } from '../helpers/redis.js';
+import { waitFor } from '../helpers/wait.js';
+
+let server: PrivateRedis;
+let admin: Redis;
+beforeAll(async () => {
+  server = await PrivateRedis.start();
+  admin = await connectTest(server.url, 2000);
+});
+afterAll(async () => {
+  admin.disconnect();
+  await server.kill();
+});
+
+it('a refused resubscribe after a reconnect is reported and tried again, never left unhandled', async () => {
+  const unhandled: unknown[] = [];
+  const onUnhandled = (reason: unknown): void => void unhandled.push(reason);
+  process.on('unhandledRejection', onUnhandled);
+  await admin.call('ACL', 'SETUSER', 'sub', 'on', '>pw-0123456789', '~*', '&*', '+@all');
+  const client: RedisClient = connectRedis({ url: server.url.replace('redis://', 'redis://sub:pw-0123456789@'), cluster: [], timeoutMs: 50 })!;
+  const subscribed: number[] = [];
+  const failures: string[] = [];
+  const messages: string[] = [];
+  const sub = subscriberFor(client, [], ['news'], {
+    subscribed: () => subscribed.push(Date.now()),
+    failed: (err) => failures.push((err as Error).message),
+  });
+  sub.connection.on('message', (_channel: string, message: string) => messages.push(message));
+  try {
+    expect(await sub.first).toBe(true);
+    await admin.publish('news', 'one');
+    await waitFor(() => messages.includes('one'), 5000, 'the first message');
+
+    // The channel forbidden, the connection dropped: the reconnect's SUBSCRIBE is refused.
+    await admin.call('ACL', 'SETUSER', 'sub', 'resetchannels');
+    await admin.call('CLIENT', 'KILL', 'USER', 'sub');
+    await waitFor(() => failures.length > 0, 10_000, 'the refused resubscribe reported');
+    expect(failures[0]).toMatch(/NOPERM/);
+
+    // Allowed again: the next try (a second later at first) takes, and messages flow.
+    await admin.call('ACL', 'SETUSER', 'sub', '&news');
+    await waitFor(() => subscribed.length === 2, 10_000, 'subscribed again');
+    await waitFor(
+      async () => {
+        await admin.publish('news', 'two');
+        return messages.includes('two');
+      },
+      5000,
+      'a message after the resubscribe',
+    );
+    expect(unhandled).toEqual([]);
+  } finally {
+    process.off('unhandledRejection', onUnhandled);
+    sub.connection.disconnect();
+    client.disconnect();
+  }
+});
