@@ -66,3 +66,29 @@ it('a refused resubscribe after a reconnect is reported and tried again, never l
     client.disconnect();
   }
 });
+
+it('a subscriber started with Redis down settles its first attempt as failed, and subscribes once Redis is up', async () => {
+  const later = await PrivateRedis.start();
+  await later.kill();
+  const client = connectRedis({ url: later.url, cluster: [], timeoutMs: 50 })!;
+  const messages: string[] = [];
+  let subscribed = 0;
+  const sub = subscriberFor(client, [], ['news'], { subscribed: () => void subscribed++, failed: () => {} });
+  sub.connection.on('message', (_channel: string, message: string) => messages.push(message));
+  try {
+    expect(await sub.first).toBe(false);
+    await later.restart();
+    await waitFor(() => subscribed === 1, 10_000, 'subscribed once Redis is up');
+    const publisher = await connectTest(later.url, 2000);
+    try {
+      await publisher.publish('news', 'hello');
+      await waitFor(() => messages.includes('hello'), 5000, 'the message');
+    } finally {
+      publisher.disconnect();
+    }
+  } finally {
+    sub.connection.disconnect();
+    client.disconnect();
+    await later.kill();
+  }
+});
