@@ -9,6 +9,8 @@
  * one side at a time instead, the first side alternating each round: no asymmetry, but whatever
  * else runs weighs on the sides at different moments. --a-config / --b-config pair a setting, --a-node / --b-node a Node or V8 flag.
  * Each tenant is on a broker of its own (bench/edge.ts), so builds of different ages read one config.
+ * `--a floor` (or `--b floor`) is the floor forwarder of `npm run bench` instead of a build: the
+ * edge's floor ratio, taken with both loaded at the same moment.
  *
  *   npx tsc -p tsconfig.build.json --outDir node_modules/.cache/ab-new          # this checkout
  *   git worktree add /tmp/ab-old <commit> && npx tsc -p /tmp/ab-old/tsconfig.build.json \
@@ -23,11 +25,11 @@ import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { SignJWT } from 'jose';
 import { startFastDouble } from './double.js';
-import { BENCH_SECRET, BENCH_TENANT, edgeConfig, startEdgeProcess, type EdgeProcess } from './edge.js';
+import { BENCH_SECRET, BENCH_TENANT, edgeConfig, prepareBenchModule, startEdgeProcess } from './edge.js';
 import { runH2Load } from './h2load.js';
 import { runLoad, type Workload } from './load.js';
-import { freePort, makeCertificate, treeCpuSeconds } from './procs.js';
-import { meteringExtra, workloads } from './run.js';
+import { freePort, makeCertificate, stopChild, treeCpuSeconds } from './procs.js';
+import { meteringExtra, startReporting, workloads } from './run.js';
 import { PrivateRedis } from '../test/helpers/redis.js';
 
 const { values: v } = parseArgs({
@@ -50,7 +52,7 @@ const { values: v } = parseArgs({
 });
 if (!v.a || !v.b)
   throw new Error(
-    'usage: bench/paired.ts --a <dist dir> --b <dist dir> [--proto h1|h2] [--repeat N] [--seconds S] [--full] [--alternate] [--a-config JSON] [--b-config JSON] [--a-node FLAGS] [--b-node FLAGS]',
+    'usage: bench/paired.ts --a <dist dir>|floor --b <dist dir>|floor [--proto h1|h2] [--repeat N] [--seconds S] [--full] [--alternate] [--a-config JSON] [--b-config JSON] [--a-node FLAGS] [--b-node FLAGS]',
   );
 const repeat = Math.max(1, Number(v.repeat));
 const seconds = Math.max(1, Number(v.seconds));
@@ -67,8 +69,21 @@ const jwt = await new SignJWT({ roles: ['read-write'], tenant: BENCH_TENANT })
   .sign(new TextEncoder().encode(BENCH_SECRET));
 const headers = { authorization: `Bearer ${jwt}` };
 
+/** A measured side: an edge build, or the floor. */
+interface Side {
+  readonly pid: number;
+  readonly base: string;
+  stop(): Promise<void>;
+}
+
 const redises: PrivateRedis[] = [];
-async function start(name: string, dist: string, overrides: string, nodeOptions: string): Promise<EdgeProcess> {
+async function start(name: string, dist: string, overrides: string, nodeOptions: string): Promise<Side> {
+  if (dist === 'floor') {
+    // The floor forwarder of `npm run bench` (bench/floor.ts), for a floor ratio taken at the same moment.
+    const entry = await prepareBenchModule('floor', false);
+    const floor = await startReporting([...entry, cert, key, brokerUrl, v.proto === 'h2' ? 'h2' : 'h1'], 'floor forwarder');
+    return { pid: floor.child.pid!, base: `https://127.0.0.1:${floor.port}`, stop: () => stopChild(floor.child) };
+  }
   // --full: each side gets its own Redis (one shared server would make the sides wait on each other).
   const redis = v.full ? await PrivateRedis.start() : null;
   if (redis) redises.push(redis);
@@ -100,7 +115,7 @@ interface Measured {
   readonly reqPerSec: number;
 }
 /** One side's CPU µs per request over one load. */
-async function measured(e: EdgeProcess, w: Workload): Promise<Measured> {
+async function measured(e: Side, w: Workload): Promise<Measured> {
   const cpu = treeCpuSeconds(e.pid);
   const r = await load(e.base, w);
   return { us: ((treeCpuSeconds(e.pid) - cpu) / r.requests) * 1e6, reqPerSec: r.reqPerSec };

@@ -250,7 +250,7 @@ export function parseArgs(argv: readonly string[], log: (line: string) => void =
 }
 
 /** Starts a bench process that reports `{ port }` over IPC once it listens. */
-async function startReporting(argv: readonly string[], name: string, env: Record<string, string> = {}): Promise<{ child: ChildProcess; port: number }> {
+export async function startReporting(argv: readonly string[], name: string, env: Record<string, string> = {}): Promise<{ child: ChildProcess; port: number }> {
   const child = spawn(argv[0]!, argv.slice(1), { cwd: REPO_ROOT, stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env: { ...process.env, ...env } });
   const port = await new Promise<number>((resolve, reject) => {
     child.once('message', (m: { port: number }) => resolve(m.port));

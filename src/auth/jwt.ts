@@ -81,7 +81,6 @@ const SINGLE_ROLE_CLAIM = 'role';
 const EC_ALGORITHM: Readonly<Record<string, string>> = { prime256v1: 'ES256', secp384r1: 'ES384', secp521r1: 'ES512' };
 /** Base64url/b64token characters (RFC 6750 §2.1); anything else in a header is malformed. */
 const B64TOKEN = /^[A-Za-z0-9\-._~+/]+=*$/;
-const BEARER = /^bearer(?:[ \t]+|$)/i;
 
 /** Who a verified token says the caller is. */
 export interface Identity {
@@ -97,6 +96,15 @@ export interface Identity {
 
 /** Pulls the token from the Authorization header: `Bearer <t>` or the bare token; undefined when absent. */
 export function extractToken(header: string | string[] | undefined): string | undefined | EdgeError {
+  const token = bearerToken(header);
+  return typeof token !== 'string' || wellFormedToken(token) ? token : deny('malformed authorization header');
+}
+
+/**
+ * extractToken without the character check, for a caller that asks the cache of verified tokens
+ * first (a token verified before passed it) and checks with wellFormedToken() on a miss.
+ */
+export function bearerToken(header: string | string[] | undefined): string | undefined | EdgeError {
   if (Array.isArray(header)) {
     if (header.length > 1) return deny('several authorization headers');
     header = header[0];
@@ -104,9 +112,25 @@ export function extractToken(header: string | string[] | undefined): string | un
   if (header === undefined) return undefined;
   const value = header.trim();
   if (value === '') return undefined;
-  const scheme = BEARER.exec(value);
-  const token = scheme ? value.slice(scheme[0].length) : value;
-  return B64TOKEN.test(token) ? token : deny('malformed authorization header');
+  if (!hasBearerScheme(value)) return value;
+  let i = 7;
+  while (i < value.length && (value.charCodeAt(i) === 0x20 || value.charCodeAt(i) === 0x09)) i++;
+  return value.slice(i);
+}
+
+/** Base64url/b64token characters only (RFC 6750 §2.1): anything else in the header is malformed. */
+export function wellFormedToken(token: string): boolean {
+  return B64TOKEN.test(token);
+}
+
+/** `bearer` in any case, then a space or tab (the value is trimmed: a bare `Bearer` is the token "Bearer"'s scheme with nothing after it). */
+function hasBearerScheme(value: string): boolean {
+  if (value.length < 6 || (value.charCodeAt(0) | 0x20) !== 0x62 /* b */) return false;
+  if (value.length > 6) {
+    const sep = value.charCodeAt(6);
+    if (sep !== 0x20 && sep !== 0x09) return false;
+  }
+  return value.slice(0, 6).toLowerCase() === 'bearer';
 }
 
 /**

@@ -54,9 +54,8 @@ function scanKeys(buf: Buffer, max: number): number {
   for (let i = 0; i < buf.length; i++) {
     const c = buf[i]!;
     if (c === 0x22 /* " */) {
-      // Strings are most of a body's bytes (payloads): skip to the closing quote natively.
       for (;;) {
-        const q = buf.indexOf(0x22, i + 1);
+        const q = closingQuote(buf, i + 1);
         if (q === -1) return keys; // unterminated: JSON.parse refuses it
         i = q;
         if (!escapedAt(buf, q)) break;
@@ -67,6 +66,19 @@ function scanKeys(buf: Buffer, max: number): number {
     } else if (c === 0x7d || c === 0x5d) depth--;
   }
   return keys;
+}
+
+/** Bytes looked at one by one before a string is searched natively (a call costs more than a short key). */
+const SHORT_STRING = 24;
+
+/**
+ * The next quote at or after `from`, or -1. Keys and short values are scanned here; strings are
+ * most of a body's bytes (payloads), and a long one is searched natively.
+ */
+function closingQuote(buf: Buffer, from: number): number {
+  const end = Math.min(buf.length, from + SHORT_STRING);
+  for (let j = from; j < end; j++) if (buf[j] === 0x22) return j;
+  return end === buf.length ? -1 : buf.indexOf(0x22, end);
 }
 
 /** True when the quote at `q` is escaped: preceded by an odd run of backslashes. */

@@ -1,8 +1,8 @@
 /**
  * A Map bounded in size (and optionally in bytes) whose entries expire, on the caller's clock: the
  * verified-token cache, the minted-token cache and the lease map share it. Insertion order is
- * eviction order: set() re-inserts, and so does get() with `touchOnGet` (least recently used goes
- * first). No timers: an expired entry is dropped when read or when it reaches the front of the
+ * eviction order: set() re-inserts, and so does get() with `touchOnGet` for an entry in the older
+ * half (least recently used goes first, as near as matters: a read of the newer half moves nothing). No timers: an expired entry is dropped when read or when it reaches the front of the
  * insertion order.
  */
 export interface ExpiringMapOptions<K, V> {
@@ -17,6 +17,8 @@ interface Entry<V> {
   readonly value: V;
   readonly expiresAt: number;
   readonly bytes: number;
+  /** When it was last (re-)inserted, in insertions: how far from the front it is. */
+  seq: number;
 }
 
 export class ExpiringMap<K, V> {
@@ -26,6 +28,8 @@ export class ExpiringMap<K, V> {
   readonly #touchOnGet: boolean;
   readonly #entries = new Map<K, Entry<V>>();
   #bytes = 0;
+  /** Insertions so far (touches included). */
+  #seq = 0;
 
   /** `max` 0 keeps nothing. */
   constructor(max: number, opts: ExpiringMapOptions<K, V> = {}) {
@@ -43,9 +47,13 @@ export class ExpiringMap<K, V> {
       this.#remove(key, e);
       return undefined;
     }
-    if (this.#touchOnGet) {
+    // Only an entry in the older half moves to the back: one among the newer half is far from
+    // eviction anyway, and a hot entry read on every request would otherwise be deleted and
+    // inserted again on every request.
+    if (this.#touchOnGet && this.#seq - e.seq > this.#entries.size >> 1) {
       this.#entries.delete(key);
       this.#entries.set(key, e);
+      e.seq = this.#seq++;
     }
     return e.value;
   }
@@ -61,7 +69,7 @@ export class ExpiringMap<K, V> {
       if (this.#entries.size < this.#max && this.#bytes + bytes <= this.#maxBytes && e.expiresAt > now) break;
       this.#remove(k, e);
     }
-    this.#entries.set(key, { value, expiresAt, bytes });
+    this.#entries.set(key, { value, expiresAt, bytes, seq: this.#seq++ });
     this.#bytes += bytes;
   }
 

@@ -43,7 +43,7 @@ export class Exchange extends MeteredExchange<Tenant> implements ProxyExchange {
   openTenant: Tenant | undefined = undefined;
   /** route: the normalised target and the route's path parameters (the route itself: MeteredExchange.route). */
   target: NormalizedTarget = NO_TARGET;
-  params: Readonly<Record<string, string | undefined>> = {};
+  params: Readonly<Record<string, string | undefined>> = NO_PARAMS;
   /** authenticate: the verified token, and the tenant it was verified for (an EdgeError when none). */
   identity: Identity | null = null;
   candidate: Tenant | EdgeError | null = null;
@@ -151,7 +151,8 @@ export function endTrace(x: Exchange, t: RequestTrace): void {
   });
 }
 
-/** Before the route stage. */
+/** Before the route stage (shared: neither is written to). */
+const NO_PARAMS: Readonly<Record<string, string | undefined>> = Object.freeze({});
 const NO_TARGET: NormalizedTarget = Object.freeze({ path: '/', query: '' });
 
 /** True when a refusal may leave Node to discard the unread body and keep the connection. */

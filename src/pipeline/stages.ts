@@ -7,7 +7,7 @@
  */
 import type { Readable } from 'node:stream';
 import { isAllowed, roleRefusal } from '../auth/access.js';
-import { extractToken, type Identity, type TokenVerifier } from '../auth/jwt.js';
+import { bearerToken, wellFormedToken, type Identity, type TokenVerifier } from '../auth/jwt.js';
 import type { TenantVerifiers } from '../auth/verifiers.js';
 import type { UpstreamMinter } from '../auth/mint.js';
 import type { BodyBudget } from '../body/budget.js';
@@ -210,7 +210,7 @@ export function health(x: Exchange, p: Parts): StageResult {
  * often from this address, or an address over its checks per second. A cache hit never gets there.
  */
 export function authenticate(x: Exchange, p: Parts): StageResult | Promise<StageResult> {
-  const token = extractToken(x.req.headers.authorization);
+  const token = bearerToken(x.req.headers.authorization);
   if (token === undefined) return edgeError('unauthorized', 'missing bearer token');
   if (isEdgeError(token)) return token;
   const candidate = p.tenancy.candidate(x.hostTenant, token);
@@ -220,6 +220,8 @@ export function authenticate(x: Exchange, p: Parts): StageResult | Promise<Stage
   // A cached token stays synchronous: no promise for the common case.
   const cached = verifier.cached(token);
   if (cached !== undefined) return authenticated(x, cached, tenant);
+  // Checked after the cache: a token that is there was checked before it was verified.
+  if (!wellFormedToken(token)) return edgeError('unauthorized', 'malformed authorization header');
   const since = x.trace === null ? 0 : performance.now();
   return verifier.verify(token, p.clientLimits.signatureGate(clientOf(x, p), token), x.trace ?? undefined).then((v) => {
     x.trace?.phase(verifier === p.apiKeys ? 'auth.api_key' : 'auth.jwt', since, { 'queen.auth.ok': !isEdgeError(v) });

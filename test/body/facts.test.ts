@@ -119,6 +119,19 @@ describe('what the edge counts is what the broker acts on', () => {
     );
   });
 
+  it('finds a duplicate key after strings of any length with quotes and backslashes (short ones scanned byte by byte, long ones searched)', () => {
+    const text = fc.string({ unit: fc.constantFrom('"', '\\', ':', 'a', '\u00e9', '}', ','), maxLength: 80 });
+    fc.assert(
+      fc.property(fc.array(text, { minLength: 1, maxLength: 3 }), (payloads) => {
+        const items = JSON.stringify(payloads.map((payload) => ({ payload })));
+        const r = pushFacts(Buffer.from(`{"items":${items},"items":[]}`));
+        expect(isEdgeError(r) && r.message).toBe('duplicate key in JSON object');
+        expect(pushFacts(Buffer.from(`{"items":${items}}`))).toMatchObject({ messages: payloads.length });
+      }),
+      { numRuns: 300 },
+    );
+  });
+
   it.each([['PUSH'], ['Push'], [undefined], [' push'], [1]])('refuses a transaction operation typed %j', (type) => {
     const r = transactionFacts(b({ operations: [{ type, items: items(3) }] }));
     expect(isEdgeError(r) && r.code).toBe('invalid_request');

@@ -32,6 +32,16 @@ describe('ExpiringMap', () => {
     expect([fifo.get('a', 1), fifo.get('b', 1)]).toEqual([undefined, 2]);
   });
 
+  it('with touchOnGet, a read moves only an entry of the older half: the newer half is far from eviction', () => {
+    const m = new ExpiringMap<string, number>(4, { touchOnGet: true });
+    for (const [i, k] of ['a', 'b', 'c', 'd'].entries()) m.set(k, i, 1000, 0);
+    m.get('a', 1); // the oldest: moved behind d (b, c, d, a)
+    m.get('d', 1); // of the newer half: stays where it is
+    for (const k of ['e', 'f', 'g']) m.set(k, 0, 1000, 0);
+    // Evicted in order b, c, d (an exact LRU would have moved d and evicted a instead).
+    expect(['a', 'b', 'c', 'd', 'e', 'f', 'g'].map((k) => m.get(k, 1) !== undefined)).toEqual([true, false, false, false, true, true, true]);
+  });
+
   it('drops expired entries at the front on set, before the size bound is reached', () => {
     const m = new ExpiringMap<string, number>(100);
     for (let i = 0; i < 10; i++) m.set(`k${i}`, i, 50, 0);
