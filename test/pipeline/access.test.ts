@@ -92,6 +92,17 @@ describe('authentication', () => {
     expect(r.status).toBe(204);
   });
 
+  it('a malformed header is 401, whether or not its token part was verified before; nothing forwarded', async () => {
+    const t = await token({ roles: ['read-write'], tenant: 'acme' });
+    expect((await call(edge, 'GET', '/api/v1/pop/queue/empty', { token: t })).status).toBe(204);
+    const before = forwarded(broker).length;
+    for (const authorization of [`Bearer ${t} x`, `Bearer "${t}"`, `Basic ${t}`, 'Bearer', 'Bearer a b']) {
+      const r = await call(edge, 'GET', '/api/v1/pop/queue/empty', { headers: { authorization } });
+      expect([authorization, r.status, r.json]).toEqual([authorization, 401, { error: expect.any(String), code: 'unauthorized' }]);
+    }
+    expect(forwarded(broker).length).toBe(before);
+  });
+
   it('a token signed with another secret, or expired, is 401', async () => {
     expect(
       (
