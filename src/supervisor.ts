@@ -24,7 +24,7 @@ import { processLogger, type Logger } from './observability/log.js';
 /** Primary → worker. The `queen-edge:` prefix keeps them apart from prom-client's own cluster messages. */
 type ToWorker =
   /** A configuration in parts (config/parts.ts): the head, its tenants in chunks, the end. `start` is the worker's first. */
-  | { type: 'queen-edge:config-head'; purpose: ConfigPurpose; head: HeadPart }
+  | { type: 'queen-edge:config-head'; purpose: ConfigPurpose; head: HeadPart; reload?: number }
   | { type: 'queen-edge:config-tenants'; part: TenantsPart }
   | { type: 'queen-edge:config-end' }
   /** The primary refused the file: the workers record it, so their admin API and /metrics show it. */
@@ -39,7 +39,9 @@ type ToPrimary =
   | { type: 'queen-edge:listening' }
   | { type: 'queen-edge:metrics'; id: number }
   /** A worker's metrics for collection `id`: empty while it is still starting (nothing counted yet). */
-  | { type: 'queen-edge:collected'; id: number; metrics: WorkerMetrics };
+  | { type: 'queen-edge:collected'; id: number; metrics: WorkerMetrics }
+  /** Reload number `reload` was applied, or refused (the worker keeps what it runs). */
+  | { type: 'queen-edge:reloaded'; reload: number; applied: boolean };
 
 type WorkerMetrics = MetricObjectWithValues<MetricValue<string>>[];
 type ConfigPurpose = 'start' | 'reload';
@@ -276,6 +278,10 @@ export async function runPrimary(
   const startConfig = await selfSigned.share(config);
   // What a worker (first or replacement) is handed: what the running workers run (config/reload-plan.ts).
   let workerConfig = startConfig;
+  // The last reload sent, and what ran before it: a worker's refusal (Redis refusing the new
+  // credentials, a certificate it cannot load) puts that back, unless another worker applied it,
+  // so a replacement worker does not start with a configuration every worker refused.
+  let lastReload: { seq: number; next: RawConfig; before: RawConfig; applied: boolean } | null = null;
   const workers = new Map<Worker, WorkerState>();
   const streaks = new Array<number>(count).fill(0);
   const restarts = new Set<NodeJS.Timeout>();
@@ -309,11 +315,11 @@ export async function runPrimary(
   };
   // The tenant map each worker was last sent: a file read against it is sent as its changes.
   const held = new WeakMap<Worker, TenantMap>();
-  const sendConfig = (w: Worker, purpose: ConfigPurpose, config: RawConfig): void =>
+  const sendConfig = (w: Worker, purpose: ConfigPurpose, config: RawConfig, reload?: number): void =>
     inOrder(w, async () => {
       const { head, parts } = splitConfig(config, held.get(w) ?? null);
       held.set(w, config.tenants);
-      send(w, { type: 'queen-edge:config-head', purpose, head });
+      send(w, { type: 'queen-edge:config-head', purpose, head, reload });
       // A turn between parts: the primary hands out new connections and must not stall either.
       for (const part of parts) {
         send(w, { type: 'queen-edge:config-tenants', part });
@@ -363,6 +369,10 @@ export async function runPrimary(
         (err: Error) => send(w, { type: 'queen-edge:metrics', id: msg.id, error: err.message }),
       );
     } else if (msg.type === 'queen-edge:collected') collector.answer(w, msg.id, msg.metrics);
+    else if (msg.type === 'queen-edge:reloaded' && lastReload !== null && msg.reload === lastReload.seq) {
+      if (msg.applied) lastReload.applied = true;
+      workerConfig = lastReload.applied ? lastReload.next : lastReload.before;
+    }
   };
 
   const onExit = (w: Worker, code: number | null, signal: string | null): void => {
@@ -402,8 +412,10 @@ export async function runPrimary(
   const reload = async (): Promise<void> => {
     const next = await selfSigned.share(await checkedFiles(await deps.reread!()));
     await compileTablesResolved(next);
-    workerConfig = runningConfig(startConfig, next);
-    for (const w of workers.keys()) sendConfig(w, 'reload', next);
+    const running = runningConfig(startConfig, next);
+    lastReload = { seq: (lastReload?.seq ?? 0) + 1, next: running, before: workerConfig, applied: false };
+    workerConfig = running;
+    for (const w of workers.keys()) sendConfig(w, 'reload', next, lastReload.seq);
     log.info({ workers: workers.size }, 'configuration reload sent to the workers');
   };
 
@@ -523,9 +535,9 @@ export async function runWorker(): Promise<number> {
   const metrics = metricsFromPrimary();
   let drainEarly = false;
   // A reload sent while this worker was still starting: applied once it runs.
-  let reloadEarly: RawConfig | null = null;
+  let reloadEarly: { config: RawConfig; reload: number | undefined } | null = null;
   let shutdown: Shutdown | null = null;
-  let reloadWorker: ((config: RawConfig) => void) | null = null;
+  let reloadWorker: ((config: RawConfig, reload: number | undefined) => void) | null = null;
   let refusedWorker: ((problems: string[]) => void) | null = null;
   // Until the app runs, this worker has counted nothing: it answers a collection with no metrics.
   let registry: App['metrics'] | null = null;
@@ -535,24 +547,24 @@ export async function runWorker(): Promise<number> {
     else registry.getMetricsAsJSON().then(answer, () => answer([]));
   };
   // The configuration whose parts are arriving.
-  let incoming: { purpose: ConfigPurpose; join: ConfigJoin } | null = null;
+  let incoming: { purpose: ConfigPurpose; join: ConfigJoin; reload: number | undefined } | null = null;
   // The tenant map last received: the primary sends a file read against it as its changes.
   let held: TenantMap | null = null;
   const configured = new Promise<RawConfig>((resolveConfig) => {
-    const received = (purpose: ConfigPurpose, config: RawConfig): void => {
+    const received = (purpose: ConfigPurpose, config: RawConfig, reload: number | undefined): void => {
       if (purpose === 'start') resolveConfig(config);
-      else if (reloadWorker === null) reloadEarly = config;
-      else reloadWorker(config);
+      else if (reloadWorker === null) reloadEarly = { config, reload };
+      else reloadWorker(config, reload);
     };
     process.on('message', (msg: ToWorker) => {
       if (typeof msg !== 'object' || msg === null) return;
-      if (msg.type === 'queen-edge:config-head') incoming = { purpose: msg.purpose, join: new ConfigJoin(msg.head, held) };
+      if (msg.type === 'queen-edge:config-head') incoming = { purpose: msg.purpose, join: new ConfigJoin(msg.head, held), reload: msg.reload };
       else if (msg.type === 'queen-edge:config-tenants') incoming?.join.add(msg.part);
       else if (msg.type === 'queen-edge:config-end') {
         if (incoming !== null) {
           const config = incoming.join.config();
           held = config.tenants;
-          received(incoming.purpose, config);
+          received(incoming.purpose, config, incoming.reload);
         }
         incoming = null;
       } else if (msg.type === 'queen-edge:metrics') metrics.onAnswer(msg);
@@ -574,9 +586,23 @@ export async function runWorker(): Promise<number> {
   // app.reload records its own refusals.
   // A refusal is recorded after the reload sent before it has been applied or refused.
   const reloads = inTurn();
-  reloadWorker = (next) => void reloads(() => app.reload(next).catch((err: unknown) => void reloadRefused(log, err)));
+  const reported = (reload: number | undefined, applied: boolean): void => {
+    if (reload !== undefined) process.send!({ type: 'queen-edge:reloaded', reload, applied } satisfies ToPrimary);
+  };
+  reloadWorker = (next, reload) =>
+    void reloads(() =>
+      app.reload(next).then(
+        () => reported(reload, true),
+        (err: unknown) => {
+          reloadRefused(log, err);
+          reported(reload, false);
+        },
+      ),
+    );
   refusedWorker = (problems) => void reloads(() => app.reloads.refused(problems));
-  if (reloadEarly !== null) reloadWorker(reloadEarly);
+  // Set by the message handler: TypeScript cannot see that assignment here.
+  const early = reloadEarly as { config: RawConfig; reload: number | undefined } | null;
+  if (early !== null) reloadWorker(early.config, early.reload);
   // Ctrl-C reaches every process of the group; SIGTERM usually only the primary, which forwards it as 'drain'.
   const release = onSignals((name) => current.signal(name));
   // The primary is gone (killed): nobody will forward a signal, so leave cleanly now.

@@ -12,7 +12,7 @@
  */
 import { Cluster, type Redis } from 'ioredis';
 import pg from 'pg';
-import { subscriberFor, type RedisClient } from '../redis/connection.js';
+import { subscriberFor, type RedisClient, type Subscriber } from '../redis/connection.js';
 import { apiKeyKeys, type ApiKeyKeys } from '../redis/keys.js';
 import type { Store, Transaction } from '../store/connection.js';
 import { appendChange, type Change, type ChangeFeed } from '../store/changes.js';
@@ -89,7 +89,7 @@ class StoreKeyStore implements ApiKeyStore {
   readonly #log: Logger;
   readonly #redis: RedisClient | null;
   readonly #keys: ApiKeyKeys;
-  readonly #sub: Redis | null = null;
+  readonly #sub: Subscriber | null = null;
   /** Every key record of the store, by id: what the request path reads. */
   #records = new Map<string, ApiKeyRecord>();
   /** Last uses, without Redis (with it, the `used` hash every instance shares). */
@@ -111,9 +111,9 @@ class StoreKeyStore implements ApiKeyStore {
       const sub = subscriberFor(redis, settings.cluster, [this.#keys.revoked], {
         subscribed: () => {},
         failed: (err) => log.warn({ err }, 'API keys: subscribe failed; the change log is read every 5 s'),
-      }).connection;
+      });
       this.#sub = sub;
-      sub.on('message', (channel: string) => {
+      sub.connection.on('message', (channel: string) => {
         if (channel === this.#keys.revoked) void feed.poke();
       });
     }
@@ -291,7 +291,7 @@ class StoreKeyStore implements ApiKeyStore {
 
   async close(): Promise<void> {
     if (this.#retry) clearTimeout(this.#retry);
-    this.#sub?.disconnect();
+    this.#sub?.close();
   }
 }
 

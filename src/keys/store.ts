@@ -6,8 +6,7 @@
  * every instance drops its cached copy; each instance also reads the count every few seconds, so a
  * message it missed costs at most that period, not a cache entry's life.
  */
-import type { Redis } from 'ioredis';
-import { subscriberFor, type RedisClient } from '../redis/connection.js';
+import { subscriberFor, type RedisClient, type Subscriber } from '../redis/connection.js';
 import { apiKeyKeys, type ApiKeyKeys } from '../redis/keys.js';
 import type { RawConfig } from '../config/schema.js';
 import type { Logger } from '../observability/log.js';
@@ -156,7 +155,7 @@ class RedisKeyStore implements ApiKeyStore {
   readonly backing = 'redis' as const;
   readonly #redis: RedisClient;
   readonly #keys: ApiKeyKeys;
-  readonly #sub: Redis;
+  readonly #sub: Subscriber;
   readonly #listeners: Array<(id: string | null) => void> = [];
   readonly #log: Logger;
   /** The revocation count this instance has heard of up to; -1 before the first check. */
@@ -176,8 +175,8 @@ class RedisKeyStore implements ApiKeyStore {
         subscribedBefore = true;
       },
       failed: (err) => log.warn({ err }, 'API keys: subscribe failed; the revocation check still runs'),
-    }).connection;
-    this.#sub.on('message', (channel: string, message: string) => {
+    });
+    this.#sub.connection.on('message', (channel: string, message: string) => {
       if (channel === this.#keys.revoked) this.#heard(message);
     });
     void this.#check();
@@ -293,7 +292,7 @@ class RedisKeyStore implements ApiKeyStore {
 
   async close(): Promise<void> {
     clearInterval(this.#timer);
-    this.#sub.disconnect();
+    this.#sub.close();
   }
 }
 

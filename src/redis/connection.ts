@@ -131,10 +131,15 @@ export async function whenReady(client: RedisClient, maxMs: number): Promise<voi
 /** How long a subscriber's commands (the connect handshake, SUBSCRIBE) may take: not the admits' fail-fast bound. */
 const SUBSCRIBER_TIMEOUT_MS = 5000;
 
-/** A subscribed connection, and how its first attempt went (true: subscribed). */
+/** How long a start waits for the first subscription: after that it goes on, and the subscription follows when it takes. */
+const FIRST_WAIT_MS = 1000;
+
+/** A subscribed connection, how its first attempt went (true: subscribed), and its end. */
 export interface Subscriber {
   readonly connection: Redis;
   readonly first: Promise<boolean>;
+  /** Disconnects for good: no retry runs and no failure is reported after this. */
+  close(): void;
 }
 
 /**
@@ -143,8 +148,8 @@ export interface Subscriber {
  * ioredis's automatic resubscribe, which leaves its promise unhandled: a SUBSCRIBE that timed out
  * or lost its connection in flight ended the process. A failed SUBSCRIBE is tried again, with a
  * backoff; `subscribed` runs after every subscription that took (whatever was published before it
- * was missed). `first` settles with the first attempt, or false at the first
- * connection error, so a start with Redis down does not wait for it.
+ * was missed). `first` settles with the first attempt, or false at the first connection error or
+ * close, or after FIRST_WAIT_MS, so a start with Redis down or unanswering does not wait for it.
  *
  * On a Redis Cluster a plain PUBLISH reaches every node, so one node serves: it subscribes to one
  * known node at a time and moves on to the next when that one fails. (ioredis's own cluster
@@ -161,11 +166,15 @@ export function subscriberFor(
   const sub = client instanceof Cluster ? clusterNodeSubscriber(client, seeds, own) : client.duplicate({ ...own, retryStrategy: reconnectDelay });
   let settle: ((ok: boolean) => void) | null = null;
   const first = new Promise<boolean>((resolve) => {
+    const waited = setTimeout(() => settle?.(false), FIRST_WAIT_MS);
+    waited.unref();
     settle = (ok) => {
       settle = null;
+      clearTimeout(waited);
       resolve(ok);
     };
   });
+  let closed = false;
   let retry: NodeJS.Timeout | null = null;
   let backoffMs = 0;
   const stopRetry = (): void => {
@@ -174,6 +183,7 @@ export function subscriberFor(
   };
   const attempt = (): void => {
     stopRetry();
+    if (closed) return;
     sub.subscribe(...channels).then(
       () => {
         backoffMs = 0;
@@ -182,6 +192,7 @@ export function subscriberFor(
       },
       (err: unknown) => {
         settle?.(false);
+        if (closed) return;
         on.failed(err);
         // Refused (an ACL without the channel) or timed out: tried again on this connection, less
         // and less often; a reconnect meanwhile tries at once.
@@ -195,8 +206,18 @@ export function subscriberFor(
   };
   sub.on('error', () => settle?.(false));
   sub.on('ready', attempt);
-  sub.on('close', stopRetry);
-  return { connection: sub, first };
+  // A close without an error (a server that accepts and hangs up, one at maxclients) ends the first attempt too.
+  sub.on('close', () => {
+    stopRetry();
+    settle?.(false);
+  });
+  const close = (): void => {
+    closed = true;
+    stopRetry();
+    settle?.(false);
+    sub.disconnect();
+  };
+  return { connection: sub, first, close };
 }
 
 function clusterNodeSubscriber(client: Cluster, seeds: readonly string[], own: Record<string, unknown>): Redis {

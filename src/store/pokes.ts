@@ -5,7 +5,7 @@
  * empty, or no Redis at all delays a change by the feed's period, never loses it (docs/store.md).
  */
 import type { Logger } from '../observability/log.js';
-import { subscriberFor, type RedisClient } from '../redis/connection.js';
+import { subscriberFor, type RedisClient, type Subscriber } from '../redis/connection.js';
 import type { ChangeFeed } from './changes.js';
 
 export class ChangePokes {
@@ -13,7 +13,7 @@ export class ChangePokes {
   readonly #channel: string;
   readonly #feed: ChangeFeed;
   readonly #log: Logger;
-  #subscriber: RedisClient | null = null;
+  #subscriber: Subscriber | null = null;
 
   constructor(redis: RedisClient | null, channel: string, feed: ChangeFeed, log: Logger) {
     this.#redis = redis;
@@ -30,7 +30,7 @@ export class ChangePokes {
       subscribed: () => void this.#feed.poke(),
       failed: (err) => this.#log.warn({ err }, 'change pokes: subscribe failed; peers follow the change log every period'),
     });
-    this.#subscriber = sub.connection;
+    this.#subscriber = sub;
     sub.connection.on('message', (channel: string) => {
       if (channel === this.#channel) void this.#feed.poke();
     });
@@ -43,7 +43,7 @@ export class ChangePokes {
   }
 
   close(): void {
-    this.#subscriber?.disconnect();
+    this.#subscriber?.close();
     this.#subscriber = null;
   }
 }

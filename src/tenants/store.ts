@@ -23,7 +23,7 @@
  */
 import { ConfigError } from '../config/load.js';
 import { planSchema, tenantSchema, type RawTenant } from '../config/schema.js';
-import { connectRedis, subscriberFor, whenReady, type RedisClient, type RedisTarget } from '../redis/connection.js';
+import { connectRedis, subscriberFor, whenReady, type RedisClient, type RedisTarget, type Subscriber } from '../redis/connection.js';
 import type { Logger } from '../observability/log.js';
 import { directoryKeys, type DirectoryKeys } from '../redis/keys.js';
 import { ID_PATTERN, type Plan, type Tenant, type TenantDirectory } from './model.js';
@@ -222,7 +222,7 @@ class Directory implements TenantStore {
   readonly #listeners = new Set<(change: DirectoryChange) => void>();
   /** Rejected Redis records already logged, so a bad record is logged once while it stays bad. */
   #reported = new Set<string>();
-  #subscriber: RedisClient | null = null;
+  #subscriber: Subscriber | null = null;
   #timer: NodeJS.Timeout | null = null;
   #retry: NodeJS.Timeout | null = null;
   #closed = false;
@@ -459,7 +459,7 @@ class Directory implements TenantStore {
       },
       failed: (err) => this.#log.warn({ err }, 'tenant store: subscribe failed; relying on periodic refresh until it is tried again'),
     });
-    this.#subscriber = sub.connection;
+    this.#subscriber = sub;
     sub.connection.on('message', (channel: string, message: string) => {
       if (channel !== this.#keys.changes) return;
       this.#messages = this.#messages.then(() => this.#onMessage(message)).catch(() => this.#retrySoon());
@@ -480,7 +480,7 @@ class Directory implements TenantStore {
     if (this.#retry) clearTimeout(this.#retry);
     this.#timer = null;
     this.#retry = null;
-    this.#subscriber?.disconnect();
+    this.#subscriber?.close();
     this.#subscriber = null;
     await this.#inflight?.catch(() => {});
     await this.#building?.catch(() => {});
