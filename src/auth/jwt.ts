@@ -94,15 +94,10 @@ export interface Identity {
   readonly rolesRead?: string;
 }
 
-/** Pulls the token from the Authorization header: `Bearer <t>` or the bare token; undefined when absent. */
-export function extractToken(header: string | string[] | undefined): string | undefined | EdgeError {
-  const token = bearerToken(header);
-  return typeof token !== 'string' || wellFormedToken(token) ? token : deny('malformed authorization header');
-}
-
 /**
- * extractToken without the character check, for a caller that asks the cache of verified tokens
- * first (a token verified before passed it) and checks with wellFormedToken() on a miss.
+ * Pulls the token from the Authorization header: `Bearer <t>` or the bare token; undefined when
+ * absent. Its characters are not checked here: the caller asks the cache of verified tokens first
+ * (a token there passed the check before it was verified) and checks with wellFormedToken() on a miss.
  */
 export function bearerToken(header: string | string[] | undefined): string | undefined | EdgeError {
   if (Array.isArray(header)) {

@@ -2,7 +2,8 @@
  * A Map bounded in size (and optionally in bytes) whose entries expire, on the caller's clock: the
  * verified-token cache, the minted-token cache and the lease map share it. Insertion order is
  * eviction order: set() re-inserts, and so does get() with `touchOnGet` for an entry in the older
- * half (least recently used goes first, as near as matters: a read of the newer half moves nothing). No timers: an expired entry is dropped when read or when it reaches the front of the
+ * half (least recently used goes first, as near as matters: a read of the newer half moves
+ * nothing). No timers: an expired entry is dropped when read or when it reaches the front of the
  * insertion order.
  */
 export interface ExpiringMapOptions<K, V> {

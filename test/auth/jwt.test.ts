@@ -2,7 +2,7 @@ import { createHmac, generateKeyPairSync } from 'node:crypto';
 import { importPKCS8, type JWTPayload } from 'jose';
 import { generate as selfSigned } from 'selfsigned';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
-import { createTokenVerifier, extractToken, type Identity, type TokenVerifier } from '../../src/auth/jwt.js';
+import { bearerToken, createTokenVerifier, wellFormedToken, type Identity, type TokenVerifier } from '../../src/auth/jwt.js';
 import { parseConfig } from '../../src/config/load.js';
 import type { AuthConfig } from '../../src/config/schema.js';
 import { EdgeError } from '../../src/errors.js';
@@ -59,7 +59,13 @@ function expectDenied(result: Identity | EdgeError, reason: string): void {
   expect(result).toMatchObject({ code: 'unauthorized', status: 401, message: reason });
 }
 
-describe('extractToken', () => {
+/** The header's token as the request path takes it on a cache miss: read, then its characters checked. */
+function extractToken(header: string | string[] | undefined): string | undefined | EdgeError {
+  const token = bearerToken(header);
+  return typeof token === 'string' && !wellFormedToken(token) ? new EdgeError('unauthorized', 'malformed authorization header') : token;
+}
+
+describe('bearerToken and wellFormedToken', () => {
   it.each([
     ['absent', undefined, undefined],
     ['empty', '', undefined],
