@@ -4,6 +4,7 @@
  * owns its decision (pipeline/stages.ts). This file builds the parts once, runs the lists, renders
  * the refusal that ended a request, and writes the one record of each request.
  */
+import { performance } from 'node:perf_hooks';
 import { BodyBudget } from './body/budget.js';
 import { BodyPace, paceTick } from './body/pace.js';
 import { edgeError, renderError, type EdgeError } from './errors.js';
@@ -13,7 +14,7 @@ import { clientGone, singleValue } from './listen/transport.js';
 import { createClientAddresses } from './net/client-address.js';
 import { accessLogWriter, targetParts } from './observability/access-log.js';
 import { hostName, Tenancy } from './tenants/tenancy.js';
-import { ANSWERED, PRELUDE, runStages, stagesOf } from './pipeline/chain.js';
+import { ANSWERED, PRELUDE, runStages, stagesOf, type Ended } from './pipeline/chain.js';
 import { endTrace, Exchange } from './pipeline/exchange.js';
 import type { Parts, PipelineDeps } from './pipeline/stages.js';
 
@@ -33,15 +34,28 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
   };
 
   return (req, res) => {
-    handle(req, res).catch((err: unknown) => {
-      // A bug, never a client's doing: answer 502 if still possible, keep the process alive.
-      log.error({ err }, 'pipeline failure');
-      if (!res.headersSent && !clientGone(res)) send(res, null, edgeError('bad_gateway', 'internal error'));
-      else res.destroy();
-    });
+    let running: Promise<void> | undefined;
+    try {
+      running = handle(req, res);
+    } catch (err) {
+      failed(res, err);
+      return;
+    }
+    running?.catch((err: unknown) => failed(res, err));
   };
 
-  async function handle(req: EdgeRequest, res: EdgeResponse): Promise<void> {
+  /** A bug, never a client's doing: answer 502 if still possible, keep the process alive. */
+  function failed(res: EdgeResponse, err: unknown): void {
+    log.error({ err }, 'pipeline failure');
+    if (!res.headersSent && !clientGone(res)) send(res, null, edgeError('bad_gateway', 'internal error'));
+    else res.destroy();
+  }
+
+  /**
+   * Synchronous until a stage waits, and no async function: each would add a promise, a suspended
+   * frame and a microtask turn to every request. Returns the promise of a request still running.
+   */
+  function handle(req: EdgeRequest, res: EdgeResponse): Promise<void> | undefined {
     const ctx = new Exchange(req, res, d.clock(), d.usage);
     if (d.tracing !== null) ctx.trace = d.tracing.begin(req.headers.traceparent, ctx.startedAt);
     // Whichever comes first: an h2 stream whose small refused body was never read only closes
@@ -51,12 +65,19 @@ export function createPipeline(d: PipelineDeps): RequestHandler {
     res.on('finish', over);
     res.on('close', over);
     const prelude = runStages(ctx, parts, PRELUDE);
-    let ended = prelude instanceof Promise ? await prelude : prelude;
-    if (ended === null) {
-      const own = runStages(ctx, parts, stagesOf(ctx.route!));
-      ended = own instanceof Promise ? await own : own;
-    }
+    return prelude instanceof Promise ? prelude.then((ended) => routed(ctx, ended)) : routed(ctx, prelude);
+  }
+
+  /** After the prelude: the route's own stages, then the refusal that ended either list, if one did. */
+  function routed(ctx: Exchange, prelude: Ended): Promise<void> | undefined {
+    if (prelude !== null) return concluded(ctx, prelude);
+    const own = runStages(ctx, parts, stagesOf(ctx.route!));
+    return own instanceof Promise ? own.then((ended) => concluded(ctx, ended)) : concluded(ctx, own);
+  }
+
+  function concluded(ctx: Exchange, ended: Ended): undefined {
     if (ended !== null && ended !== ANSWERED) refuse(ctx, ended);
+    return undefined;
   }
 
   function refuse(ctx: Exchange, err: EdgeError): void {

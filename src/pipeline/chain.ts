@@ -80,7 +80,9 @@ export type Ended = Exclude<StageResult, typeof CONTINUE> | null;
 export function runStages(x: Exchange, p: Parts, stages: readonly Stage[], from = 0): Ended | Promise<Ended> {
   for (let i = from; i < stages.length; i++) {
     const r = stages[i]!(x, p);
-    if (r instanceof Promise) return r.then((v) => (v === CONTINUE ? runStages(x, p, stages, i + 1) : v));
+    // The last stage's outcome is the list's (CONTINUE is null, as is a list run to its end): its
+    // promise is passed on as it is, without one more turn.
+    if (r instanceof Promise) return i === stages.length - 1 ? r : r.then((v) => (v === CONTINUE ? runStages(x, p, stages, i + 1) : v));
     if (r !== CONTINUE) return r;
   }
   return null;

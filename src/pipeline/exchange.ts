@@ -5,6 +5,7 @@
  * registers its release with hold() where it acquires it; end() runs every release exactly once,
  * however the request ended.
  */
+import { performance } from 'node:perf_hooks';
 import type { Identity } from '../auth/jwt.js';
 import type { BodyFacts } from '../body/facts.js';
 import type { EdgeError } from '../errors.js';

@@ -5,6 +5,7 @@
  * itself. Each stage calls into the module that owns its decision; chain.ts says which stages a
  * route runs, in which order.
  */
+import { performance } from 'node:perf_hooks';
 import type { Readable } from 'node:stream';
 import { isAllowed, roleRefusal } from '../auth/access.js';
 import { bearerToken, wellFormedToken, type Identity, type TokenVerifier } from '../auth/jwt.js';
@@ -325,7 +326,7 @@ export function body(x: Exchange, p: Parts): StageResult | Promise<StageResult> 
  * takes each chunk from the process budget as it comes (body/budget.ts). No body can outgrow a
  * tenant's share, and a length only announced holds no memory.
  */
-async function readWhole(x: Exchange, p: Parts, limit: number, declared: number | null): Promise<StageResult> {
+function readWhole(x: Exchange, p: Parts, limit: number, declared: number | null): StageResult | Promise<StageResult> {
   const budget = p.settings.bodyBudget;
   const bufferLimit = Math.min(limit, budget.perTenantBytes);
   if (declared !== null && declared > bufferLimit) return bodyTooLarge(bufferLimit);
@@ -335,7 +336,10 @@ async function readWhole(x: Exchange, p: Parts, limit: number, declared: number 
   if (over !== null) return x.unread(over);
   sendContinue(x.req, x.res);
   x.linger = x.transport.lingers;
-  const read = await readBody(x.req, bufferLimit, { account, pace: p.bodyPace, deadlineMs: budget.deadlineMs });
+  return readBody(x.req, bufferLimit, { account, pace: p.bodyPace, deadlineMs: budget.deadlineMs }).then((read) => bodyRead(x, p, read));
+}
+
+function bodyRead(x: Exchange, p: Parts, read: Buffer | EdgeError): StageResult {
   if (isEdgeError(read)) {
     // A body the edge began to read costs its request, whatever became of it.
     chargeRequest(x.tenant!, p);
@@ -422,23 +426,32 @@ export function emptyBatch(x: Exchange): StageResult {
  * Picks a broker for the lane, forwards and relays (upstream/proxy.ts). Metering and lease
  * learning read the relayed answers of pushes, pops, acks and transactions as they pass.
  */
-export async function forward(x: Exchange, p: Parts): Promise<StageResult> {
+export function forward(x: Exchange, p: Parts): StageResult | Promise<StageResult> {
   if (clientGone(x.res)) return ANSWERED;
+  // Decided here, with the tenant's ratio: the broker must get this decision in traceparent.
+  x.trace?.decide(x.tenant!.traceRatio);
+  // Only a token to mint waits: no promise for a synchronous step.
+  const auth = upstreamAuthorization(x.identity, x.tenant!, p);
+  if (x.streamed) return relayStreamed(x, p, auth);
+  return auth instanceof Promise ? auth.then((a) => relay(x, p, a)) : relay(x, p, auth);
+}
+
+function relay(x: Exchange, p: Parts, authorization: string | null): Promise<StageResult> {
+  return p.proxy.forward(x.res, x, x.tenant!, upstreamRequest(x, p, authorization)).then(answered);
+}
+
+const answered = (refusal: EdgeError | null): StageResult => refusal ?? ANSWERED;
+
+async function relayStreamed(x: Exchange, p: Parts, auth: string | null | Promise<string>): Promise<StageResult> {
   let paced: PacedBody | null = null;
   try {
-    // Stay synchronous unless a token has to be minted: no promise for a synchronous step.
-    // Decided here, with the tenant's ratio: the broker must get this decision in traceparent.
-    x.trace?.decide(x.tenant!.traceRatio);
-    const auth = upstreamAuthorization(x.identity, x.tenant!, p);
-    const authorization = auth instanceof Promise ? await auth : auth;
-    const request = upstreamRequest(x, p, authorization);
-    if (x.streamed) paced = paceStreamed(x, p, request.body as Readable);
-    const refusal = await p.proxy.forward(x.res, x, x.tenant!, request);
-    return refusal ?? ANSWERED;
+    const request = upstreamRequest(x, p, await auth);
+    paced = paceStreamed(x, p, request.body as Readable);
+    return answered(await p.proxy.forward(x.res, x, x.tenant!, request));
   } finally {
     if (paced !== null) p.bodyPace.unwatch(paced);
     // The exchange is over: what undici did not read of the body is discarded, so the request can end.
-    if (x.streamed) x.transport.discardUnread(x.req);
+    x.transport.discardUnread(x.req);
   }
 }
 

@@ -5,6 +5,7 @@
  * relayed pop answers. Caddy's reverseproxy has the same split: selection, the retry loop and
  * failure counting live inside the proxy; the caller only renders what it returns.
  */
+import { performance } from 'node:perf_hooks';
 import { edgeError, isEdgeError, type EdgeError } from '../errors.js';
 import type { EdgeResponse } from '../listen/servers.js';
 import { clientGone } from '../listen/transport.js';
@@ -111,57 +112,72 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
     });
   }
 
-  async function forward(res: EdgeResponse, x: ProxyExchange, tenant: Tenant, req: ProxyRequest): Promise<EdgeError | null> {
+  /**
+   * No async functions here: each would add a promise, a suspended frame and a microtask turn to
+   * every forwarded request. The attempt's own promise is the only one, and what follows it runs
+   * in one reaction.
+   */
+  function forward(res: EdgeResponse, x: ProxyExchange, tenant: Tenant, req: ProxyRequest): Promise<EdgeError | null> {
     // Metering waits for the outcome even when it counts no answer: a transaction whose client left
     // is counted from its request, and only the proxy learns that it was sent (answerLost).
     x.expectBody();
-    let metered = false;
-    try {
-      const lane = req.lane;
-      let tried: Set<string> | null = null;
-      let broker = (lane.leaseId !== null ? clusters.brokerForLease(tenant, lane.leaseId) : undefined) ?? clusters.pick(tenant, lane.key, null);
-      // Tries brokers of the lane in ring order while nothing was sent, never after.
-      for (;;) {
-        if (broker === undefined) {
-          // Every broker tried refused the connection and is now marked down: none is healthy.
-          return edgeError('no_upstream', tried ? 'no broker accepted the connection' : undefined);
-        }
-        x.broker = broker;
-        const result = await attempt(res, x, tenant, req, broker);
-        if (isEdgeError(result)) return result;
-        if (result !== RETRY) {
-          // What the broker did is metered from its answer whenever one was read to the end.
-          if (result.meter !== null) {
-            metered = true;
-            afterResponse(x, broker, result.meter, req.learnsLease);
-          }
-          const next = judge(res, x, req, broker, result);
-          if (next !== RETRY) return next;
-        }
-        tried ??= new Set();
-        tried.add(broker);
-        broker = clusters.pick(tenant, lane.key, tried);
-      }
-    } finally {
-      if (!metered) x.relayed(null);
-    }
+    const lane = req.lane;
+    const first = (lane.leaseId !== null ? clusters.brokerForLease(tenant, lane.leaseId) : undefined) ?? clusters.pick(tenant, lane.key, null);
+    return tryBroker(res, x, tenant, req, first, null);
   }
 
-  /** One attempt on `broker`, inside the tenant's share of a shared broker's request pool (parked polls have a pool of their own). */
-  async function attempt(
+  /**
+   * Tries `broker`, then the lane's next brokers in ring order while nothing was sent, never after.
+   * Whatever way it ends, the exchange gets relayed() once: from the meter when an answer was read,
+   * with null otherwise.
+   */
+  function tryBroker(
     res: EdgeResponse,
     x: ProxyExchange,
     tenant: Tenant,
     req: ProxyRequest,
-    broker: string,
-  ): Promise<ForwardResult | EdgeError | typeof RETRY> {
+    broker: string | undefined,
+    tried: Set<string> | null,
+  ): Promise<EdgeError | null> {
+    if (broker === undefined) {
+      // Every broker tried refused the connection and is now marked down: none is healthy.
+      x.relayed(null);
+      return Promise.resolve(edgeError('no_upstream', tried ? 'no broker accepted the connection' : undefined));
+    }
+    x.broker = broker;
+    const next = (result: ForwardResult | EdgeError | typeof RETRY): EdgeError | null | Promise<EdgeError | null> => {
+      if (isEdgeError(result)) {
+        x.relayed(null);
+        return result;
+      }
+      if (result !== RETRY) {
+        // What the broker did is metered from its answer whenever one was read to the end.
+        if (result.meter !== null) afterResponse(x, broker, result.meter, req.learnsLease);
+        const judged = judge(res, x, req, broker, result);
+        if (judged !== RETRY) {
+          if (result.meter === null) x.relayed(null);
+          return judged;
+        }
+      }
+      const all = tried ?? new Set<string>();
+      all.add(broker);
+      return tryBroker(res, x, tenant, req, clusters.pick(tenant, req.lane.key, all), all);
+    };
+    return attempt(res, x, tenant, req, broker).then(next, (err: unknown) => {
+      x.relayed(null);
+      throw err;
+    });
+  }
+
+  /** One attempt on `broker`, inside the tenant's share of a shared broker's request pool (parked polls have a pool of their own). */
+  function attempt(res: EdgeResponse, x: ProxyExchange, tenant: Tenant, req: ProxyRequest, broker: string): Promise<ForwardResult | EdgeError | typeof RETRY> {
     // Only a tenancy-aware tenant's brokers can be shared (a broker two tenants list is refused
     // otherwise): on a dedicated broker the tenant has the whole pool, with no neighbour to protect.
     const shared = !req.parked && tenant.tenancyAwareBrokers;
     const entered = shared ? pools.enter(broker, tenant.id) : true;
-    if (entered !== true) {
-      const since = x.trace === null ? 0 : performance.now();
-      const granted = await entered;
+    if (entered === true) return send(res, x, tenant, req, broker, shared);
+    const since = x.trace === null ? 0 : performance.now();
+    return Promise.resolve(entered).then((granted): ForwardResult | EdgeError | typeof RETRY | Promise<ForwardResult> => {
       x.trace?.slotWaited(since, broker, granted);
       if (!granted) return edgeError('rate_limited', `too many requests in flight to one broker (${pools.tenantCap} at a time)`, { retryAfterSec: 1 });
       // The broker may have left the directory (its pool closed) or gone down during the wait:
@@ -170,20 +186,38 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
         pools.leave(broker, tenant.id);
         return RETRY;
       }
-    }
+      return send(res, x, tenant, req, broker, shared);
+    });
+  }
+
+  /** Sends on the broker's pool: its count of requests in flight, and the tenant's slot on a shared broker, end with the attempt. */
+  function send(res: EdgeResponse, x: ProxyExchange, tenant: Tenant, req: ProxyRequest, broker: string, shared: boolean): Promise<ForwardResult> {
     clusters.begin(broker);
-    try {
-      if (x.trace === null) return await forwardOnce(pools.get(broker, req.parked), req, res, x);
-      // Each attempt is a client span of its own: the broker joins the one it was sent.
-      const traceparent = x.trace.attempt(req.method, broker, req.lane.key, req.parked);
-      if (traceparent !== null) req.headers.traceparent = traceparent;
-      const result = await forwardOnce(pools.get(broker, req.parked), req, res, x);
-      x.trace.attempted(result.status, result.failure, result.headersAt);
-      return result;
-    } finally {
+    const over = (): void => {
       clusters.end(broker);
       if (shared) pools.leave(broker, tenant.id);
+    };
+    let sent: Promise<ForwardResult>;
+    try {
+      // Each attempt is a client span of its own: the broker joins the one it was sent.
+      const traceparent = x.trace === null ? null : x.trace.attempt(req.method, broker, req.lane.key, req.parked);
+      if (traceparent !== null) req.headers.traceparent = traceparent;
+      sent = forwardOnce(pools.get(broker, req.parked), req, res, x);
+    } catch (err) {
+      over();
+      throw err;
     }
+    return sent.then(
+      (result) => {
+        over();
+        x.trace?.attempted(result.status, result.failure, result.headersAt);
+        return result;
+      },
+      (err: unknown) => {
+        over();
+        throw err;
+      },
+    );
   }
 
   /** What an attempt's result means for the broker's health, and whether another broker may be tried. */
