@@ -83,8 +83,9 @@ export class H2Response {
    * 'close' is on the way), as with the compatibility response. `headers` becomes the answer's:
    * the caller must not reuse the object.
    */
-  writeHead(status: number, headers?: OutgoingHttpHeaders): this {
+  writeHead(status: number, headers?: OutgoingHttpHeaders | readonly string[]): this {
     if (this.destroyed) return this;
+    if (isFlat(headers)) headers = fromFlat(headers);
     if (this.#pending !== null || headers === undefined) this.stream.respond({ ...this.#pending, ...headers, ':status': status });
     else {
       // Every caller builds `headers` for this one answer, so it is used as it is, not copied.
@@ -132,4 +133,21 @@ export class H2Response {
     this.stream.removeListener(event, listener);
     return this;
   }
+}
+
+function isFlat(headers: OutgoingHttpHeaders | readonly string[] | undefined): headers is readonly string[] {
+  return Array.isArray(headers);
+}
+
+/** A flat [name, value, …] list (what h1's writeHead takes) as the object respond() takes, repeated names as one list. */
+function fromFlat(flat: readonly string[]): OutgoingHttpHeaders {
+  // No prototype: a field named like one of Object's (a broker's `Constructor`) is a field like any other.
+  const out: Record<string, string | string[]> = Object.create(null);
+  for (let i = 0; i < flat.length; i += 2) {
+    const name = flat[i]!;
+    const value = flat[i + 1]!;
+    const prev = out[name];
+    out[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [prev, value];
+  }
+  return out;
 }

@@ -5,6 +5,7 @@
  * pipeline, no header object parsed by undici, backpressure by returning false from onData
  * (stream.pipeline halved throughput on Node 20 when measured: docs/decisions/0001-undici-dispatch-not-http-proxy.md).
  */
+import { performance } from 'node:perf_hooks';
 import type { Readable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import { edgeError, type EdgeError } from '../errors.js';
@@ -186,8 +187,7 @@ class Relay implements Dispatcher.DispatchHandler {
 
   onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
     if (this.clientLeft) return false;
-    const { headers, encoding, announcedBody } = relayedHeaders(statusCode, rawHeaders);
-    if (this.req.responseHeaders) Object.assign(headers, this.req.responseHeaders);
+    const { headers, encoding, announcedBody } = relayedHeaders(statusCode, rawHeaders, this.req.responseHeaders);
     const res = this.res;
     this.result.headersAt = performance.now();
     this.result.status = this.rec.status = statusCode;
@@ -243,12 +243,17 @@ class Relay implements Dispatcher.DispatchHandler {
   }
 }
 
-/** The broker's response head as relayed: hop-by-hop and edge-owned fields dropped, repeats kept. */
+/**
+ * The broker's response head as relayed, as the flat [name, value, …] list writeHead takes as it
+ * is (an object would be built here and walked again by Node): hop-by-hop and edge-owned fields
+ * dropped, repeats kept, the edge's own headers (`own`) last and in place of the broker's.
+ */
 function relayedHeaders(
   statusCode: number,
   rawHeaders: Buffer[],
-): { headers: Record<string, string | string[]>; encoding: string | null; announcedBody: boolean } {
-  const headers: Record<string, string | string[]> = {};
+  own: Readonly<Record<string, string>> | null,
+): { headers: string[]; encoding: string | null; announcedBody: boolean } {
+  const headers: string[] = [];
   let announcedBody = false;
   let encoding: string | null = null;
   for (let i = 0; i < rawHeaders.length; i += 2) {
@@ -263,8 +268,9 @@ function relayedHeaders(
       if (value !== '0') announcedBody = true;
       continue;
     }
-    const prev = headers[name];
-    headers[name] = prev === undefined ? value : Array.isArray(prev) ? [...prev, value] : [prev, value];
+    if (own !== null && Object.hasOwn(own, name)) continue;
+    headers.push(name, value);
   }
+  if (own !== null) for (const name in own) headers.push(name, own[name]!);
   return { headers, encoding, announcedBody };
 }
