@@ -2,9 +2,12 @@
  * `npm run bench:features`: what each feature of the full pipeline costs in CPU per request. The
  * full pipeline (bench/run.ts row 4) runs once as it is and once per feature with exactly that one
  * feature switched off (or, for tracing and API keys, switched on or swapped in), each variant its
- * own edge process, all started first. They are then loaded one at a time in interleaved rounds,
- * a different order each round, and each variant's median over the rounds is reported, so machine
- * drift weighs on all of them alike. See BENCHMARKS.md, "Per-feature cost".
+ * own edge process, all started first. Each variant is then loaded at the same moment as the full
+ * pipeline, by identical clients, in rounds (a different variant order each round, and which of the
+ * two loads starts first alternating): a feature's cost is the median over the rounds of the two
+ * processes' difference at that moment. This machine's speed drifts by up to 2× within minutes;
+ * loads taken one after another carried that drift into every difference (a feature once "cost"
+ * −36 µs). See BENCHMARKS.md, "Per-feature cost".
  *
  * Options: --rounds N (default 3), --seconds N (default 6), --warmup N (default 2), --connections N
  * (default 50), --workloads push-64B,pop, --only <variant ids> (the full pipeline always runs),
@@ -89,6 +92,8 @@ export function roundOrder<T>(items: readonly T[], r: number): T[] {
 /** One measured load of one variant. */
 export interface FeatureSample {
   round: number;
+  /** The loads taken at the same moment share it: a variant's and the full pipeline's. */
+  pair: number;
   variant: string;
   workload: string;
   requests: number;
@@ -115,7 +120,7 @@ export interface FeatureRow {
   shareOfFull: number;
   withAllocBytes: number | null;
   withoutAllocBytes: number | null;
-  /** Every round's CPU µs per request, with the feature and without. */
+  /** Every round's CPU µs per request, with the feature and without (the same index: the same moment). */
   withRuns: number[];
   withoutRuns: number[];
 }
@@ -148,7 +153,10 @@ function deepMerge(base: Record<string, unknown>, patch: Record<string, unknown>
   return out;
 }
 
-/** Medians per variant and workload, each feature against the full pipeline. */
+/**
+ * Per variant and workload, each feature against the full pipeline loaded at the same moment: its
+ * cost is the median of the pairs' differences, with and without taken from the same pairs.
+ */
 export function featureRows(samples: readonly FeatureSample[], vs: readonly Pick<Variant, 'id' | 'feature' | 'relation'>[]): FeatureRow[] {
   const rows: FeatureRow[] = [];
   const of = (variant: string, workload: string) => samples.filter((s) => s.variant === variant && s.workload === workload);
@@ -158,19 +166,22 @@ export function featureRows(samples: readonly FeatureSample[], vs: readonly Pick
     const fullUs = median(full.map((s) => s.cpuUsPerReq));
     for (const v of vs) {
       if (v.id === FULL) continue;
-      const mine = of(v.id, workload);
-      if (mine.length === 0) continue;
-      const [withS, withoutS] = v.relation === 'off' ? [full, mine] : [mine, full];
-      const withUs = median(withS.map((s) => s.cpuUsPerReq));
-      const withoutUs = median(withoutS.map((s) => s.cpuUsPerReq));
+      const pairs = of(v.id, workload).flatMap((mine) => {
+        const beside = full.find((f) => f.pair === mine.pair);
+        return beside === undefined ? [] : [v.relation === 'off' ? { with: beside, without: mine } : { with: mine, without: beside }];
+      });
+      if (pairs.length === 0) continue;
+      const withS = pairs.map((p) => p.with);
+      const withoutS = pairs.map((p) => p.without);
+      const costUs = median(pairs.map((p) => p.with.cpuUsPerReq - p.without.cpuUsPerReq));
       rows.push({
         workload,
         variant: v.id,
         feature: v.feature,
-        withUs,
-        withoutUs,
-        costUs: withUs - withoutUs,
-        shareOfFull: (withUs - withoutUs) / fullUs,
+        withUs: median(withS.map((s) => s.cpuUsPerReq)),
+        withoutUs: median(withoutS.map((s) => s.cpuUsPerReq)),
+        costUs,
+        shareOfFull: costUs / fullUs,
         withAllocBytes: featureAlloc(withS),
         withoutAllocBytes: featureAlloc(withoutS),
         withRuns: withS.map((s) => s.cpuUsPerReq),
@@ -189,7 +200,7 @@ export function renderFeatures(report: FeaturesReport): string {
   const m = report.machine;
   const o = report.options;
   const out = [
-    `Run ${report.date} · ${m.cpus} CPUs · Node ${m.node} · 1-min load ${m.load1AtStart} at start, ${m.load1AtEnd} at end · ${o.connections} connections, ${o.warmupSeconds} s warm-up + ${o.seconds} s per load · ${o.rounds} rounds, each variant once per round in a different order; medians (range over the rounds) · edge from ${o.edgeFrom}`,
+    `Run ${report.date} · ${m.cpus} CPUs · Node ${m.node} · 1-min load ${m.load1AtStart} at start, ${m.load1AtEnd} at end · ${o.connections} connections, ${o.warmupSeconds} s warm-up + ${o.seconds} s per load · ${o.rounds} rounds, each variant loaded once per round at the same moment as the full pipeline, in a different order each round; cost: the median over the rounds of the difference at the same moment; with and without: medians (range over the rounds) · edge from ${o.edgeFrom}`,
     '',
     ...report.notes.map((n) => `- ${n}`),
     ...report.orders.map((order, i) => `- round ${i + 1}: ${order.join(', ')}`),
@@ -255,7 +266,7 @@ export async function runFeatures(opts: FeaturesOptions): Promise<FeaturesReport
       keys: opts.keys,
     },
     notes: [
-      'cost = µs/req with the feature − without it, each the median over the rounds; a difference under about 5 % of the full pipeline is within the noise of this method',
+      'cost = µs/req with the feature − without it, both loaded at the same moment (one CPU each), the median over the rounds; which of the two loads starts first alternates by round',
       'metrics: no config switch turns them off (`metrics.tenantLabels` only chooses the tenant labels), so no row',
       metering.on
         ? 'metering: the "without" variant omits the metering section bench/run.ts configures'
@@ -318,21 +329,35 @@ export async function runFeatures(opts: FeaturesOptions): Promise<FeaturesReport
       await allocCheck(edges.get(FULL)!, loads, { authorization: `Bearer ${jwt}` }, opts);
       return report;
     }
+    const full = edges.get(FULL)!;
+    const jwtHeaders = { authorization: `Bearer ${jwt}` };
+    let pair = 0;
     for (let r = 0; r < opts.rounds; r++) {
-      const order = roundOrder(all, r);
+      const order = roundOrder(
+        all.filter((v) => v.id !== FULL),
+        r,
+      );
       report.orders.push(order.map((v) => v.id));
-      log(`round ${r + 1}: ${order.map((v) => v.id).join(', ')}`);
+      log(`round ${r + 1}: ${order.map((v) => v.id).join(', ')}, each beside the full pipeline (${r % 2 === 0 ? 'its' : "the variant's"} load started first)`);
       for (const v of order) {
-        const edge = edges.get(v.id)!;
         const headers = { authorization: `Bearer ${v.apiKey ? apiKey : jwt}` };
         for (const w of loads) {
-          const s = await measureOnce(edge, w, headers, opts);
-          report.samples.push({ round: r + 1, variant: v.id, ...s });
-          log(
-            `  ${v.id.padEnd(14)} ${w.name.padEnd(9)} ${s.reqPerSec.toFixed(0).padStart(6)} req/s  cpu ${s.cpuUsPerReq.toFixed(1)} us/req` +
-              `  alloc ${s.allocBytesPerReq === null ? '-' : (s.allocBytesPerReq / 1024).toFixed(1)} KiB/req` +
-              `  GC ${s.gcMsPer10k?.toFixed(1) ?? '-'} ms/10k${s.bad > 0 ? `  bad answers ${s.bad}` : ''}`,
-          );
+          pair++;
+          const fullLoad = () => measureOnce(full, w, jwtHeaders, opts);
+          const variantLoad = () => measureOnce(edges.get(v.id)!, w, headers, opts);
+          const [sFull, sVariant] =
+            r % 2 === 0 ? await Promise.all([fullLoad(), variantLoad()]) : await Promise.all([variantLoad(), fullLoad()]).then(([a, b]) => [b, a] as const);
+          for (const [id, s] of [
+            [FULL, sFull],
+            [v.id, sVariant],
+          ] as const) {
+            report.samples.push({ round: r + 1, pair, variant: id, ...s });
+            log(
+              `  ${id.padEnd(14)} ${w.name.padEnd(9)} ${s.reqPerSec.toFixed(0).padStart(6)} req/s  cpu ${s.cpuUsPerReq.toFixed(1)} us/req` +
+                `  alloc ${s.allocBytesPerReq === null ? '-' : (s.allocBytesPerReq / 1024).toFixed(1)} KiB/req` +
+                `  GC ${s.gcMsPer10k?.toFixed(1) ?? '-'} ms/10k${s.bad > 0 ? `  bad answers ${s.bad}` : ''}`,
+            );
+          }
         }
       }
     }
@@ -357,6 +382,8 @@ type ProbeMode = 'none' | 'gc' | 'sampler';
 /** The heap sampler's mean interval in the alloc check: V8's default. */
 const SAMPLER_INTERVAL_BYTES = 32_768;
 
+type Measured = Omit<FeatureSample, 'round' | 'pair' | 'variant'> & { sampledBytesPerReq: number | null };
+
 /** One warm-up and one measured load of `edge`: CPU of its process tree, alloc and GC from its probe. */
 async function measureOnce(
   edge: EdgeProcess,
@@ -364,7 +391,7 @@ async function measureOnce(
   headers: Record<string, string>,
   opts: Pick<FeaturesOptions, 'seconds' | 'warmupSeconds' | 'connections'>,
   mode: ProbeMode = 'gc',
-): Promise<Omit<FeatureSample, 'round' | 'variant'> & { sampledBytesPerReq: number | null }> {
+): Promise<Measured> {
   await runLoad(edge.base, w, { connections: opts.connections, seconds: opts.warmupSeconds, headers });
   if (mode !== 'none') await edge.startGc();
   if (mode === 'sampler') await edge.startSampling(SAMPLER_INTERVAL_BYTES);
@@ -395,7 +422,7 @@ async function measureOnce(
  */
 async function allocCheck(edge: EdgeProcess, loads: readonly Workload[], headers: Record<string, string>, opts: FeaturesOptions): Promise<void> {
   const modes: ProbeMode[] = ['none', 'gc', 'sampler'];
-  const got = new Map<string, Array<Awaited<ReturnType<typeof measureOnce>>>>();
+  const got = new Map<string, Measured[]>();
   for (let r = 0; r < opts.rounds; r++) {
     for (const mode of roundOrder(modes, r)) {
       for (const w of loads) {

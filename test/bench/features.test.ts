@@ -5,8 +5,9 @@
 import { describe, expect, it } from 'vitest';
 import { type FeatureSample, type FeaturesReport, featureRows, renderFeatures, roundOrder } from '../../bench/features.js';
 
-const sample = (variant: string, round: number, cpuUsPerReq: number, allocBytesPerReq: number | null = 2048): FeatureSample => ({
+const sample = (variant: string, round: number, cpuUsPerReq: number, allocBytesPerReq: number | null = 2048, pair = round): FeatureSample => ({
   round,
+  pair,
   variant,
   workload: 'push-64B',
   requests: 1000,
@@ -28,11 +29,14 @@ describe('per-feature cost', () => {
     expect(new Set(orders.map((o) => o[0])).size).toBe(orders.length);
   });
 
-  it('takes medians over the rounds; a feature switched off costs full − variant, one switched on costs variant − full', () => {
+  it('a cost is the median of differences taken at the same moment; switched off it is full − variant, switched on variant − full', () => {
+    // Pairs 1–3: the full pipeline beside no-x; 4–6: beside with-y. The host's speed moves between
+    // pairs (100, 140, 90): the difference of medians would be 30 and 20, the pairs' own are 20 and 25.
     const samples = [
-      ...[100, 110, 90].map((us, i) => sample('full', i + 1, us)),
-      ...[80, 70, 75].map((us, i) => sample('no-x', i + 1, us, 1024)),
-      ...[120, 130, 125].map((us, i) => sample('with-y', i + 1, us)),
+      ...[100, 140, 90].map((us, i) => sample('full', i + 1, us, 2048, i + 1)),
+      ...[80, 100, 75].map((us, i) => sample('no-x', i + 1, us, 1024, i + 1)),
+      ...[100, 140, 90].map((us, i) => sample('full', i + 1, us, 2048, i + 4)),
+      ...[125, 170, 110].map((us, i) => sample('with-y', i + 1, us, 2048, i + 4)),
     ];
     const rows = featureRows(samples, [
       { id: 'full', feature: 'full', relation: 'off' },
@@ -40,10 +44,12 @@ describe('per-feature cost', () => {
       { id: 'with-y', feature: 'y', relation: 'on' },
     ]);
     expect(rows.map((r) => [r.variant, r.withUs, r.withoutUs, r.costUs, r.shareOfFull])).toEqual([
-      ['no-x', 100, 75, 25, 0.25],
+      ['no-x', 100, 80, 20, 0.2],
       ['with-y', 125, 100, 25, 0.25],
     ]);
     expect(rows[0]!.withoutAllocBytes).toBe(1024);
+    // A sample without its pair's other half counts for nothing.
+    expect(featureRows([...samples, sample('no-x', 4, 10, 1024, 99)], [{ id: 'no-x', feature: 'x', relation: 'off' }])[0]!.costUs).toBe(20);
     const report: FeaturesReport = {
       date: '2026-01-01T00:00:00.000Z',
       machine: { cpus: 2, node: 'v20', load1AtStart: 0, load1AtEnd: 0 },
@@ -54,7 +60,7 @@ describe('per-feature cost', () => {
       rows,
     };
     const md = renderFeatures(report);
-    expect(md).toContain('| x | 100.0 (90.0–110.0) | 75.0 (70.0–80.0) | 25.0 | 25.0 % | 2.0 / 1.0 |');
+    expect(md).toContain('| x | 100.0 (90.0–140.0) | 80.0 (75.0–100.0) | 20.0 | 20.0 % | 2.0 / 1.0 |');
     expect(md).toContain('Full pipeline: 100.0 µs/req');
   });
 });
