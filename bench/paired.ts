@@ -23,13 +23,12 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { SignJWT } from 'jose';
 import { startFastDouble } from './double.js';
-import { BENCH_SECRET, BENCH_TENANT, edgeConfig, prepareBenchModule, startEdgeProcess } from './edge.js';
+import { BENCH_TENANT, edgeConfig, prepareBenchModule, startEdgeProcess } from './edge.js';
 import { runH2Load } from './h2load.js';
 import { runLoad, type Workload } from './load.js';
 import { freePort, makeCertificate, stopChild, treeCpuSeconds } from './procs.js';
-import { meteringExtra, startReporting, workloads } from './run.js';
+import { meteringExtra, startReporting, token, workloads } from './run.js';
 import { PrivateRedis } from '../test/helpers/redis.js';
 
 const { values: v } = parseArgs({
@@ -61,12 +60,7 @@ const dir = mkdtempSync(join(tmpdir(), 'queen-edge-paired-'));
 const { cert, key } = await makeCertificate(dir);
 const double = await startFastDouble(0);
 const brokerUrl = `http://127.0.0.1:${double.port}`;
-const jwt = await new SignJWT({ roles: ['read-write'], tenant: BENCH_TENANT })
-  .setProtectedHeader({ alg: 'HS256' })
-  .setSubject('bench')
-  .setIssuedAt()
-  .setExpirationTime('2h')
-  .sign(new TextEncoder().encode(BENCH_SECRET));
+const jwt = await token({ roles: ['read-write'], tenant: BENCH_TENANT });
 const headers = { authorization: `Bearer ${jwt}` };
 
 /** A measured side: an edge build, or the floor. */

@@ -19,13 +19,12 @@ import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { SignJWT } from 'jose';
 import { startFastDouble } from './double.js';
-import { BENCH_SECRET, BENCH_TENANT, edgeConfig, prepareBenchModule, prepareEdgeEntry, startEdgeProcess } from './edge.js';
+import { BENCH_TENANT, edgeConfig, prepareBenchModule, prepareEdgeEntry, startEdgeProcess } from './edge.js';
 import { runH2Load } from './h2load.js';
 import { runLoad, type Workload } from './load.js';
 import { freePort, makeCertificate, stopChild } from './procs.js';
-import { meteringExtra, startReporting, workloads } from './run.js';
+import { meteringExtra, startReporting, token, workloads } from './run.js';
 import { PrivateRedis } from '../test/helpers/redis.js';
 
 /** One perf sample's symbol, as `perf report` prints it. */
@@ -106,12 +105,7 @@ async function main(): Promise<void> {
   const { cert, key } = await makeCertificate(dir);
   const double = await startFastDouble(0);
   const brokerUrl = `http://127.0.0.1:${double.port}`;
-  const jwt = await new SignJWT({ roles: ['read-write'], tenant: BENCH_TENANT })
-    .setProtectedHeader({ alg: 'HS256' })
-    .setSubject('bench')
-    .setIssuedAt()
-    .setExpirationTime('2h')
-    .sign(new TextEncoder().encode(BENCH_SECRET));
+  const jwt = await token({ roles: ['read-write'], tenant: BENCH_TENANT });
   const headers = { authorization: `Bearer ${jwt}` };
   const redis = v.full ? await PrivateRedis.start() : null;
   // The code map perf reads (/tmp/perf-<pid>.map), and V8's own log (which the flag turns on) kept out of the checkout.
