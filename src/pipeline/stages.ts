@@ -428,12 +428,16 @@ export function emptyBatch(x: Exchange): StageResult {
  */
 export function forward(x: Exchange, p: Parts): StageResult | Promise<StageResult> {
   if (clientGone(x.res)) return ANSWERED;
+  if (x.streamed) return relayStreamed(x, p);
+  const auth = brokerAuthorization(x, p);
+  return auth instanceof Promise ? auth.then((a) => relay(x, p, a)) : relay(x, p, auth);
+}
+
+/** The tracing decision, then the broker's Authorization: a promise only when a token is minted. */
+function brokerAuthorization(x: Exchange, p: Parts): string | null | Promise<string> {
   // Decided here, with the tenant's ratio: the broker must get this decision in traceparent.
   x.trace?.decide(x.tenant!.traceRatio);
-  // Only a token to mint waits: no promise for a synchronous step.
-  const auth = upstreamAuthorization(x.identity, x.tenant!, p);
-  if (x.streamed) return relayStreamed(x, p, auth);
-  return auth instanceof Promise ? auth.then((a) => relay(x, p, a)) : relay(x, p, auth);
+  return upstreamAuthorization(x.identity, x.tenant!, p);
 }
 
 function relay(x: Exchange, p: Parts, authorization: string | null): Promise<StageResult> {
@@ -442,10 +446,10 @@ function relay(x: Exchange, p: Parts, authorization: string | null): Promise<Sta
 
 const answered = (refusal: EdgeError | null): StageResult => refusal ?? ANSWERED;
 
-async function relayStreamed(x: Exchange, p: Parts, auth: string | null | Promise<string>): Promise<StageResult> {
+async function relayStreamed(x: Exchange, p: Parts): Promise<StageResult> {
   let paced: PacedBody | null = null;
   try {
-    const request = upstreamRequest(x, p, await auth);
+    const request = upstreamRequest(x, p, await brokerAuthorization(x, p));
     paced = paceStreamed(x, p, request.body as Readable);
     return answered(await p.proxy.forward(x.res, x, x.tenant!, request));
   } finally {

@@ -92,6 +92,11 @@ export interface ProxyDeps {
 /** An attempt that may go to the lane's next broker (nothing was sent). */
 const RETRY = Symbol('retry');
 
+/** One forward's metering: set once an answer's meter will call relayed(), so no other path does. */
+interface Metering {
+  handedOver: boolean;
+}
+
 export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
   const { clusters, pools, log } = d;
 
@@ -121,9 +126,20 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
     // Metering waits for the outcome even when it counts no answer: a transaction whose client left
     // is counted from its request, and only the proxy learns that it was sent (answerLost).
     x.expectBody();
-    const lane = req.lane;
-    const first = (lane.leaseId !== null ? clusters.brokerForLease(tenant, lane.leaseId) : undefined) ?? clusters.pick(tenant, lane.key, null);
-    return tryBroker(res, x, tenant, req, first, null);
+    const metering: Metering = { handedOver: false };
+    // A throw on the way (a bug, or a pool undici refuses to open) still ends the exchange's
+    // metering: its record must not wait forever for an answer no meter will read.
+    const unmetered = (err: unknown): never => {
+      if (!metering.handedOver) x.relayed(null);
+      throw err;
+    };
+    try {
+      const lane = req.lane;
+      const first = (lane.leaseId !== null ? clusters.brokerForLease(tenant, lane.leaseId) : undefined) ?? clusters.pick(tenant, lane.key, null);
+      return tryBroker(res, x, tenant, req, first, null, metering).catch(unmetered);
+    } catch (err) {
+      return Promise.reject(err).catch(unmetered);
+    }
   }
 
   /**
@@ -138,6 +154,7 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
     req: ProxyRequest,
     broker: string | undefined,
     tried: Set<string> | null,
+    metering: Metering,
   ): Promise<EdgeError | null> {
     if (broker === undefined) {
       // Every broker tried refused the connection and is now marked down: none is healthy.
@@ -152,7 +169,10 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
       }
       if (result !== RETRY) {
         // What the broker did is metered from its answer whenever one was read to the end.
-        if (result.meter !== null) afterResponse(x, broker, result.meter, req.learnsLease);
+        if (result.meter !== null) {
+          metering.handedOver = true;
+          afterResponse(x, broker, result.meter, req.learnsLease);
+        }
         const judged = judge(res, x, req, broker, result);
         if (judged !== RETRY) {
           if (result.meter === null) x.relayed(null);
@@ -161,12 +181,9 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
       }
       const all = tried ?? new Set<string>();
       all.add(broker);
-      return tryBroker(res, x, tenant, req, clusters.pick(tenant, req.lane.key, all), all);
+      return tryBroker(res, x, tenant, req, clusters.pick(tenant, req.lane.key, all), all, metering);
     };
-    return attempt(res, x, tenant, req, broker).then(next, (err: unknown) => {
-      x.relayed(null);
-      throw err;
-    });
+    return attempt(res, x, tenant, req, broker).then(next);
   }
 
   /** One attempt on `broker`, inside the tenant's share of a shared broker's request pool (parked polls have a pool of their own). */
