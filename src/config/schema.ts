@@ -9,6 +9,20 @@ import { invalidProxyRanges } from '../net/client-address.js';
 const port = z.number().int().min(0).max(65535);
 const host = z.string().min(1);
 const url = z.url({ protocol: /^https?$/ });
+/**
+ * A broker is an origin: each request goes to it with its own path (`/api/v1/…`), and the upstream
+ * client (undici) refuses an origin with a path, query or fragment, so such a URL could never
+ * serve a request. It is refused here, once, with the reason.
+ */
+const brokerUrl = url.refine(
+  (u) => {
+    // Not a URL at all is the url check's to report.
+    if (!URL.canParse(u)) return true;
+    const parsed = new URL(u);
+    return parsed.pathname === '/' && parsed.search === '' && parsed.hash === '';
+  },
+  { message: 'a broker URL is scheme://host[:port] only, without a path, query or fragment: the edge sends each request its own path' },
+);
 const nonNeg = z.number().int().min(0);
 /** Longest host name (RFC 1035 §2.3.4, as text without the trailing dot): longer is never a real name. */
 export const MAX_HOST_LENGTH = 253;
@@ -108,7 +122,7 @@ export const tenantSchema = z.strictObject({
   status: z.enum(['active', 'suspended']).default('active'),
   plan: z.string().min(1),
   hosts: z.array(hostName).default([]),
-  brokers: z.array(url).min(1),
+  brokers: z.array(brokerUrl).min(1),
   /**
    * added: the brokers were started with tenancy enabled and scope everything by `x-queen-tenant`,
    * which the edge then always sends. Only such brokers may be listed by more than one tenant

@@ -143,6 +143,17 @@ describe('configuration', () => {
     expect(problems.length).toBeGreaterThanOrEqual(4);
   });
 
+  it('refuses a broker URL with a path, query or fragment, which undici could never open (before: every request 502 internal error)', () => {
+    for (const broker of ['http://127.0.0.1:6632/queen', 'http://127.0.0.1:6632/?x=1', 'http://127.0.0.1:6632/#f']) {
+      expect(problemsOf(() => parseConfig({ ...minimal, tenants: { t: { plan: 'free', brokers: [broker] } } }, {})).join('\n')).toMatch(
+        /tenants\.t\.brokers\[0\]: a broker URL is scheme:\/\/host\[:port\] only/,
+      );
+    }
+    expect(
+      parseConfig({ ...minimal, tenants: { t: { plan: 'free', brokers: ['http://127.0.0.1:6632/', 'https://b.internal:8443'] } } }, {}).tenants.t!.brokers,
+    ).toHaveLength(2);
+  });
+
   it('refuses a tenant on an unknown plan and a host listed twice', () => {
     expect(problemsOf(() => parseConfig({ ...minimal, tenants: { t: { plan: 'gold', brokers: ['http://a'] } } }, {}))).toContain(
       'tenants.t.plan: unknown plan "gold"',
