@@ -246,7 +246,10 @@ class Relay implements Dispatcher.DispatchHandler {
 /**
  * The broker's response head as relayed, as the flat [name, value, …] list writeHead takes as it
  * is (an object would be built here and walked again by Node): hop-by-hop and edge-owned fields
- * dropped, repeats kept, the edge's own headers (`own`) last and in place of the broker's.
+ * dropped, repeats kept, the edge's own headers (`own`) last and in place of the broker's. Node
+ * keeps a list's repeats only while no header was set on the response before (it then sets each
+ * pair, the last repeat winning): nothing sets one on a response that is relayed (the one
+ * setHeader, transport's closeAfterResponse, is for refusals).
  */
 function relayedHeaders(
   statusCode: number,
