@@ -92,9 +92,16 @@ export interface ProxyDeps {
 /** An attempt that may go to the lane's next broker (nothing was sent). */
 const RETRY = Symbol('retry');
 
-/** One forward's metering: set once an answer's meter will call relayed(), so no other path does. */
+/** One forward's metering: settled once relayed() was called, or handed to the meter of an answer, which calls it. */
 interface Metering {
-  handedOver: boolean;
+  settled: boolean;
+}
+
+/** relayed(null), unless the forward's metering is settled already: once, whichever way the forward ends. */
+function settle(x: ProxyExchange, m: Metering): void {
+  if (m.settled) return;
+  m.settled = true;
+  x.relayed(null);
 }
 
 export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
@@ -126,26 +133,21 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
     // Metering waits for the outcome even when it counts no answer: a transaction whose client left
     // is counted from its request, and only the proxy learns that it was sent (answerLost).
     x.expectBody();
-    const metering: Metering = { handedOver: false };
-    // A throw on the way (a bug, or a pool undici refuses to open) still ends the exchange's
-    // metering: its record must not wait forever for an answer no meter will read.
-    const unmetered = (err: unknown): never => {
-      if (!metering.handedOver) x.relayed(null);
-      throw err;
-    };
+    const metering: Metering = { settled: false };
     try {
       const lane = req.lane;
       const first = (lane.leaseId !== null ? clusters.brokerForLease(tenant, lane.leaseId) : undefined) ?? clusters.pick(tenant, lane.key, null);
-      return tryBroker(res, x, tenant, req, first, null, metering).catch(unmetered);
+      return tryBroker(res, x, tenant, req, first, null, metering);
     } catch (err) {
-      return Promise.reject(err).catch(unmetered);
+      settle(x, metering);
+      return Promise.reject(err);
     }
   }
 
   /**
    * Tries `broker`, then the lane's next brokers in ring order while nothing was sent, never after.
-   * Whatever way it ends, the exchange gets relayed() once: from the meter when an answer was read,
-   * with null otherwise.
+   * Whatever way it ends, a throw included (a bug, or a pool undici refuses to open), the exchange
+   * gets relayed() once: from the meter when an answer was read, with null otherwise.
    */
   function tryBroker(
     res: EdgeResponse,
@@ -158,32 +160,46 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
   ): Promise<EdgeError | null> {
     if (broker === undefined) {
       // Every broker tried refused the connection and is now marked down: none is healthy.
-      x.relayed(null);
+      settle(x, metering);
       return Promise.resolve(edgeError('no_upstream', tried ? 'no broker accepted the connection' : undefined));
     }
     x.broker = broker;
-    const next = (result: ForwardResult | EdgeError | typeof RETRY): EdgeError | null | Promise<EdgeError | null> => {
-      if (isEdgeError(result)) {
-        x.relayed(null);
-        return result;
-      }
-      if (result !== RETRY) {
-        // What the broker did is metered from its answer whenever one was read to the end.
-        if (result.meter !== null) {
-          metering.handedOver = true;
-          afterResponse(x, broker, result.meter, req.learnsLease);
-        }
-        const judged = judge(res, x, req, broker, result);
-        if (judged !== RETRY) {
-          if (result.meter === null) x.relayed(null);
-          return judged;
-        }
-      }
-      const all = tried ?? new Set<string>();
-      all.add(broker);
-      return tryBroker(res, x, tenant, req, clusters.pick(tenant, req.lane.key, all), all, metering);
+    const failed = (err: unknown): never => {
+      settle(x, metering);
+      throw err;
     };
-    return attempt(res, x, tenant, req, broker).then(next);
+    const next = (result: ForwardResult | EdgeError | typeof RETRY): EdgeError | null | Promise<EdgeError | null> => {
+      try {
+        if (isEdgeError(result)) {
+          settle(x, metering);
+          return result;
+        }
+        if (result !== RETRY) {
+          // What the broker did is metered from its answer whenever one was read to the end.
+          if (result.meter !== null) {
+            metering.settled = true;
+            afterResponse(x, broker, result.meter, req.learnsLease);
+          }
+          const judged = judge(res, x, req, broker, result);
+          if (judged !== RETRY) {
+            settle(x, metering);
+            return judged;
+          }
+        }
+        const all = tried ?? new Set<string>();
+        all.add(broker);
+        return tryBroker(res, x, tenant, req, clusters.pick(tenant, req.lane.key, all), all, metering);
+      } catch (err) {
+        return failed(err);
+      }
+    };
+    let attempted: Promise<ForwardResult | EdgeError | typeof RETRY>;
+    try {
+      attempted = attempt(res, x, tenant, req, broker);
+    } catch (err) {
+      return failed(err);
+    }
+    return attempted.then(next, failed);
   }
 
   /** One attempt on `broker`, inside the tenant's share of a shared broker's request pool (parked polls have a pool of their own). */
