@@ -24,11 +24,11 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { startFastDouble } from './double.js';
-import { BENCH_TENANT, edgeConfig, prepareBenchModule, startEdgeProcess } from './edge.js';
+import { BENCH_TENANT, prepareBenchModule, startEdgeProcess } from './edge.js';
 import { runH2Load } from './h2load.js';
 import { runLoad, type Workload } from './load.js';
-import { freePort, makeCertificate, stopChild, treeCpuSeconds } from './procs.js';
-import { meteringExtra, startReporting, token, workloads } from './run.js';
+import { makeCertificate, stopChild, treeCpuSeconds } from './procs.js';
+import { sideConfig, startReporting, token, workloads } from './run.js';
 import { PrivateRedis } from '../test/helpers/redis.js';
 
 const { values: v } = parseArgs({
@@ -81,20 +81,7 @@ async function start(name: string, dist: string, overrides: string, nodeOptions:
   // --full: each side gets its own Redis (one shared server would make the sides wait on each other).
   const redis = v.full ? await PrivateRedis.start() : null;
   if (redis) redises.push(redis);
-  const config = edgeConfig({
-    port: await freePort(),
-    adminPort: await freePort(),
-    cert,
-    key,
-    brokerUrl,
-    redisUrl: redis?.url ?? null,
-    jwksUrl: null,
-    accessLog: v.full,
-    workers: 1,
-    upstreamConnections: 128,
-    maxLongPollMs: 120_000,
-    extra: v.full ? meteringExtra().extra : {},
-  });
+  const config = await sideConfig({ cert, key, brokerUrl, redisUrl: redis?.url ?? null, full: v.full });
   for (const [section, value] of Object.entries(JSON.parse(overrides) as Record<string, Record<string, unknown>>)) {
     config[section] = { ...(config[section] as Record<string, unknown>), ...value };
   }

@@ -20,11 +20,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { startFastDouble } from './double.js';
-import { BENCH_TENANT, edgeConfig, prepareBenchModule, prepareEdgeEntry, startEdgeProcess } from './edge.js';
+import { BENCH_TENANT, prepareBenchModule, prepareEdgeEntry, startEdgeProcess } from './edge.js';
 import { runH2Load } from './h2load.js';
 import { runLoad, type Workload } from './load.js';
-import { freePort, makeCertificate, stopChild } from './procs.js';
-import { meteringExtra, startReporting, token, workloads } from './run.js';
+import { makeCertificate, stopChild } from './procs.js';
+import { sideConfig, startReporting, token, workloads } from './run.js';
 import { PrivateRedis } from '../test/helpers/redis.js';
 
 /** One perf sample's symbol, as `perf report` prints it. */
@@ -116,24 +116,10 @@ async function main(): Promise<void> {
     '--no-logfile-per-isolate',
     ...entry.slice(1),
   ];
-  const edge = await startEdgeProcess(
-    'edge',
-    edgeConfig({
-      port: await freePort(),
-      adminPort: await freePort(),
-      cert,
-      key,
-      brokerUrl,
-      redisUrl: redis?.url ?? null,
-      jwksUrl: null,
-      accessLog: v.full,
-      workers: 1,
-      upstreamConnections: 128,
-      maxLongPollMs: 120_000,
-      extra: v.full ? meteringExtra().extra : {},
-    }),
-    { dir, entry: withPerfMap(await prepareEdgeEntry(false), 'edge') },
-  );
+  const edge = await startEdgeProcess('edge', await sideConfig({ cert, key, brokerUrl, redisUrl: redis?.url ?? null, full: v.full }), {
+    dir,
+    entry: withPerfMap(await prepareEdgeEntry(false), 'edge'),
+  });
   const floor = await startReporting(
     [...withPerfMap(await prepareBenchModule('floor', false), 'floor'), cert, key, brokerUrl, v.proto === 'h2' ? 'h2' : 'h1'],
     'floor forwarder',

@@ -284,6 +284,33 @@ export async function seedApiKeys(redis: Redis, n: number): Promise<string> {
   return used.key;
 }
 
+/**
+ * The config of an edge measured beside another process (bench/paired.ts, bench/perf-split.ts):
+ * plain forwarding, or with `full` the full pipeline (its Redis, the access log, metering).
+ */
+export async function sideConfig(o: {
+  cert: string;
+  key: string;
+  brokerUrl: string;
+  redisUrl: string | null;
+  full: boolean;
+}): Promise<Record<string, unknown>> {
+  return edgeConfig({
+    port: await freePort(),
+    adminPort: await freePort(),
+    cert: o.cert,
+    key: o.key,
+    brokerUrl: o.brokerUrl,
+    redisUrl: o.redisUrl,
+    jwksUrl: null,
+    accessLog: o.full,
+    workers: 1,
+    upstreamConnections: 128,
+    maxLongPollMs: 120_000,
+    extra: o.full ? meteringExtra().extra : {},
+  });
+}
+
 export function token(claims: Record<string, unknown>): Promise<string> {
   return new SignJWT(claims)
     .setProtectedHeader({ alg: 'HS256' })
