@@ -16,9 +16,13 @@ const url = z.url({ protocol: /^https?$/ });
  */
 const brokerUrl = url.refine(
   (u) => {
-    // Not a URL at all is the url check's to report.
-    if (!URL.canParse(u)) return true;
-    const parsed = new URL(u);
+    let parsed: URL;
+    try {
+      parsed = new URL(u);
+    } catch {
+      // Not a URL at all is the url check's to report.
+      return true;
+    }
     return parsed.pathname === '/' && parsed.search === '' && parsed.hash === '';
   },
   { message: 'a broker URL is scheme://host[:port] only, without a path, query or fragment: the edge sends each request its own path' },

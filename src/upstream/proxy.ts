@@ -126,8 +126,8 @@ export function createUpstreamProxy(d: ProxyDeps): UpstreamProxy {
 
   /**
    * No async functions here: each would add a promise, a suspended frame and a microtask turn to
-   * every forwarded request. The attempt's own promise is the only one, and what follows it runs
-   * in one reaction.
+   * every forwarded request. An attempt costs undici's exchange (forwardOnce's promise) and one
+   * reaction each for its bookkeeping (send) and for what follows it (tryBroker).
    */
   function forward(res: EdgeResponse, x: ProxyExchange, tenant: Tenant, req: ProxyRequest): Promise<EdgeError | null> {
     // Metering waits for the outcome even when it counts no answer: a transaction whose client left

@@ -266,6 +266,17 @@ describe('a broker is dedicated to one tenant unless declared tenancy-aware', ()
     }
     expect((await admin(edge, 'GET', '/admin/v1/tenants/longhost')).status).toBe(404);
   });
+
+  it('a broker URL with a path, query or fragment is refused (400) with the reason: no upstream client could open it', async () => {
+    for (const broker of [`${b3.url}/queen`, `${b3.url}/?x=1`]) {
+      const r = await admin(edge, 'PUT', '/admin/v1/tenants/pathbroker', { body: tenantBody(['pathbroker.localhost'], [broker]) });
+      expect(r.status).toBe(400);
+      expect(r.json.problems).toEqual([
+        'brokers.0: a broker URL is scheme://host[:port] only, without a path, query or fragment: the edge sends each request its own path',
+      ]);
+    }
+    expect((await admin(edge, 'GET', '/admin/v1/tenants/pathbroker')).status).toBe(404);
+  });
 });
 
 describe('the plan list', () => {
